@@ -1,0 +1,6 @@
+//! Norma Server: a multi-tenant network agent server.
+
+pub mod ids;
+pub mod message;
+pub mod permission;
+pub mod tools;

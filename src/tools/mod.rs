@@ -1,0 +1,151 @@
+//! The tool contract (N1, N2) and the types every tool and the pipeline share.
+//!
+//! A tool states its own security metadata; every method that a tool leaves at its default
+//! closes safe (N2): mutating, exclusive, approval-required.
+
+use crate::ids::{SessionId, TenantId};
+use crate::message::Message;
+use crate::permission::{SelfDecision, Subject};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Stable machine-readable codes carried by model-visible tool errors.
+pub mod codes {
+    pub const TOOL_NOT_FOUND: &str = "TOOL_NOT_FOUND";
+    pub const INPUT_SCHEMA_INVALID: &str = "INPUT_SCHEMA_INVALID";
+    pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
+    pub const HOOK_BLOCKED: &str = "HOOK_BLOCKED";
+    pub const TOOL_FAILED: &str = "TOOL_FAILED";
+    pub const TOOL_TIMEOUT: &str = "TOOL_TIMEOUT";
+    pub const CANCELLED: &str = "CANCELLED";
+    pub const INTERRUPTED: &str = "INTERRUPTED";
+    pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
+}
+
+/// A model-visible tool failure: becomes an error tool_result paired with its tool_use id (N4).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ToolError {
+    /// Stable UPPER_SNAKE code; see [`codes`] (tools may use their own, e.g. `EDIT_NOT_UNIQUE`).
+    pub code: &'static str,
+    /// The human text the model reads.
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::new(codes::TOOL_FAILED, message)
+    }
+}
+
+/// What a successful call returns.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolOutput {
+    /// The full text output; the pipeline caps and spills it (N11).
+    pub text: String,
+    /// Messages to append after the paired tool_result (step 8).
+    pub extra_messages: Vec<Message>,
+}
+
+impl ToolOutput {
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            extra_messages: Vec::new(),
+        }
+    }
+}
+
+/// Progress a running tool reports; published as events as it happens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolProgress {
+    pub tool_use_id: String,
+    pub data: Value,
+}
+
+/// Everything a call may use. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    pub tenant: TenantId,
+    pub session_id: SessionId,
+    pub tool_use_id: String,
+    /// The session's server-owned workspace directory, when the session has one.
+    pub workspace: Option<PathBuf>,
+    /// Cancelled when the run is cancelled or the session closes.
+    pub cancel: CancellationToken,
+    pub progress: Option<tokio::sync::mpsc::UnboundedSender<ToolProgress>>,
+}
+
+impl ToolContext {
+    /// A context for tests and benchmarks: fresh ids, no workspace, no progress sink.
+    pub fn for_tests() -> Self {
+        Self {
+            tenant: TenantId::new("test"),
+            session_id: SessionId::generate(),
+            tool_use_id: "toolu_test".into(),
+            workspace: None,
+            cancel: CancellationToken::new(),
+            progress: None,
+        }
+    }
+
+    pub fn report_progress(&self, data: Value) {
+        if let Some(sink) = &self.progress {
+            // A closed sink only means nobody is listening any more.
+            let _ = sink.send(ToolProgress {
+                tool_use_id: self.tool_use_id.clone(),
+                data,
+            });
+        }
+    }
+}
+
+/// The tool contract (N1). Defaults close safe (N2).
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    /// Extra usage guidance shown to the model (may be empty).
+    fn prompt(&self) -> &str {
+        ""
+    }
+    /// JSON Schema of the input; validated at registration and before every call (D1).
+    fn input_schema(&self) -> &Value;
+    /// RawInput tools skip central validation and parse their own input, but still expose
+    /// their schema to the model.
+    fn raw_input(&self) -> bool {
+        false
+    }
+    fn is_read_only(&self, _input: &Value) -> bool {
+        false
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        false
+    }
+    /// Write, Edit, MultiEdit, NotebookEdit: allowed by the `acceptEdits` mode.
+    fn is_file_edit(&self) -> bool {
+        false
+    }
+    /// The tool's own permission decision for this input.
+    fn self_decision(&self, _input: &Value) -> SelfDecision {
+        SelfDecision::Ask
+    }
+    /// What `Name(...)` permission rules match in this tool's input.
+    fn permission_subject(&self) -> Subject {
+        Subject::Name
+    }
+    async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+/// A shared handle to a tool.
+pub type DynTool = Arc<dyn Tool>;
