@@ -44,3 +44,59 @@ pub enum Subject {
     /// A URL in the given input field (`WebFetch(domain:docs.rs)`).
     Url { field: &'static str },
 }
+
+/// Which step of the ladder decided. Serialized names are stable and shown to clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Disallowed,
+    ToolDeny,
+    ModeBypass,
+    ModePlan,
+    Allowed,
+    /// A stored grant (from an earlier approval) matched.
+    Grant,
+    AcceptEdits,
+    ReadOnly,
+    ToolAllow,
+    ModeDontAsk,
+    ModeAuto,
+    /// The approval callback decided.
+    Callback,
+    /// The ladder reached "ask" but no approval callback exists.
+    NoCallback,
+}
+
+/// Why a decision was made: the stage, and the rule or grant that matched, if any.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Reason {
+    pub stage: Stage,
+    /// The rule text as configured (e.g. `Bash(git status:*)`), when a rule decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The grant id, when a grant decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_id: Option<String>,
+    /// Human text (presentation only).
+    pub message: String,
+}
+
+/// The ladder's answer before any callback is consulted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allow(Reason),
+    Deny(Reason),
+    /// The ladder reached the callback step: consult the approval callback if one exists,
+    /// otherwise deny with [`Stage::NoCallback`].
+    Ask,
+}
+
+/// The facts about one tool that the ladder reads.
+#[derive(Clone, Debug)]
+pub struct ToolFacts<'a> {
+    pub name: &'a str,
+    pub read_only: bool,
+    pub self_decision: SelfDecision,
+    pub file_edit: bool,
+    pub subject: Subject,
+}
