@@ -1,6 +1,14 @@
 //! Norma Server: a multi-tenant network agent server.
 
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod error;
 pub mod ids;
 pub mod message;
 pub mod permission;
+pub mod session_config;
+pub mod store;
+pub mod telemetry;
 pub mod tools;

@@ -1,3 +1,149 @@
-fn main() {
-    println!("norma");
+//! The `norma` command: `serve`, `token`, `migrate`, `openapi`.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use norma::app::{App, shutdown_signal};
+use norma::auth::{JwtVerifier, TokenRequest, scopes};
+use norma::config::{Overrides, Settings};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "norma",
+    version,
+    about = "Norma Server: a multi-tenant agent server"
+)]
+struct Cli {
+    /// Optional TOML configuration file.
+    #[arg(long, global = true, env = "NORMA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Overrides `data_dir`.
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// Overrides `database_url` (`postgres://…` or `sqlite://…`).
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP service.
+    Serve {
+        /// Overrides `bind`.
+        #[arg(long)]
+        bind: Option<SocketAddr>,
+    },
+    /// Print a signed HS256 token (development key or configured secret).
+    Token {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, default_value = "dev-user")]
+        sub: String,
+        /// Repeatable; defaults to every scope.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// Lifetime, e.g. `1h`, `30m`, `7d`.
+        #[arg(long, default_value = "24h")]
+        ttl: humantime::Duration,
+    },
+    /// Apply store migrations and exit.
+    Migrate,
+    /// Print the OpenAPI document.
+    Openapi,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let bind = match &cli.command {
+        Command::Serve { bind } => *bind,
+        _ => None,
+    };
+    let overrides = Overrides {
+        bind,
+        data_dir: cli.data_dir.clone(),
+        database_url: cli.database_url.clone(),
+    };
+    match cli.command {
+        Command::Openapi => {
+            print!("{}", norma::api::openapi_json());
+            Ok(())
+        }
+        Command::Token {
+            tenant,
+            sub,
+            scopes: requested,
+            ttl,
+        } => {
+            let settings = Settings::load(cli.config.as_deref(), &overrides)?;
+            let verifier = JwtVerifier::from_settings(&settings.auth, &settings.data_dir)?;
+            if !norma::auth::jwt::valid_tenant(&tenant) {
+                anyhow::bail!("tenant must be 1-128 characters of [A-Za-z0-9-_.:@]");
+            }
+            let scopes = if requested.is_empty() {
+                scopes::ALL.iter().map(|s| s.to_string()).collect()
+            } else {
+                requested
+            };
+            let token = verifier.mint(&TokenRequest {
+                tenant,
+                subject: sub,
+                scopes,
+                ttl: ttl.into(),
+            })?;
+            println!("{token}");
+            Ok(())
+        }
+        Command::Migrate => {
+            let settings = Settings::load(cli.config.as_deref(), &overrides)?;
+            let _telemetry = norma::telemetry::init(&settings.log);
+            runtime()?.block_on(async {
+                norma::store::connect(&settings.database_url(), &Default::default())
+                    .await
+                    .context("migration failed")?;
+                tracing::info!("migrations applied");
+                Ok(())
+            })
+        }
+        Command::Serve { .. } => {
+            let settings = Settings::load(cli.config.as_deref(), &overrides)?;
+            let _telemetry = norma::telemetry::init(&settings.log);
+            runtime()?.block_on(serve(settings))
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let development = settings.auth.is_development();
+    let app = App::build(settings).await?;
+    let addr = app.local_addr()?;
+    tracing::info!(%addr, store = app.state().store.backend(), "norma listening");
+    if development {
+        let token = app.state().verifier.mint(&TokenRequest {
+            tenant: "dev".into(),
+            subject: "dev-user".into(),
+            scopes: scopes::ALL.iter().map(|s| s.to_string()).collect(),
+            ttl: Duration::from_secs(24 * 3600),
+        })?;
+        println!(
+            "Development mode: no auth key configured; using a generated key in the data dir."
+        );
+        println!("Bearer token for tenant `dev` (valid 24 h):\n\n  {token}\n");
+        println!(
+            "Try: curl -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{}}' http://{addr}/v1/sessions"
+        );
+    }
+    app.run_until(shutdown_signal()).await?;
+    tracing::info!("norma stopped");
+    Ok(())
 }

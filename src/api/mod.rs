@@ -1,0 +1,139 @@
+//! The HTTP API: one router per resource, merged here, plus the OpenAPI document.
+
+pub mod extract;
+pub mod health;
+pub mod outputs;
+pub mod sessions;
+
+use crate::app::AppState;
+use crate::error::{ApiError, ErrorCode};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use std::any::Any;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+/// The OpenAPI document, generated from the handlers.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Norma Server", description = "Multi-tenant network agent server"),
+    paths(
+        health::healthz,
+        health::readyz,
+        sessions::create_session,
+        sessions::list_sessions,
+        sessions::get_session,
+        sessions::close_session,
+        outputs::get_output,
+    ),
+    modifiers(&BearerAuth),
+    tags((name = "sessions"), (name = "outputs"), (name = "health"))
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The OpenAPI document as pretty JSON (what `openapi/openapi.json` holds).
+pub fn openapi_json() -> String {
+    let mut text = ApiDoc::openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
+    text.push('\n');
+    text
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The full router with its middleware.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.settings.max_body_bytes;
+    let v1 = Router::new()
+        .route(
+            "/sessions",
+            get(sessions::list_sessions).post(sessions::create_session),
+        )
+        .route(
+            "/sessions/{id}",
+            get(sessions::get_session).delete(sessions::close_session),
+        )
+        .route(
+            "/sessions/{id}/outputs/{output_id}",
+            get(outputs::get_output),
+        );
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/openapi.json", get(|| async { openapi_document() }))
+        .nest("/v1", v1)
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "method not allowed on this route",
+            )
+        })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(TraceLayer::new_for_http().make_span_with(make_span))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            axum::http::header::AUTHORIZATION,
+        ]))
+        .with_state(state)
+}
+
+fn openapi_document() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        openapi_json(),
+    )
+        .into_response()
+}
+
+fn make_span<B>(request: &Request<B>) -> tracing::Span {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |path| path.as_str());
+    let request_id = request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        route,
+        request_id,
+        tenant = tracing::field::Empty,
+        session_id = tracing::field::Empty,
+    )
+}
+
+fn panic_response(_panic: Box<dyn Any + Send + 'static>) -> Response {
+    tracing::error!("handler panicked");
+    ApiError::new(ErrorCode::Internal, "internal error").into_response()
+}

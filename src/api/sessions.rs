@@ -1,0 +1,192 @@
+//! Sessions: create, list, get, close.
+
+use crate::api::extract::{AppJson, AppQuery};
+use crate::app::AppState;
+use crate::auth::{Principal, scopes};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::ids::SessionId;
+use crate::session_config::SessionConfig;
+use crate::store::{NewSession, SessionCursor, SessionRecord, SessionStatus};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+
+/// A session as the API shows it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionResponse {
+    /// Server-issued, unguessable id.
+    pub id: String,
+    pub status: SessionStatus,
+    /// The validated configuration as stored.
+    pub config: SessionConfig,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed_at: Option<DateTime<Utc>>,
+    /// The highest event sequence number written so far.
+    pub last_event_seq: i64,
+}
+
+impl SessionResponse {
+    pub fn from_record(record: SessionRecord) -> ApiResult<Self> {
+        let config = serde_json::from_value(record.config).map_err(|error| {
+            tracing::error!(%error, "stored session config does not parse");
+            ApiError::new(crate::error::ErrorCode::Internal, "internal error")
+        })?;
+        Ok(Self {
+            id: record.id.to_string(),
+            status: record.status,
+            config,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            closed_at: record.closed_at,
+            last_event_seq: record.last_event_seq,
+        })
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<SessionResponse>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// Page size, 1..=100 (default 20).
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// Creates a session. The body is the session configuration (every field optional).
+#[utoipa::path(post, path = "/v1/sessions", tag = "sessions",
+    request_body = SessionConfig,
+    responses((status = 201, body = SessionResponse),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+              (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    AppJson(body): AppJson<Value>,
+) -> ApiResult<(StatusCode, Json<SessionResponse>)> {
+    principal.require(scopes::SESSIONS_WRITE)?;
+    let config = SessionConfig::from_json(body).map_err(|violation| {
+        ApiError::invalid(format!("invalid session config: {violation}"))
+            .with_details(json!({ "field": violation.field }))
+    })?;
+    let id = SessionId::generate();
+    tracing::Span::current().record("session_id", id.as_str());
+    let stored = serde_json::to_value(&config).map_err(|error| {
+        tracing::error!(%error, "cannot serialize session config");
+        ApiError::new(crate::error::ErrorCode::Internal, "internal error")
+    })?;
+    let record = state
+        .store
+        .create_session(NewSession {
+            id,
+            tenant: principal.tenant.clone(),
+            config: stored,
+        })
+        .await?;
+    tracing::info!("session created");
+    Ok((
+        StatusCode::CREATED,
+        Json(SessionResponse::from_record(record)?),
+    ))
+}
+
+/// Lists the caller's sessions, newest first.
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(ListParams),
+    responses((status = 200, body = SessionList), (status = 401, body = ErrorBody),
+              (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    principal: Principal,
+    AppQuery(params): AppQuery<ListParams>,
+) -> ApiResult<Json<SessionList>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let limit = params.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::invalid("limit must be between 1 and 100"));
+    }
+    let cursor = params
+        .cursor
+        .as_deref()
+        .map(SessionCursor::decode)
+        .transpose()?;
+    // One extra row tells whether another page exists.
+    let mut records = state
+        .store
+        .list_sessions(&principal.tenant, cursor.as_ref(), limit + 1)
+        .await?;
+    let next_cursor = if records.len() > limit as usize {
+        records.truncate(limit as usize);
+        records
+            .last()
+            .map(|last| SessionCursor::after(last).encode())
+    } else {
+        None
+    };
+    let sessions = records
+        .into_iter()
+        .map(SessionResponse::from_record)
+        .collect::<ApiResult<_>>()?;
+    Ok(Json(SessionList {
+        sessions,
+        next_cursor,
+    }))
+}
+
+/// Reads one session. Another tenant's session answers 404 exactly like a missing one.
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions",
+    params(("id" = String, Path, description = "Session id")),
+    responses((status = 200, body = SessionResponse), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SessionResponse>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let id = SessionId::from_string(id);
+    tracing::Span::current().record("session_id", id.as_str());
+    let record = state
+        .store
+        .get_session(&principal.tenant, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("session"))?;
+    Ok(Json(SessionResponse::from_record(record)?))
+}
+
+/// Closes a session (idempotent).
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions",
+    params(("id" = String, Path, description = "Session id")),
+    responses((status = 200, body = SessionResponse), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn close_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SessionResponse>> {
+    principal.require(scopes::SESSIONS_WRITE)?;
+    let id = SessionId::from_string(id);
+    tracing::Span::current().record("session_id", id.as_str());
+    let record = state
+        .store
+        .close_session(&principal.tenant, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("session"))?;
+    tracing::info!("session closed");
+    Ok(Json(SessionResponse::from_record(record)?))
+}

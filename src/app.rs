@@ -1,0 +1,124 @@
+//! Building and running the service: `build(settings)` gives a bound listener and state;
+//! `run_until(shutdown)` serves until the shutdown future completes.
+
+use crate::auth::jwt::KeyError;
+use crate::auth::{HasVerifier, JwtVerifier};
+use crate::config::Settings;
+use crate::store::{self, ConnectOptions, Store, StoreError};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Shared state of every handler. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub verifier: Arc<JwtVerifier>,
+    pub settings: Arc<Settings>,
+}
+
+impl HasVerifier for AppState {
+    fn verifier(&self) -> &Arc<JwtVerifier> {
+        &self.verifier
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot set up token verification: {0}")]
+    Keys(#[from] KeyError),
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A built, bound, not yet serving application.
+pub struct App {
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl App {
+    /// Opens the store (applying migrations), sets up auth and binds the listener.
+    pub async fn build(settings: Settings) -> Result<Self, StartError> {
+        let verifier = Arc::new(JwtVerifier::from_settings(
+            &settings.auth,
+            &settings.data_dir,
+        )?);
+        let store = store::connect(
+            &settings.database_url(),
+            &ConnectOptions {
+                max_connections: settings.database_max_connections,
+                acquire_timeout: settings.acquire_timeout(),
+            },
+        )
+        .await?;
+        let listener =
+            TcpListener::bind(settings.bind)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: settings.bind,
+                    source,
+                })?;
+        Ok(Self {
+            listener,
+            state: AppState {
+                store,
+                verifier,
+                settings: Arc::new(settings),
+            },
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` completes, then finishes in-flight requests.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let router = crate::api::router(self.state);
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutdown signal received");
+}

@@ -1,0 +1,163 @@
+//! The HTTP error surface: one code enum, one error type, mapped to responses once.
+//!
+//! Every non-2xx body is `{"code": "UPPER_SNAKE", "message": "…", "details": {…}?}`. Clients
+//! branch on `code` only; `message` is for people. 5xx answers never leak internals: the real
+//! error is logged, the client gets a generic message.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::store::StoreError;
+
+/// Stable machine-readable error codes of the HTTP API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    /// No or malformed `Authorization` header, bad signature, disallowed algorithm, garbage token.
+    Unauthenticated,
+    TokenExpired,
+    TokenNotYetValid,
+    TokenInvalidAudience,
+    TokenInvalidIssuer,
+    TokenMissingTenant,
+    TokenUnknownKey,
+    /// The token is valid but lacks the scope the route needs.
+    ForbiddenScope,
+    /// Missing, or owned by another tenant (indistinguishable on purpose).
+    NotFound,
+    MethodNotAllowed,
+    /// Well-formed JSON that does not satisfy the request schema.
+    InvalidRequest,
+    /// The body is not JSON at all.
+    InvalidJson,
+    UnsupportedMediaType,
+    PayloadTooLarge,
+    /// The request conflicts with the object's state (e.g. the session is closed).
+    Conflict,
+    StoreUnavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::Unauthenticated
+            | Self::TokenExpired
+            | Self::TokenNotYetValid
+            | Self::TokenInvalidAudience
+            | Self::TokenInvalidIssuer
+            | Self::TokenMissingTenant
+            | Self::TokenUnknownKey => StatusCode::UNAUTHORIZED,
+            Self::ForbiddenScope => StatusCode::FORBIDDEN,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::InvalidRequest => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::InvalidJson => StatusCode::BAD_REQUEST,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Conflict => StatusCode::CONFLICT,
+            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::TokenExpired => "TOKEN_EXPIRED",
+            Self::TokenNotYetValid => "TOKEN_NOT_YET_VALID",
+            Self::TokenInvalidAudience => "TOKEN_INVALID_AUDIENCE",
+            Self::TokenInvalidIssuer => "TOKEN_INVALID_ISSUER",
+            Self::TokenMissingTenant => "TOKEN_MISSING_TENANT",
+            Self::TokenUnknownKey => "TOKEN_UNKNOWN_KEY",
+            Self::ForbiddenScope => "FORBIDDEN_SCOPE",
+            Self::NotFound => "NOT_FOUND",
+            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Self::InvalidRequest => "INVALID_REQUEST",
+            Self::InvalidJson => "INVALID_JSON",
+            Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Self::Conflict => "CONFLICT",
+            Self::StoreUnavailable => "STORE_UNAVAILABLE",
+            Self::Internal => "INTERNAL",
+        }
+    }
+}
+
+/// The body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
+}
+
+/// An error answered to an HTTP client.
+#[derive(Debug, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("{what} not found"))
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(reason) => {
+                tracing::warn!(%reason, "store unavailable");
+                Self::new(
+                    ErrorCode::StoreUnavailable,
+                    "the store is unavailable; retry later",
+                )
+            }
+            StoreError::NotFound => Self::not_found("resource"),
+            StoreError::Conflict(message) => Self::new(ErrorCode::Conflict, message),
+            StoreError::Internal(reason) => {
+                tracing::error!(%reason, "store error");
+                Self::new(ErrorCode::Internal, "internal error")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            code: self.code,
+            message: self.message,
+            details: self.details,
+        };
+        (self.code.status(), axum::Json(body)).into_response()
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

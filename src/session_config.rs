@@ -1,0 +1,193 @@
+//! A session's configuration, validated strictly when the session is created: unknown fields,
+//! wrong types and out-of-range values are refused with a field path.
+
+use crate::permission::PermissionMode;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// Why a session configuration was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{field}: {message}")]
+pub struct ConfigViolation {
+    /// Dotted path of the offending field (e.g. `budgets.max_turns`).
+    pub field: String,
+    pub message: String,
+}
+
+impl ConfigViolation {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What a client may configure for a session.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionConfig {
+    /// A display title (at most 200 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The system prompt sent with every model request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    #[serde(default)]
+    pub permission: PermissionConfig,
+    #[serde(default)]
+    pub budgets: Budgets,
+    /// Free-form client data kept with the session (at most 16 KiB as JSON).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub metadata: Map<String, Value>,
+}
+
+/// Permission mode and rules (SPEC.md N5–N7, D2).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionConfig {
+    #[serde(default)]
+    pub mode: PermissionMode,
+    /// Allow rules: `*`, `Name`, or `Name(spec)`.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Deny rules; they beat every mode, including bypass.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+/// Limits of one run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budgets {
+    /// Main (tool-use) turns per run, 1..=1000.
+    #[serde(default = "default_max_turns")]
+    pub max_turns: u32,
+    /// Total input + output tokens per run, when set (at least 1,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
+fn default_max_turns() -> u32 {
+    50
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Self {
+            max_turns: default_max_turns(),
+            max_tokens: None,
+        }
+    }
+}
+
+const MAX_TITLE_CHARS: usize = 200;
+const MAX_SYSTEM_PROMPT_CHARS: usize = 200_000;
+const MAX_METADATA_BYTES: usize = 16 * 1024;
+const MAX_RULES: usize = 256;
+
+impl SessionConfig {
+    /// Parses a JSON body, naming the field that failed.
+    pub fn from_json(value: Value) -> Result<Self, ConfigViolation> {
+        if !value.is_object() {
+            return Err(ConfigViolation::new("(root)", "must be a JSON object"));
+        }
+        let config: SessionConfig = serde_path_to_error::deserialize(value).map_err(|error| {
+            let path = error.path().to_string();
+            ConfigViolation::new(
+                if path == "." { "(root)".into() } else { path },
+                error.into_inner().to_string(),
+            )
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Range and consistency checks that types cannot express.
+    pub fn validate(&self) -> Result<(), ConfigViolation> {
+        if let Some(title) = &self.title {
+            if title.chars().count() > MAX_TITLE_CHARS {
+                return Err(ConfigViolation::new(
+                    "title",
+                    format!("at most {MAX_TITLE_CHARS} characters"),
+                ));
+            }
+        }
+        if let Some(prompt) = &self.system_prompt {
+            if prompt.chars().count() > MAX_SYSTEM_PROMPT_CHARS {
+                return Err(ConfigViolation::new(
+                    "system_prompt",
+                    format!("at most {MAX_SYSTEM_PROMPT_CHARS} characters"),
+                ));
+            }
+        }
+        if !(1..=1000).contains(&self.budgets.max_turns) {
+            return Err(ConfigViolation::new(
+                "budgets.max_turns",
+                "must be between 1 and 1000",
+            ));
+        }
+        if self.budgets.max_tokens.is_some_and(|tokens| tokens < 1000) {
+            return Err(ConfigViolation::new(
+                "budgets.max_tokens",
+                "must be at least 1000",
+            ));
+        }
+        for (field, rules) in [
+            ("permission.allow", &self.permission.allow),
+            ("permission.deny", &self.permission.deny),
+        ] {
+            if rules.len() > MAX_RULES {
+                return Err(ConfigViolation::new(
+                    field,
+                    format!("at most {MAX_RULES} rules"),
+                ));
+            }
+        }
+        let metadata_size = serde_json::to_vec(&self.metadata).map_or(usize::MAX, |v| v.len());
+        if metadata_size > MAX_METADATA_BYTES {
+            return Err(ConfigViolation::new(
+                "metadata",
+                format!("at most {MAX_METADATA_BYTES} bytes as JSON"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_apply_to_an_empty_object() {
+        let config = SessionConfig::from_json(json!({})).unwrap();
+        assert_eq!(config.budgets.max_turns, 50);
+        assert_eq!(config.permission.mode, PermissionMode::Default);
+    }
+
+    #[test]
+    fn violations_name_the_field() {
+        let cases = [
+            (json!({"titel": "x"}), "titel"),
+            (
+                json!({"budgets": {"max_turns": "ten"}}),
+                "budgets.max_turns",
+            ),
+            (json!({"budgets": {"max_turns": 0}}), "budgets.max_turns"),
+            (json!({"budgets": {"max_tokens": 5}}), "budgets.max_tokens"),
+            (json!({"permission": {"mode": "yolo"}}), "permission.mode"),
+            (json!({"permission": {"allow": [1]}}), "permission.allow[0]"),
+            (json!({"title": "t".repeat(201)}), "title"),
+            (json!({"metadata": {"big": "x".repeat(17_000)}}), "metadata"),
+            (json!([]), "(root)"),
+        ];
+        for (body, field) in cases {
+            let error = SessionConfig::from_json(body.clone()).unwrap_err();
+            assert_eq!(error.field, field, "{body} -> {error}");
+        }
+    }
+}

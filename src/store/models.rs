@@ -1,0 +1,210 @@
+//! Rows the store reads and writes.
+
+use crate::error::{ApiError, ErrorCode};
+use crate::ids::{OutputId, SessionId, TenantId};
+use crate::message::{Message, Role};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// A session's lifecycle state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    Active,
+    Closed,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Closed => "closed",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "active" => Some(Self::Active),
+            "closed" => Some(Self::Closed),
+            _ => None,
+        }
+    }
+}
+
+/// A session to create. The id is issued by the server before this is built.
+#[derive(Clone, Debug)]
+pub struct NewSession {
+    pub id: SessionId,
+    pub tenant: TenantId,
+    /// The validated session configuration, as stored.
+    pub config: Value,
+}
+
+/// A stored session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRecord {
+    pub id: SessionId,
+    pub tenant: TenantId,
+    pub config: Value,
+    pub status: SessionStatus,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub closed_at: Option<DateTime<Utc>>,
+    /// The highest event `seq` written so far (0 before the first event).
+    pub last_event_seq: i64,
+    /// The replica that holds the session's lease, if any.
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// Incremented on every lease acquisition; writes check it.
+    pub lease_fence: i64,
+}
+
+/// Position in the newest-first session listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: SessionId,
+}
+
+impl SessionCursor {
+    pub fn after(record: &SessionRecord) -> Self {
+        Self {
+            created_at: record.created_at,
+            id: record.id.clone(),
+        }
+    }
+
+    /// An opaque token for clients.
+    pub fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(format!(
+            "{}|{}",
+            self.created_at.timestamp_micros(),
+            self.id
+        ))
+    }
+
+    pub fn decode(token: &str) -> Result<Self, ApiError> {
+        let invalid = || ApiError::new(ErrorCode::InvalidRequest, "invalid cursor");
+        let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| invalid())?;
+        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+        let (micros, id) = text.split_once('|').ok_or_else(invalid)?;
+        let micros: i64 = micros.parse().map_err(|_| invalid())?;
+        let created_at = DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?;
+        Ok(Self {
+            created_at,
+            id: SessionId::from_string(id),
+        })
+    }
+}
+
+/// A history message to append.
+#[derive(Clone, Debug)]
+pub struct NewMessage {
+    pub message: Message,
+    pub run_id: Option<String>,
+    /// Marks a compaction boundary: the provider sees only messages from the last one on.
+    pub compaction_boundary: bool,
+}
+
+/// A stored history message.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct MessageRecord {
+    pub seq: i64,
+    pub role: Role,
+    pub content: Vec<crate::message::ContentBlock>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub compaction_boundary: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+impl MessageRecord {
+    pub fn to_message(&self) -> Message {
+        Message {
+            role: self.role,
+            content: self.content.clone(),
+        }
+    }
+}
+
+/// A transcript event to append.
+#[derive(Clone, Debug)]
+pub struct NewEvent {
+    /// The event type, e.g. `run_started`, `tool_result`.
+    pub kind: String,
+    pub payload: Value,
+    pub run_id: Option<String>,
+}
+
+/// A stored transcript event.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct EventRecord {
+    /// Per-session, strictly increasing, gap-free.
+    pub seq: i64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[schema(value_type = Object)]
+    pub payload: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A full tool output kept as evidence (D9).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewOutput {
+    pub id: OutputId,
+    pub tool_use_id: String,
+    pub tool_name: String,
+    pub content: String,
+    /// Lowercase hex SHA-256 of `content`'s UTF-8 bytes.
+    pub sha256: String,
+}
+
+/// A stored spilled output with its provenance.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct OutputRecord {
+    pub id: String,
+    pub session_id: String,
+    pub tool_use_id: String,
+    pub tool_name: String,
+    pub sha256: String,
+    pub size_bytes: i64,
+    pub content: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What one `Store::append` writes, atomically.
+#[derive(Clone, Debug, Default)]
+pub struct AppendBatch {
+    pub messages: Vec<NewMessage>,
+    pub events: Vec<NewEvent>,
+    pub outputs: Vec<NewOutput>,
+}
+
+/// What one `Store::append` wrote.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AppendResult {
+    pub messages: Vec<MessageRecord>,
+    pub events: Vec<EventRecord>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_round_trips_and_rejects_garbage() {
+        let cursor = SessionCursor {
+            created_at: DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap(),
+            id: SessionId::generate(),
+        };
+        assert_eq!(SessionCursor::decode(&cursor.encode()).unwrap(), cursor);
+        assert!(SessionCursor::decode("!!!").is_err());
+        assert!(SessionCursor::decode(&URL_SAFE_NO_PAD.encode("nopipe")).is_err());
+    }
+}

@@ -1,0 +1,456 @@
+//! The Postgres store. Tenant-scoped work runs in transactions that switch to the `norma_app`
+//! role and set `norma.tenant_id`, so row-level security hides every other tenant's rows even
+//! from a query that forgets its tenant filter.
+
+use super::*;
+use crate::ids::{OutputId, SessionId, TenantId};
+use crate::message::{ContentBlock, Role};
+use chrono::{DateTime, SubsecRound, Utc};
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::types::Json;
+use sqlx::{PgPool, Postgres, Row, Transaction};
+use std::str::FromStr;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The row-level-security role tenant-scoped transactions run as.
+pub const TENANT_ROLE: &str = "norma_app";
+
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects lazily (the server starts even while Postgres is down) and migrates when the
+    /// database answers.
+    pub async fn connect(url: &str, options: &ConnectOptions) -> StoreResult<Self> {
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|error| StoreError::Internal(format!("invalid database url: {error}")))?
+            .application_name("norma");
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// Begins a transaction that sees only `tenant`'s rows (row-level security).
+    pub async fn tenant_tx(
+        &self,
+        tenant: &TenantId,
+    ) -> StoreResult<Transaction<'static, Postgres>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT set_config('role', $1, true), set_config('norma.tenant_id', $2, true)")
+            .bind(TENANT_ROLE)
+            .bind(tenant.as_str())
+            .execute(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
+    /// The pool, for tests that need to look under the hood.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+fn session_from_row(row: &PgRow) -> StoreResult<SessionRecord> {
+    let status: String = row.try_get("status")?;
+    Ok(SessionRecord {
+        id: SessionId::from_string(row.try_get::<String, _>("id")?),
+        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+        config: row.try_get::<Json<Value>, _>("config")?.0,
+        status: SessionStatus::parse(&status)
+            .ok_or_else(|| StoreError::Internal(format!("unknown session status {status}")))?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        closed_at: row.try_get("closed_at")?,
+        last_event_seq: row.try_get("last_event_seq")?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_expires_at: row.try_get("lease_expires_at")?,
+        lease_fence: row.try_get("lease_fence")?,
+    })
+}
+
+const SESSION_COLUMNS: &str = "id, tenant_id, config, status, created_at, updated_at, closed_at, \
+     last_event_seq, lease_owner, lease_expires_at, lease_fence";
+
+#[async_trait]
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn create_session(&self, session: NewSession) -> StoreResult<SessionRecord> {
+        let mut tx = self.tenant_tx(&session.tenant).await?;
+        let created = now();
+        let row = sqlx::query(&format!(
+            "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $4) RETURNING {SESSION_COLUMNS}"
+        ))
+        .bind(session.id.as_str())
+        .bind(session.tenant.as_str())
+        .bind(Json(&session.config))
+        .bind(created)
+        .fetch_one(&mut *tx)
+        .await?;
+        let record = session_from_row(&row)?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1 AND tenant_id = $2"
+        ))
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant: &TenantId,
+        cursor: Option<&SessionCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<SessionRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows = match cursor {
+            Some(cursor) => {
+                sqlx::query(&format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 \
+                     AND (created_at, id) < ($2, $3) ORDER BY created_at DESC, id DESC LIMIT $4"
+                ))
+                .bind(tenant.as_str())
+                .bind(cursor.created_at)
+                .bind(cursor.id.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 \
+                     ORDER BY created_at DESC, id DESC LIMIT $2"
+                ))
+                .bind(tenant.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?
+            }
+        };
+        tx.commit().await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
+    async fn close_session(
+        &self,
+        tenant: &TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row = sqlx::query(&format!(
+            "UPDATE sessions SET status = 'closed', \
+                 closed_at = COALESCE(closed_at, $3), updated_at = $3 \
+             WHERE id = $1 AND tenant_id = $2 RETURNING {SESSION_COLUMNS}"
+        ))
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn append(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        batch: AppendBatch,
+    ) -> StoreResult<AppendResult> {
+        let created_at = now();
+        let mut tx = self.tenant_tx(tenant).await?;
+        let event_count = batch.events.len() as i64;
+        let message_count = batch.messages.len() as i64;
+        let row = sqlx::query(
+            "UPDATE sessions SET last_event_seq = last_event_seq + $3, \
+                 last_message_seq = last_message_seq + $4, updated_at = $5 \
+             WHERE id = $1 AND tenant_id = $2 RETURNING last_event_seq, last_message_seq",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(event_count)
+        .bind(message_count)
+        .bind(created_at)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
+        let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
+
+        let result = build_append_result(&batch, first_event, first_message, created_at);
+
+        if !batch.events.is_empty() {
+            let seqs: Vec<i64> = result.events.iter().map(|e| e.seq).collect();
+            let kinds: Vec<&str> = batch.events.iter().map(|e| e.kind.as_str()).collect();
+            let payloads: Vec<String> =
+                batch.events.iter().map(|e| e.payload.to_string()).collect();
+            let runs: Vec<Option<&str>> =
+                batch.events.iter().map(|e| e.run_id.as_deref()).collect();
+            sqlx::query(
+                "INSERT INTO events (session_id, tenant_id, created_at, seq, kind, payload, run_id) \
+                 SELECT $1, $2, $3, seq, kind, payload::jsonb, run_id \
+                 FROM UNNEST($4::bigint[], $5::text[], $6::text[], $7::text[]) \
+                     AS t(seq, kind, payload, run_id)",
+            )
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .bind(created_at)
+            .bind(&seqs)
+            .bind(&kinds)
+            .bind(&payloads)
+            .bind(&runs)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if !batch.messages.is_empty() {
+            let seqs: Vec<i64> = result.messages.iter().map(|m| m.seq).collect();
+            let roles: Vec<&str> = batch
+                .messages
+                .iter()
+                .map(|m| role_str(m.message.role))
+                .collect();
+            let contents: Vec<String> = batch
+                .messages
+                .iter()
+                .map(|m| serde_json::to_string(&m.message.content))
+                .collect::<Result<_, _>>()
+                .map_err(|error| StoreError::Internal(error.to_string()))?;
+            let runs: Vec<Option<&str>> =
+                batch.messages.iter().map(|m| m.run_id.as_deref()).collect();
+            let boundaries: Vec<bool> = batch
+                .messages
+                .iter()
+                .map(|m| m.compaction_boundary)
+                .collect();
+            sqlx::query(
+                "INSERT INTO messages (session_id, tenant_id, created_at, seq, role, content, run_id, \
+                     compaction_boundary) \
+                 SELECT $1, $2, $3, seq, role, content::jsonb, run_id, boundary \
+                 FROM UNNEST($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bool[]) \
+                     AS t(seq, role, content, run_id, boundary)",
+            )
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .bind(created_at)
+            .bind(&seqs)
+            .bind(&roles)
+            .bind(&contents)
+            .bind(&runs)
+            .bind(&boundaries)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for output in &batch.outputs {
+            sqlx::query(
+                "INSERT INTO outputs (id, session_id, tenant_id, tool_use_id, tool_name, sha256, \
+                     size_bytes, content, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(output.id.as_str())
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .bind(&output.tool_use_id)
+            .bind(&output.tool_name)
+            .bind(&output.sha256)
+            .bind(output.content.len() as i64)
+            .bind(&output.content)
+            .bind(created_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(result)
+    }
+
+    async fn list_events(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows = sqlx::query(
+            "SELECT seq, kind, payload, run_id, created_at FROM events \
+             WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|row| {
+                Ok(EventRecord {
+                    seq: row.try_get("seq")?,
+                    kind: row.try_get("kind")?,
+                    payload: row.try_get::<Json<Value>, _>("payload")?.0,
+                    run_id: row.try_get("run_id")?,
+                    created_at: row.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn list_messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows = sqlx::query(
+            "SELECT seq, role, content, run_id, compaction_boundary, created_at FROM messages \
+             WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|row| {
+                let role: String = row.try_get("role")?;
+                Ok(MessageRecord {
+                    seq: row.try_get("seq")?,
+                    role: parse_role(&role)?,
+                    content: row.try_get::<Json<Vec<ContentBlock>>, _>("content")?.0,
+                    run_id: row.try_get("run_id")?,
+                    compaction_boundary: row.try_get("compaction_boundary")?,
+                    created_at: row.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn get_output(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &OutputId,
+    ) -> StoreResult<Option<OutputRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row = sqlx::query(
+            "SELECT id, session_id, tool_use_id, tool_name, sha256, size_bytes, content, created_at \
+             FROM outputs WHERE id = $1 AND session_id = $2 AND tenant_id = $3",
+        )
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        row.map(|row| {
+            Ok(OutputRecord {
+                id: row.try_get("id")?,
+                session_id: row.try_get("session_id")?,
+                tool_use_id: row.try_get("tool_use_id")?,
+                tool_name: row.try_get("tool_name")?,
+                sha256: row.try_get("sha256")?,
+                size_bytes: row.try_get("size_bytes")?,
+                content: row.try_get("content")?,
+                created_at: row.try_get("created_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn purge_outputs(&self, older_than: Duration) -> StoreResult<u64> {
+        let cutoff = now()
+            - chrono::Duration::from_std(older_than)
+                .map_err(|error| StoreError::Internal(error.to_string()))?;
+        let done = sqlx::query("DELETE FROM outputs WHERE created_at < $1")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+pub(super) fn role_str(role: Role) -> &'static str {
+    match role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    }
+}
+
+pub(super) fn parse_role(role: &str) -> StoreResult<Role> {
+    match role {
+        "user" => Ok(Role::User),
+        "assistant" => Ok(Role::Assistant),
+        other => Err(StoreError::Internal(format!("unknown role {other}"))),
+    }
+}
+
+/// The records an append writes, numbered from the first free sequence numbers.
+pub(super) fn build_append_result(
+    batch: &AppendBatch,
+    first_event: i64,
+    first_message: i64,
+    created_at: DateTime<Utc>,
+) -> AppendResult {
+    AppendResult {
+        events: batch
+            .events
+            .iter()
+            .zip(first_event..)
+            .map(|(event, seq)| EventRecord {
+                seq,
+                kind: event.kind.clone(),
+                payload: event.payload.clone(),
+                run_id: event.run_id.clone(),
+                created_at,
+            })
+            .collect(),
+        messages: batch
+            .messages
+            .iter()
+            .zip(first_message..)
+            .map(|(message, seq)| MessageRecord {
+                seq,
+                role: message.message.role,
+                content: message.message.content.clone(),
+                run_id: message.run_id.clone(),
+                compaction_boundary: message.compaction_boundary,
+                created_at,
+            })
+            .collect(),
+    }
+}

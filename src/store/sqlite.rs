@@ -1,0 +1,378 @@
+//! The embedded SQLite store (the zero-setup default). SQLite has no row-level security, so
+//! every tenant-owned query filters on `tenant_id` explicitly. WAL mode with `synchronous =
+//! NORMAL` gives group-commit-like throughput; every write transaction starts with a write so
+//! it takes the write lock up front.
+
+use super::postgres::{build_append_result, parse_role, role_str};
+use super::*;
+use crate::ids::{OutputId, SessionId, TenantId};
+use crate::message::ContentBlock;
+use chrono::{DateTime, SubsecRound, Utc};
+use serde_json::Value;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, SqlitePool};
+use std::str::FromStr;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    pub async fn connect(url: &str, options: &ConnectOptions) -> StoreResult<Self> {
+        let connect = SqliteConnectOptions::from_str(url)
+            .map_err(|error| StoreError::Internal(format!("invalid database url: {error}")))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        if let Some(parent) = connect.get_filename().parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent).map_err(|error| {
+                    StoreError::Internal(format!("cannot create {}: {error}", parent.display()))
+                })?;
+            }
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+/// Timestamps are fixed-width RFC 3339 in UTC so text order is time order.
+fn ts(value: DateTime<Utc>) -> String {
+    value.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+fn parse_ts(value: &str) -> StoreResult<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(value)
+        .map(|dt| dt.with_timezone(&Utc))
+        .map_err(|error| StoreError::Internal(format!("bad timestamp {value}: {error}")))
+}
+
+fn parse_opt_ts(value: Option<String>) -> StoreResult<Option<DateTime<Utc>>> {
+    value.as_deref().map(parse_ts).transpose()
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(value: &str) -> StoreResult<T> {
+    serde_json::from_str(value).map_err(|error| StoreError::Internal(format!("bad json: {error}")))
+}
+
+fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+fn session_from_row(row: &SqliteRow) -> StoreResult<SessionRecord> {
+    let status: String = row.try_get("status")?;
+    Ok(SessionRecord {
+        id: SessionId::from_string(row.try_get::<String, _>("id")?),
+        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+        config: parse_json(&row.try_get::<String, _>("config")?)?,
+        status: SessionStatus::parse(&status)
+            .ok_or_else(|| StoreError::Internal(format!("unknown session status {status}")))?,
+        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+        updated_at: parse_ts(&row.try_get::<String, _>("updated_at")?)?,
+        closed_at: parse_opt_ts(row.try_get("closed_at")?)?,
+        last_event_seq: row.try_get("last_event_seq")?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_expires_at: parse_opt_ts(row.try_get("lease_expires_at")?)?,
+        lease_fence: row.try_get("lease_fence")?,
+    })
+}
+
+const SESSION_COLUMNS: &str = "id, tenant_id, config, status, created_at, updated_at, closed_at, \
+     last_event_seq, lease_owner, lease_expires_at, lease_fence";
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn create_session(&self, session: NewSession) -> StoreResult<SessionRecord> {
+        let created = ts(now());
+        let row = sqlx::query(&format!(
+            "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?) RETURNING {SESSION_COLUMNS}"
+        ))
+        .bind(session.id.as_str())
+        .bind(session.tenant.as_str())
+        .bind(session.config.to_string())
+        .bind(&created)
+        .bind(&created)
+        .fetch_one(&self.pool)
+        .await?;
+        session_from_row(&row)
+    }
+
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ? AND tenant_id = ?"
+        ))
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant: &TenantId,
+        cursor: Option<&SessionCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<SessionRecord>> {
+        let rows = match cursor {
+            Some(cursor) => {
+                let created = ts(cursor.created_at);
+                sqlx::query(&format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? \
+                     AND (created_at < ? OR (created_at = ? AND id < ?)) \
+                     ORDER BY created_at DESC, id DESC LIMIT ?"
+                ))
+                .bind(tenant.as_str())
+                .bind(&created)
+                .bind(&created)
+                .bind(cursor.id.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? \
+                     ORDER BY created_at DESC, id DESC LIMIT ?"
+                ))
+                .bind(tenant.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
+        rows.iter().map(session_from_row).collect()
+    }
+
+    async fn close_session(
+        &self,
+        tenant: &TenantId,
+        id: &SessionId,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let at = ts(now());
+        let row = sqlx::query(&format!(
+            "UPDATE sessions SET status = 'closed', closed_at = COALESCE(closed_at, ?), \
+                 updated_at = ? \
+             WHERE id = ? AND tenant_id = ? RETURNING {SESSION_COLUMNS}"
+        ))
+        .bind(&at)
+        .bind(&at)
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn append(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        batch: AppendBatch,
+    ) -> StoreResult<AppendResult> {
+        let created_at = now();
+        let created = ts(created_at);
+        let event_count = batch.events.len() as i64;
+        let message_count = batch.messages.len() as i64;
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "UPDATE sessions SET last_event_seq = last_event_seq + ?, \
+                 last_message_seq = last_message_seq + ?, updated_at = ? \
+             WHERE id = ? AND tenant_id = ? RETURNING last_event_seq, last_message_seq",
+        )
+        .bind(event_count)
+        .bind(message_count)
+        .bind(&created)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
+        let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
+        let result = build_append_result(&batch, first_event, first_message, created_at);
+
+        for (event, record) in batch.events.iter().zip(&result.events) {
+            sqlx::query(
+                "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, created_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(session.as_str())
+            .bind(record.seq)
+            .bind(tenant.as_str())
+            .bind(&event.kind)
+            .bind(event.payload.to_string())
+            .bind(event.run_id.as_deref())
+            .bind(&created)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for (message, record) in batch.messages.iter().zip(&result.messages) {
+            let content = serde_json::to_string(&message.message.content)
+                .map_err(|error| StoreError::Internal(error.to_string()))?;
+            sqlx::query(
+                "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
+                     compaction_boundary, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(session.as_str())
+            .bind(record.seq)
+            .bind(tenant.as_str())
+            .bind(role_str(message.message.role))
+            .bind(content)
+            .bind(message.run_id.as_deref())
+            .bind(message.compaction_boundary)
+            .bind(&created)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for output in &batch.outputs {
+            sqlx::query(
+                "INSERT INTO outputs (id, session_id, tenant_id, tool_use_id, tool_name, sha256, \
+                     size_bytes, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(output.id.as_str())
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .bind(&output.tool_use_id)
+            .bind(&output.tool_name)
+            .bind(&output.sha256)
+            .bind(output.content.len() as i64)
+            .bind(&output.content)
+            .bind(&created)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(result)
+    }
+
+    async fn list_events(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, payload, run_id, created_at FROM events \
+             WHERE session_id = ? AND tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(EventRecord {
+                    seq: row.try_get("seq")?,
+                    kind: row.try_get("kind")?,
+                    payload: parse_json::<Value>(&row.try_get::<String, _>("payload")?)?,
+                    run_id: row.try_get("run_id")?,
+                    created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn list_messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>> {
+        let rows = sqlx::query(
+            "SELECT seq, role, content, run_id, compaction_boundary, created_at FROM messages \
+             WHERE session_id = ? AND tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let role: String = row.try_get("role")?;
+                Ok(MessageRecord {
+                    seq: row.try_get("seq")?,
+                    role: parse_role(&role)?,
+                    content: parse_json::<Vec<ContentBlock>>(
+                        &row.try_get::<String, _>("content")?,
+                    )?,
+                    run_id: row.try_get("run_id")?,
+                    compaction_boundary: row.try_get("compaction_boundary")?,
+                    created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn get_output(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &OutputId,
+    ) -> StoreResult<Option<OutputRecord>> {
+        let row = sqlx::query(
+            "SELECT id, session_id, tool_use_id, tool_name, sha256, size_bytes, content, created_at \
+             FROM outputs WHERE id = ? AND session_id = ? AND tenant_id = ?",
+        )
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(OutputRecord {
+                id: row.try_get("id")?,
+                session_id: row.try_get("session_id")?,
+                tool_use_id: row.try_get("tool_use_id")?,
+                tool_name: row.try_get("tool_name")?,
+                sha256: row.try_get("sha256")?,
+                size_bytes: row.try_get("size_bytes")?,
+                content: row.try_get("content")?,
+                created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn purge_outputs(&self, older_than: Duration) -> StoreResult<u64> {
+        let cutoff = now()
+            - chrono::Duration::from_std(older_than)
+                .map_err(|error| StoreError::Internal(error.to_string()))?;
+        let done = sqlx::query("DELETE FROM outputs WHERE created_at < ?")
+            .bind(ts(cutoff))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}

@@ -1,0 +1,230 @@
+//! Spawning the application and talking to it.
+
+use norma::app::App;
+use norma::auth::{JwtVerifier, TokenRequest};
+use norma::config::Settings;
+use reqwest::{Client, Response};
+use secrecy::SecretString;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// The HS256 secret every test server trusts.
+pub const TEST_SECRET: &str = "test-secret-0123456789abcdef0123456789abcdef";
+pub const ISSUER: &str = "norma-test";
+pub const AUDIENCE: &str = "norma-api";
+
+/// Which store a test server runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The admin URL of the local Postgres used to create per-test databases.
+pub fn pg_admin_url() -> String {
+    std::env::var("NORMA_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A fresh, empty Postgres database for one test, or `None` (with a loud message) when
+/// Postgres is unreachable outside CI. In CI (`CI=true`) an unreachable Postgres fails the test.
+pub async fn fresh_pg_database() -> Option<String> {
+    use sqlx::Connection;
+    let admin = pg_admin_url();
+    let mut conn = match sqlx::PgConnection::connect(&admin).await {
+        Ok(conn) => conn,
+        Err(error) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("Postgres is required in CI but unreachable at {admin}: {error}");
+            }
+            eprintln!(
+                "\n!!!!!!!! SKIPPING POSTGRES TEST: Postgres unreachable at {admin}: {error} !!!!!!!!\n"
+            );
+            return None;
+        }
+    };
+    let name = format!("norma_test_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    let base = admin
+        .rsplit_once('/')
+        .map_or(admin.as_str(), |(base, _)| base);
+    Some(format!("{base}/{name}"))
+}
+
+/// Settings for a test server on `backend`, with a private data dir.
+pub fn test_settings(data_dir: &std::path::Path) -> Settings {
+    let mut settings = Settings::default();
+    settings.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+    settings.data_dir = data_dir.to_owned();
+    settings.auth.issuer = ISSUER.into();
+    settings.auth.audience = AUDIENCE.into();
+    settings.auth.hs256_secret = Some(SecretString::from(TEST_SECRET));
+    settings.database_acquire_timeout_ms = 1_500;
+    settings
+}
+
+/// A running test server.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: Client,
+    pub backend: Backend,
+    verifier: JwtVerifier,
+    shutdown: Option<oneshot::Sender<()>>,
+    _data_dir: tempfile::TempDir,
+}
+
+impl TestApp {
+    /// Starts a server on `backend`; `None` only when Postgres is skipped outside CI.
+    pub async fn spawn(backend: Backend) -> Option<Self> {
+        Self::spawn_with(backend, |_| {}).await
+    }
+
+    pub async fn spawn_with(
+        backend: Backend,
+        configure: impl FnOnce(&mut Settings),
+    ) -> Option<Self> {
+        let data_dir = tempfile::tempdir().expect("tempdir");
+        let mut settings = test_settings(data_dir.path());
+        if backend == Backend::Postgres {
+            settings.database_url = Some(SecretString::from(fresh_pg_database().await?));
+        }
+        configure(&mut settings);
+        Some(Self::start(settings, backend, data_dir).await)
+    }
+
+    pub async fn start(settings: Settings, backend: Backend, data_dir: tempfile::TempDir) -> Self {
+        let verifier =
+            JwtVerifier::from_settings(&settings.auth, &settings.data_dir).expect("verifier");
+        let app = App::build(settings).await.expect("app builds");
+        let addr = app.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(app.run_until(async {
+            let _ = rx.await;
+        }));
+        Self {
+            addr,
+            client: Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()
+                .expect("client"),
+            backend,
+            verifier,
+            shutdown: Some(tx),
+            _data_dir: data_dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// A valid token for `tenant` with every scope.
+    pub fn token(&self, tenant: &str) -> String {
+        self.token_with_scopes(
+            tenant,
+            &["sessions:read", "sessions:write", "approvals:write"],
+        )
+    }
+
+    pub fn token_with_scopes(&self, tenant: &str, scopes: &[&str]) -> String {
+        self.verifier
+            .mint(&TokenRequest {
+                tenant: tenant.into(),
+                subject: format!("user-of-{tenant}"),
+                scopes: scopes.iter().map(|s| s.to_string()).collect(),
+                ttl: Duration::from_secs(600),
+            })
+            .expect("mint")
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn post_json(&self, path: &str, token: &str, body: &Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn delete(&self, path: &str, token: &str) -> Response {
+        self.client
+            .delete(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// Creates a session for `tenant` and returns its id.
+    pub async fn create_session(&self, tenant: &str, config: &Value) -> String {
+        let response = self
+            .post_json("/v1/sessions", &self.token(tenant), config)
+            .await;
+        assert_eq!(response.status(), 201, "create session");
+        let body: Value = response.json().await.expect("json");
+        body["id"].as_str().expect("id").to_owned()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Reads an error response and returns `(status, code)`, asserting the error body shape.
+pub async fn error_code(response: Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.expect("error body is JSON");
+    assert!(
+        body["message"].is_string(),
+        "error body has a message: {body}"
+    );
+    (
+        status,
+        body["code"]
+            .as_str()
+            .expect("error body has a code")
+            .to_owned(),
+    )
+}
+
+/// Declares `mod $name { sqlite(); postgres(); }` running `$case(app)` on each backend.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident => $case:path;)*) => {$(
+        mod $name {
+            use super::*;
+            #[tokio::test]
+            async fn sqlite() {
+                let app = $crate::helpers::TestApp::spawn($crate::helpers::Backend::Sqlite)
+                    .await
+                    .expect("sqlite app");
+                $case(app).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                if let Some(app) = $crate::helpers::TestApp::spawn($crate::helpers::Backend::Postgres).await {
+                    $case(app).await;
+                }
+            }
+        }
+    )*};
+}

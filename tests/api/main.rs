@@ -1,0 +1,11 @@
+//! Black-box tests of the HTTP API: the real application on a random port, against SQLite and
+//! Postgres (a fresh database per test). One test binary, so it links once.
+
+mod auth;
+mod errors;
+mod health;
+mod helpers;
+mod openapi;
+mod pg_outage;
+mod sessions;
+mod store;

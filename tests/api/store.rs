@@ -1,0 +1,460 @@
+//! One store test suite, run against SQLite and Postgres; plus the Postgres row-level-security
+//! proof that a query forgetting its tenant filter sees nothing of other tenants.
+
+use norma::ids::{OutputId, SessionId, TenantId};
+use norma::message::{ContentBlock, Message, Role, ToolResultBlock};
+use norma::store::{
+    AppendBatch, ConnectOptions, NewEvent, NewMessage, NewOutput, NewSession, SessionStatus, Store,
+    StoreError,
+};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+async fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    (
+        norma::store::connect(&url, &ConnectOptions::default())
+            .await
+            .unwrap(),
+        dir,
+    )
+}
+
+async fn pg_store() -> Option<Arc<dyn Store>> {
+    let url = crate::helpers::fresh_pg_database().await?;
+    Some(
+        norma::store::connect(&url, &ConnectOptions::default())
+            .await
+            .unwrap(),
+    )
+}
+
+macro_rules! store_suite {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                let (store, _dir) = super::sqlite_store().await;
+                super::$name(store).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                if let Some(store) = super::pg_store().await {
+                    super::$name(store).await;
+                }
+            }
+        }
+    )*};
+}
+
+store_suite!(
+    sessions_round_trip,
+    append_numbers_events_and_messages_contiguously,
+    concurrent_appends_never_duplicate_a_seq,
+    appends_are_tenant_scoped_and_atomic,
+    outputs_keep_digest_and_provenance,
+);
+
+async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
+    let id = SessionId::generate();
+    store
+        .create_session(NewSession {
+            id: id.clone(),
+            tenant: TenantId::new(tenant),
+            config: json!({"title": tenant}),
+        })
+        .await
+        .unwrap();
+    id
+}
+
+fn event(kind: &str, n: i64) -> NewEvent {
+    NewEvent {
+        kind: kind.into(),
+        payload: json!({ "n": n }),
+        run_id: Some("run_x".into()),
+    }
+}
+
+async fn sessions_round_trip(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let record = store.get_session(&tenant, &id).await.unwrap().unwrap();
+    assert_eq!(record.status, SessionStatus::Active);
+    assert_eq!(record.config, json!({"title": "t1"}));
+    assert_eq!(record.last_event_seq, 0);
+    assert!(
+        store
+            .get_session(&TenantId::new("t2"), &id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let closed = store.close_session(&tenant, &id).await.unwrap().unwrap();
+    assert_eq!(closed.status, SessionStatus::Closed);
+    assert!(
+        store
+            .close_session(&TenantId::new("t2"), &id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        store.list_sessions(&tenant, None, 10).await.unwrap().len(),
+        1
+    );
+    // Duplicate ids are a conflict, never an overwrite.
+    let duplicate = store
+        .create_session(NewSession {
+            id: id.clone(),
+            tenant: tenant.clone(),
+            config: json!({}),
+        })
+        .await;
+    assert!(
+        matches!(duplicate, Err(StoreError::Conflict(_))),
+        "{duplicate:?}"
+    );
+}
+
+async fn append_numbers_events_and_messages_contiguously(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let first = store
+        .append(
+            &tenant,
+            &id,
+            AppendBatch {
+                events: vec![event("a", 1), event("b", 2)],
+                messages: vec![NewMessage {
+                    message: Message::user_text("hi"),
+                    run_id: None,
+                    compaction_boundary: false,
+                }],
+                outputs: vec![],
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        first.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(first.messages[0].seq, 1);
+    let assistant = Message {
+        role: Role::Assistant,
+        content: vec![
+            ContentBlock::Text { text: "ok".into() },
+            ContentBlock::ToolUse {
+                id: "tu1".into(),
+                name: "Read".into(),
+                input: json!({"file_path": "a"}),
+            },
+        ],
+    };
+    let second = store
+        .append(
+            &tenant,
+            &id,
+            AppendBatch {
+                events: vec![event("c", 3)],
+                messages: vec![NewMessage {
+                    message: assistant.clone(),
+                    run_id: Some("run_x".into()),
+                    compaction_boundary: true,
+                }],
+                outputs: vec![],
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.events[0].seq, 3);
+    assert_eq!(second.messages[0].seq, 2);
+
+    let events = store.list_events(&tenant, &id, 0, 100).await.unwrap();
+    assert_eq!(
+        events,
+        [first.events.clone(), second.events.clone()].concat(),
+        "read back equals written"
+    );
+    assert_eq!(
+        store.list_events(&tenant, &id, 2, 100).await.unwrap(),
+        second.events
+    );
+    assert_eq!(
+        store.list_events(&tenant, &id, 0, 1).await.unwrap().len(),
+        1
+    );
+    let messages = store.list_messages(&tenant, &id, 0, 100).await.unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[1].to_message(), assistant);
+    assert!(messages[1].compaction_boundary);
+    assert_eq!(
+        store
+            .get_session(&tenant, &id)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_event_seq,
+        3
+    );
+}
+
+async fn concurrent_appends_never_duplicate_a_seq(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let (store, tenant, id) = (store.clone(), tenant.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0..10 {
+                store
+                    .append(
+                        &tenant,
+                        &id,
+                        AppendBatch {
+                            events: vec![event("w", worker * 100 + n), event("w", -1)],
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let seqs: Vec<i64> = store
+        .list_events(&tenant, &id, 0, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=160).collect::<Vec<_>>(),
+        "contiguous, unique, ordered"
+    );
+}
+
+async fn appends_are_tenant_scoped_and_atomic(store: Arc<dyn Store>) {
+    let id = new_session(&store, "owner").await;
+    let intruder = store
+        .append(
+            &TenantId::new("intruder"),
+            &id,
+            AppendBatch {
+                events: vec![event("x", 1)],
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(intruder, Err(StoreError::NotFound)),
+        "{intruder:?}"
+    );
+    // A batch whose output collides with an existing id fails as a whole.
+    let output_id = OutputId::generate();
+    let output = NewOutput {
+        id: output_id.clone(),
+        tool_use_id: "tu".into(),
+        tool_name: "Bash".into(),
+        content: "x".into(),
+        sha256: "00".into(),
+    };
+    let owner = TenantId::new("owner");
+    store
+        .append(
+            &owner,
+            &id,
+            AppendBatch {
+                outputs: vec![output.clone()],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let failed = store
+        .append(
+            &owner,
+            &id,
+            AppendBatch {
+                events: vec![event("y", 1)],
+                outputs: vec![output],
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(failed.is_err());
+    assert!(
+        store
+            .list_events(&owner, &id, 0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "no partial write"
+    );
+    assert_eq!(
+        store
+            .get_session(&owner, &id)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_event_seq,
+        0
+    );
+    assert!(
+        store
+            .list_events(&TenantId::new("intruder"), &id, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn outputs_keep_digest_and_provenance(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let content = "é".repeat(40_000);
+    let sha256 = hex::encode(Sha256::digest(content.as_bytes()));
+    let output_id = OutputId::generate();
+    let result = ToolResultBlock {
+        output_id: Some(output_id.to_string()),
+        capped: true,
+        ..ToolResultBlock::ok("tu_9", "head…")
+    };
+    store
+        .append(
+            &tenant,
+            &id,
+            AppendBatch {
+                messages: vec![NewMessage {
+                    message: Message {
+                        role: Role::User,
+                        content: vec![ContentBlock::ToolResult(result)],
+                    },
+                    run_id: None,
+                    compaction_boundary: false,
+                }],
+                outputs: vec![NewOutput {
+                    id: output_id.clone(),
+                    tool_use_id: "tu_9".into(),
+                    tool_name: "Bash".into(),
+                    content: content.clone(),
+                    sha256: sha256.clone(),
+                }],
+                events: vec![],
+            },
+        )
+        .await
+        .unwrap();
+    let stored = store
+        .get_output(&tenant, &id, &output_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.content, content);
+    assert_eq!(stored.sha256, sha256);
+    assert_eq!(stored.size_bytes, content.len() as i64);
+    assert_eq!(
+        (stored.tool_use_id.as_str(), stored.tool_name.as_str()),
+        ("tu_9", "Bash")
+    );
+    assert!(
+        store
+            .get_output(&TenantId::new("t2"), &id, &output_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        store
+            .purge_outputs(std::time::Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        0
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert_eq!(
+        store
+            .purge_outputs(std::time::Duration::from_millis(1))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        store
+            .get_output(&tenant, &id, &output_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn postgres_row_level_security_hides_other_tenants_from_unfiltered_queries() {
+    let Some(url) = crate::helpers::fresh_pg_database().await else {
+        return;
+    };
+    let store = norma::store::postgres::PgStore::connect(&url, &ConnectOptions::default())
+        .await
+        .unwrap();
+    for tenant in ["alpha", "beta"] {
+        let id = SessionId::generate();
+        store
+            .create_session(NewSession {
+                id: id.clone(),
+                tenant: TenantId::new(tenant),
+                config: json!({}),
+            })
+            .await
+            .unwrap();
+        store
+            .append(
+                &TenantId::new(tenant),
+                &id,
+                AppendBatch {
+                    events: vec![event("e", 1)],
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    // A query that "forgets" its tenant filter, inside alpha's transaction.
+    let mut tx = store.tenant_tx(&TenantId::new("alpha")).await.unwrap();
+    let tenants: Vec<String> = sqlx::query_scalar("SELECT tenant_id FROM sessions")
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(tenants, vec!["alpha".to_owned()]);
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(events, 1);
+    // Writing another tenant's row is refused by the policy's WITH CHECK.
+    let forged = sqlx::query(
+        "INSERT INTO sessions (id, tenant_id, config) VALUES ('ses_forged', 'beta', '{}')",
+    )
+    .execute(&mut *tx)
+    .await;
+    assert!(forged.is_err(), "cross-tenant insert must fail");
+    drop(tx);
+
+    // The app role with no tenant set sees nothing at all.
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query("SELECT set_config('role', 'norma_app', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let visible: i64 = sqlx::query_scalar("SELECT count(*) FROM sessions")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(visible, 0);
+}
