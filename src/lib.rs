@@ -1,5 +1,6 @@
 //! Norma Server: a multi-tenant network agent server.
 
+pub mod harness;
 pub mod ids;
 pub mod message;
 pub mod permission;
