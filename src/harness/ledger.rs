@@ -18,16 +18,24 @@ use utoipa::ToSchema;
 pub enum EntryKind {
     /// One request to a model provider, with the tokens it reported.
     ModelCall {
+        /// Input tokens the provider reported for the request.
         input_tokens: u64,
+        /// Output tokens the provider reported for the response.
         output_tokens: u64,
     },
-    /// One tool call that produced a result; `ok` is false for error results.
-    ToolCall { name: String, ok: bool },
+    /// One tool call that produced a result.
+    ToolCall {
+        /// The tool's registered name.
+        name: String,
+        /// False when the result was an error result.
+        ok: bool,
+    },
 }
 
 /// One recorded action.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
+    /// What happened; flattened, so the JSON carries a `kind` tag.
     #[serde(flatten)]
     pub kind: EntryKind,
     /// When the action finished.
@@ -61,7 +69,9 @@ impl Entry {
 /// Usage computed from ledger entries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Usage {
+    /// Input tokens over all model calls.
     pub input_tokens: u64,
+    /// Output tokens over all model calls.
     pub output_tokens: u64,
     /// Requests made to a model provider (every request, not main turns).
     pub model_calls: u64,
@@ -132,9 +142,13 @@ impl Sum for Usage {
 /// The ledger of one run: who it belongs to and what it did, in order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunLedger {
+    /// The tenant the run acted for.
     pub tenant: TenantId,
+    /// The session the run belongs to.
     pub session_id: SessionId,
+    /// The run.
     pub run_id: RunId,
+    /// Every recorded action, in the order recorded.
     pub entries: Vec<Entry>,
 }
 

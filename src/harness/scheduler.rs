@@ -52,10 +52,15 @@ pub struct PendingCall {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SchedulerEvent {
     /// The call began running.
-    Started { tool_use_id: String },
+    Started {
+        /// The call's tool_use id.
+        tool_use_id: String,
+    },
     /// The call has its (final) result.
     Finished {
+        /// The call's tool_use id.
         tool_use_id: String,
+        /// The result, exactly as it appears in the list [`Scheduler::run`] returns.
         result: ToolResultBlock,
     },
 }

@@ -41,6 +41,7 @@ pub enum ContinueReason {
     /// A Stop hook blocked the end of the turn; its reason is injected and one more request
     /// is made. Serialized as `hook_reason`, since `reason` is the tag.
     StopHookBlocking {
+        /// The hook's reason, injected for the model.
         #[serde(rename = "hook_reason")]
         reason: String,
     },
@@ -94,17 +95,26 @@ pub enum TerminalReason {
     /// The main-turn limit was reached.
     MaxTurns,
     /// A budget was exhausted; keeps the budget that ended the run.
-    BudgetExhausted { budget: BudgetKind },
+    BudgetExhausted {
+        /// The budget that ended the run.
+        budget: BudgetKind,
+    },
     /// A Stop hook prevented any continuation. Serialized as `hook_reason`, since `reason` is
     /// the tag.
     StopHookPrevented {
+        /// The hook's reason.
         #[serde(rename = "hook_reason")]
         reason: String,
     },
     /// The run was cancelled.
     Cancelled,
-    /// The run failed; `code` is a stable UPPER_SNAKE token.
-    Error { code: String, message: String },
+    /// The run failed.
+    Error {
+        /// Stable UPPER_SNAKE code.
+        code: String,
+        /// Human text.
+        message: String,
+    },
 }
 
 impl TerminalReason {
@@ -133,7 +143,10 @@ pub enum Step {
 /// Limits of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct TurnLimits {
-    /// Main turns (model responses that used tools, plus the first) allowed per run.
+    /// Main turns allowed per run. The first response is main turn 1 and each tool turn adds
+    /// one; a response that uses tools on main turn `max_turns` ends the run with
+    /// [`TerminalReason::MaxTurns`] (its tool calls are still answered) instead of making
+    /// another request.
     pub max_turns: u32,
     /// `max_tokens` recoveries allowed per run.
     pub max_output_recoveries: u32,
@@ -162,9 +175,15 @@ pub enum StopHookOutcome {
     #[default]
     None,
     /// Continue: inject `reason` and make one more request.
-    Block { reason: String },
+    Block {
+        /// Injected for the model with the continuation.
+        reason: String,
+    },
     /// End now, with no continuation.
-    Prevent { reason: String },
+    Prevent {
+        /// Recorded with the terminal reason.
+        reason: String,
+    },
 }
 
 /// Why a request failed without a usable response (other than a context overflow).
