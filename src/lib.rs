@@ -5,6 +5,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod harness;
 pub mod ids;
 pub mod message;
 pub mod permission;
