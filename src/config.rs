@@ -207,6 +207,7 @@ impl Settings {
 }
 
 #[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closure error type
 mod tests {
     use super::*;
 

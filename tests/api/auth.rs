@@ -130,10 +130,9 @@ async fn token_attacks_are_rejected_with_codes() {
     // Tampered signature and tampered payload.
     let good = hs256(&claims());
     let (head, sig) = good.rsplit_once('.').unwrap();
-    let flipped = if sig.starts_with('A') {
-        format!("B{}", &sig[1..])
-    } else {
-        format!("A{}", &sig[1..])
+    let flipped = match sig.strip_prefix('A') {
+        Some(rest) => format!("B{rest}"),
+        None => format!("A{}", &sig[1..]),
     };
     assert_eq!(status_of(&app, &format!("{head}.{flipped}")).await, unauth);
     let parts: Vec<&str> = good.split('.').collect();

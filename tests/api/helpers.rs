@@ -58,13 +58,15 @@ pub async fn fresh_pg_database() -> Option<String> {
 
 /// Settings for a test server on `backend`, with a private data dir.
 pub fn test_settings(data_dir: &std::path::Path) -> Settings {
-    let mut settings = Settings::default();
-    settings.bind = SocketAddr::from(([127, 0, 0, 1], 0));
-    settings.data_dir = data_dir.to_owned();
+    let mut settings = Settings {
+        bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+        data_dir: data_dir.to_owned(),
+        database_acquire_timeout_ms: 1_500,
+        ..Settings::default()
+    };
     settings.auth.issuer = ISSUER.into();
     settings.auth.audience = AUDIENCE.into();
     settings.auth.hs256_secret = Some(SecretString::from(TEST_SECRET));
-    settings.database_acquire_timeout_ms = 1_500;
     settings
 }
 
