@@ -122,10 +122,7 @@ fn covering(rules: &[&Rule], facts: &ToolFacts<'_>, value: &SubjectValue) -> Opt
             let mut used: Vec<usize> = Vec::new();
             let mut judged = 0;
             for command in commands.iter().filter(|c| !c.wrapper) {
-                if command.program().is_none()
-                    || command.writes_files
-                    || command.sets_env
-                {
+                if command.program().is_none() || command.writes_files || command.sets_env {
                     return None;
                 }
                 let index = candidates

@@ -115,10 +115,18 @@ fn conformance_table() {
         }
         assert!(!reason.message.is_empty(), "{}: empty message", case.name);
         if stage == Stage::Disallowed || stage == Stage::Allowed {
-            assert!(reason.rule.is_some(), "{}: a rule decided but is not named", case.name);
+            assert!(
+                reason.rule.is_some(),
+                "{}: a rule decided but is not named",
+                case.name
+            );
         }
     }
-    assert!(failures.is_empty(), "failing cases:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "failing cases:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -907,7 +915,13 @@ fn bash(allow: &[&str], deny: &[&str], command: &str) -> Verdict {
     } else {
         PermissionMode::Bypass
     };
-    run(mode, &bash_facts(), allow, deny, json!({ "command": command }))
+    run(
+        mode,
+        &bash_facts(),
+        allow,
+        deny,
+        json!({ "command": command }),
+    )
 }
 
 fn stage(verdict: &Verdict) -> Option<Stage> {
@@ -1058,6 +1072,15 @@ fn deny_rule_sees_through_wrapping() {
         "find . -name '*.o' -exec rm {} \\;",
         "$CMD -rf x",
         "$(echo rm) x",
+        "trap 'rm x' EXIT",
+        "alias ls='rm x'",
+        "sudo -u root rm x",
+        "sudo FOO=1 rm x",
+        "coproc rm x",
+        "! rm x",
+        "[[ $(rm x) ]]",
+        "a=$(rm x) ls",
+        "exec 3>$(rm x)",
         "env $X",
         "sh -c \"$SCRIPT\"",
         "echo ${X:-$(rm x)}",
@@ -1081,6 +1104,8 @@ fn deny_rule_leaves_other_commands_alone() {
         "cat <<EOF\nrm x\nEOF",
         "sh script.sh",
         "echo $HOME",
+        "trap - EXIT",
+        "alias",
     ] {
         let verdict = bash(&[], &rm, command);
         assert_eq!(stage(&verdict), Some(Stage::ModeBypass), "{command:?}");
@@ -1113,16 +1138,36 @@ fn wrappers_are_judged_by_what_they_run() {
     // env assignments change what the program does: never covered.
     assert_eq!(bash(&rm, &[], "env -i FOO=1 rm x"), Verdict::Ask);
     // The wrapper itself can still be denied.
-    assert!(is_denied_by_rule(&bash(&[], &["Bash(timeout:*)"], "timeout 5 ls")));
-    assert!(is_denied_by_rule(&bash(&[], &["Bash(bash:*)"], "bash -c ls")));
+    assert!(is_denied_by_rule(&bash(
+        &[],
+        &["Bash(timeout:*)"],
+        "timeout 5 ls"
+    )));
+    assert!(is_denied_by_rule(&bash(
+        &[],
+        &["Bash(bash:*)"],
+        "bash -c ls"
+    )));
 }
 
 #[test]
 fn missing_subject_field_is_unknown() {
     let facts = bash_facts();
-    let deny = run(PermissionMode::Bypass, &facts, &[], &["Bash(rm:*)"], json!({}));
+    let deny = run(
+        PermissionMode::Bypass,
+        &facts,
+        &[],
+        &["Bash(rm:*)"],
+        json!({}),
+    );
     assert!(is_denied_by_rule(&deny));
-    let allow = run(PermissionMode::Default, &facts, &["Bash(ls:*)"], &[], json!({ "command": 5 }));
+    let allow = run(
+        PermissionMode::Default,
+        &facts,
+        &["Bash(ls:*)"],
+        &[],
+        json!({ "command": 5 }),
+    );
     assert_eq!(allow, Verdict::Ask);
     // A bare-name rule does not look at the input.
     let named = run(PermissionMode::Default, &facts, &["Bash"], &[], json!({}));
@@ -1164,8 +1209,17 @@ fn path_rules_normalise_and_confine() {
     let ws = std::path::Path::new("/srv/ws/s1");
     let allow = ["Edit(docs/**)"];
     let d = PermissionMode::Default;
-    for path in ["docs/a.md", "./docs/a.md", "docs//x/y.md", "/srv/ws/s1/docs/a.md", "src/../docs/a"] {
-        assert!(is_allowed_by_rule(&path_decision(d, &allow, &[], path, Some(ws))), "{path}");
+    for path in [
+        "docs/a.md",
+        "./docs/a.md",
+        "docs//x/y.md",
+        "/srv/ws/s1/docs/a.md",
+        "src/../docs/a",
+    ] {
+        assert!(
+            is_allowed_by_rule(&path_decision(d, &allow, &[], path, Some(ws))),
+            "{path}"
+        );
     }
     for path in [
         "src/a.rs",
@@ -1176,13 +1230,29 @@ fn path_rules_normalise_and_confine() {
         "/srv/ws/s1/../s1x/docs/a.md",
         "/etc/passwd",
     ] {
-        assert_eq!(path_decision(d, &allow, &[], path, Some(ws)), Verdict::Ask, "{path}");
+        assert_eq!(
+            path_decision(d, &allow, &[], path, Some(ws)),
+            Verdict::Ask,
+            "{path}"
+        );
     }
     // Without a workspace, absolute paths are never allowed by a rule.
-    assert_eq!(path_decision(d, &allow, &[], "/srv/ws/s1/docs/a.md", None), Verdict::Ask);
+    assert_eq!(
+        path_decision(d, &allow, &[], "/srv/ws/s1/docs/a.md", None),
+        Verdict::Ask
+    );
     // `*` does not cross directories; `**` does.
-    assert_eq!(path_decision(d, &["Edit(docs/*)"], &[], "docs/x/y.md", Some(ws)), Verdict::Ask);
-    assert!(is_allowed_by_rule(&path_decision(d, &["Edit(docs/*)"], &[], "docs/y.md", Some(ws))));
+    assert_eq!(
+        path_decision(d, &["Edit(docs/*)"], &[], "docs/x/y.md", Some(ws)),
+        Verdict::Ask
+    );
+    assert!(is_allowed_by_rule(&path_decision(
+        d,
+        &["Edit(docs/*)"],
+        &[],
+        "docs/y.md",
+        Some(ws)
+    )));
 }
 
 #[test]
@@ -1191,11 +1261,26 @@ fn escaping_path_matches_every_path_deny_rule() {
     let deny = ["Edit(secrets/**)"];
     let b = PermissionMode::Bypass;
     for path in ["../x", "a/../../x", "/etc/passwd", "/srv/ws/s1/../other"] {
-        assert!(is_denied_by_rule(&path_decision(b, &[], &deny, path, Some(ws))), "{path}");
+        assert!(
+            is_denied_by_rule(&path_decision(b, &[], &deny, path, Some(ws))),
+            "{path}"
+        );
     }
-    assert!(is_denied_by_rule(&path_decision(b, &[], &deny, "/srv/ws/s1/secrets/k", Some(ws))));
+    assert!(is_denied_by_rule(&path_decision(
+        b,
+        &[],
+        &deny,
+        "/srv/ws/s1/secrets/k",
+        Some(ws)
+    )));
     assert_eq!(
-        stage(&path_decision(b, &[], &deny, "/srv/ws/s1/public/k", Some(ws))),
+        stage(&path_decision(
+            b,
+            &[],
+            &deny,
+            "/srv/ws/s1/public/k",
+            Some(ws)
+        )),
         Some(Stage::ModeBypass)
     );
 }
@@ -1219,9 +1304,21 @@ fn fetch(allow: &[&str], deny: &[&str], url: &str) -> Verdict {
 #[test]
 fn domain_rules() {
     let exact = ["WebFetch(domain:docs.rs)"];
-    assert!(is_allowed_by_rule(&fetch(&exact, &[], "https://DOCS.rs./serde")));
-    assert!(is_allowed_by_rule(&fetch(&exact, &[], "https://user:pw@docs.rs/")));
-    assert!(is_allowed_by_rule(&fetch(&exact, &[], "http://docs.rs:8080/x")));
+    assert!(is_allowed_by_rule(&fetch(
+        &exact,
+        &[],
+        "https://DOCS.rs./serde"
+    )));
+    assert!(is_allowed_by_rule(&fetch(
+        &exact,
+        &[],
+        "https://user:pw@docs.rs/"
+    )));
+    assert!(is_allowed_by_rule(&fetch(
+        &exact,
+        &[],
+        "http://docs.rs:8080/x"
+    )));
     for url in [
         "https://api.docs.rs/",
         "https://docs.rs.evil.example/",
@@ -1233,13 +1330,24 @@ fn domain_rules() {
         assert_eq!(fetch(&exact, &[], url), Verdict::Ask, "{url}");
     }
     let sub = ["WebFetch(domain:*.docs.rs)"];
-    assert!(is_allowed_by_rule(&fetch(&sub, &[], "https://api.docs.rs/")));
+    assert!(is_allowed_by_rule(&fetch(
+        &sub,
+        &[],
+        "https://api.docs.rs/"
+    )));
     assert_eq!(fetch(&sub, &[], "https://docs.rs/"), Verdict::Ask);
     assert_eq!(fetch(&sub, &[], "https://xdocs.rs/"), Verdict::Ask);
     let deny = ["WebFetch(domain:evil.example)"];
     assert!(is_denied_by_rule(&fetch(&[], &deny, "not a url")));
-    assert!(is_denied_by_rule(&fetch(&[], &deny, "https://a@EVIL.example/")));
-    assert_eq!(stage(&fetch(&[], &deny, "https://ok.example/")), Some(Stage::ModeBypass));
+    assert!(is_denied_by_rule(&fetch(
+        &[],
+        &deny,
+        "https://a@EVIL.example/"
+    )));
+    assert_eq!(
+        stage(&fetch(&[], &deny, "https://ok.example/")),
+        Some(Stage::ModeBypass)
+    );
 }
 
 #[test]
@@ -1257,7 +1365,13 @@ fn argument_rules_never_match_other_subjects() {
     assert_eq!(v, Verdict::Ask);
     // A command rule does not match a path tool of the same name.
     let custom = path_facts("Custom", false);
-    let v = run(PermissionMode::Bypass, &custom, &[], &["Custom(rm:*)"], json!({ "file_path": "rm" }));
+    let v = run(
+        PermissionMode::Bypass,
+        &custom,
+        &[],
+        &["Custom(rm:*)"],
+        json!({ "file_path": "rm" }),
+    );
     assert_eq!(stage(&v), Some(Stage::ModeBypass));
 }
 
@@ -1287,9 +1401,18 @@ fn grants_allow_after_rules_and_carry_their_id() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(is_allowed_by_rule(&decide_with(PermissionMode::Default, "git status")));
-    assert_eq!(decide_with(PermissionMode::Default, "cargo build"), Verdict::Ask);
-    assert_eq!(stage(&decide_with(PermissionMode::Plan, "cargo test")), Some(Stage::ModePlan));
+    assert!(is_allowed_by_rule(&decide_with(
+        PermissionMode::Default,
+        "git status"
+    )));
+    assert_eq!(
+        decide_with(PermissionMode::Default, "cargo build"),
+        Verdict::Ask
+    );
+    assert_eq!(
+        stage(&decide_with(PermissionMode::Plan, "cargo test")),
+        Some(Stage::ModePlan)
+    );
     assert_eq!(
         stage(&decide_with(PermissionMode::DontAsk, "cargo build")),
         Some(Stage::ModeDontAsk)
@@ -1303,13 +1426,31 @@ fn ladder_order_for_self_deny_and_rules() {
         self_decision: SelfDecision::Deny,
         ..bash_facts()
     };
-    let v = run(PermissionMode::Default, &facts, &["Bash"], &["*"], json!({ "command": "ls" }));
+    let v = run(
+        PermissionMode::Default,
+        &facts,
+        &["Bash"],
+        &["*"],
+        json!({ "command": "ls" }),
+    );
     assert!(is_denied_by_rule(&v));
-    let v = run(PermissionMode::Default, &facts, &["Bash"], &[], json!({ "command": "ls" }));
+    let v = run(
+        PermissionMode::Default,
+        &facts,
+        &["Bash"],
+        &[],
+        json!({ "command": "ls" }),
+    );
     assert_eq!(stage(&v), Some(Stage::ToolDeny));
     // An allow rule wins over acceptEdits/read-only stages (it comes first).
     let edit = path_facts("Edit", false);
-    let v = run(PermissionMode::AcceptEdits, &edit, &["Edit"], &[], json!({ "file_path": "a" }));
+    let v = run(
+        PermissionMode::AcceptEdits,
+        &edit,
+        &["Edit"],
+        &[],
+        json!({ "file_path": "a" }),
+    );
     assert_eq!(stage(&v), Some(Stage::Allowed));
 }
 
@@ -1321,7 +1462,14 @@ const MODES: [PermissionMode; 6] = [
     PermissionMode::DontAsk,
     PermissionMode::Auto,
 ];
-const TOOLS: [&str; 6] = ["Bash", "Read", "Edit", "WebFetch", "Todo", "mcp__gh__get_issue"];
+const TOOLS: [&str; 6] = [
+    "Bash",
+    "Read",
+    "Edit",
+    "WebFetch",
+    "Todo",
+    "mcp__gh__get_issue",
+];
 const RULE_POOL: [&str; 12] = [
     "*",
     "Bash",

@@ -311,12 +311,15 @@ impl Rule {
             | (Subject::Command { .. }, Spec::ExactOrGlob { command: Ok(_), .. })
             | (Subject::Path { .. }, Spec::ExactOrGlob { glob: Ok(_), .. })
             | (Subject::Url { .. }, Spec::Domain(_)) => Ok(()),
-            (Subject::Command { .. }, Spec::ExactOrGlob { command: Err(e), .. }) => {
-                Err(RuleError::BadCommand {
-                    rule: self.text.clone(),
-                    problem: e.clone(),
-                })
-            }
+            (
+                Subject::Command { .. },
+                Spec::ExactOrGlob {
+                    command: Err(e), ..
+                },
+            ) => Err(RuleError::BadCommand {
+                rule: self.text.clone(),
+                problem: e.clone(),
+            }),
             (Subject::Path { .. }, Spec::ExactOrGlob { glob: Err(e), .. }) => {
                 Err(RuleError::BadGlob {
                     rule: self.text.clone(),

@@ -87,11 +87,26 @@ fn check_tool_rejects_rules_that_cannot_apply() {
     )
     .expect("parse");
     assert!(set.check_tool("Deploy", &Subject::Name).is_err());
-    assert!(set.check_tool("Deploy", &Subject::Path { field: "p" }).is_ok());
-    assert!(set.check_tool("Shell", &Subject::Command { field: "c" }).is_ok());
-    assert!(set.check_tool("Shell", &Subject::Path { field: "p" }).is_err());
-    assert!(set.check_tool("Fetch", &Subject::Url { field: "u" }).is_ok());
-    assert!(set.check_tool("Fetch", &Subject::Command { field: "c" }).is_err());
+    assert!(
+        set.check_tool("Deploy", &Subject::Path { field: "p" })
+            .is_ok()
+    );
+    assert!(
+        set.check_tool("Shell", &Subject::Command { field: "c" })
+            .is_ok()
+    );
+    assert!(
+        set.check_tool("Shell", &Subject::Path { field: "p" })
+            .is_err()
+    );
+    assert!(
+        set.check_tool("Fetch", &Subject::Url { field: "u" })
+            .is_ok()
+    );
+    assert!(
+        set.check_tool("Fetch", &Subject::Command { field: "c" })
+            .is_err()
+    );
     assert!(set.check_tool("Other", &Subject::Name).is_ok());
     let glob_only = RuleSet::parse(&["Pty(a;b)".to_owned()], &[]).expect("parse");
     assert!(matches!(
@@ -107,17 +122,26 @@ fn path_normalisation() {
     assert_eq!(normalize_path("a/../b", None).as_deref(), Some("b"));
     assert_eq!(normalize_path("a/..", None).as_deref(), Some("."));
     assert_eq!(normalize_path("../b", None), None);
-    assert_eq!(normalize_path("/w/s/a//b", Some(ws)).as_deref(), Some("a/b"));
+    assert_eq!(
+        normalize_path("/w/s/a//b", Some(ws)).as_deref(),
+        Some("a/b")
+    );
     assert_eq!(normalize_path("/w/s/../t/a", Some(ws)), None);
     assert_eq!(normalize_path("/w/st/a", Some(ws)), None);
     assert_eq!(normalize_path("/w/s/a", None), None);
-    assert_eq!(normalize_path("/../../w/s/a", Some(ws)).as_deref(), Some("a"));
+    assert_eq!(
+        normalize_path("/../../w/s/a", Some(ws)).as_deref(),
+        Some("a")
+    );
 }
 
 #[test]
 fn url_hosts() {
     assert_eq!(url_host("https://Docs.RS./x").as_deref(), Some("docs.rs"));
-    assert_eq!(url_host("https://docs.rs@evil.example/").as_deref(), Some("evil.example"));
+    assert_eq!(
+        url_host("https://docs.rs@evil.example/").as_deref(),
+        Some("evil.example")
+    );
     assert_eq!(url_host("http://[::1]:80/").as_deref(), Some("[::1]"));
     assert_eq!(url_host("nope"), None);
     assert_eq!(url_host("file:///etc/passwd"), None);

@@ -4,8 +4,9 @@
 //! Every simple command is extracted recursively: through `&&`, `||`, `;`, `|`, newlines,
 //! subshells, `{ }`, control structures, function bodies, command and process substitution,
 //! backticks, here-documents, the script of `sh -c` / `bash -c`, the arguments of `eval`, the
-//! `-exec` of `find`, and the wrappers `env`, `xargs`, `nohup`, `timeout`, `nice`, `time`,
-//! `command`, `exec`, `stdbuf`, `builtin` and `setsid`. Words whose value cannot be known
+//! `-exec` of `find`, the actions of `trap` and values of `alias`, and the wrappers `env`,
+//! `xargs`, `nohup`, `timeout`, `nice`, `time`, `command`, `exec`, `stdbuf`, `builtin`, `setsid`,
+//! `sudo` and `doas`. Words whose value cannot be known
 //! statically (expansions, globs, substitutions) become [`Word::Dynamic`].
 //!
 //! This module only describes commands; matching them against rules lives in `rules`/`decide`.
@@ -410,52 +411,65 @@ impl Walker {
             return Ok(());
         };
         let args = &cmd.words[1..];
+        // `inner`: what a pure wrapper runs (the wrapper is then judged by it);
+        // `extra`: what a command that also does its own work runs besides.
         let (inner, extra) = match program.as_str() {
             "env" => (env_inner(args), Vec::new()),
             "xargs" => (xargs_inner(args), Vec::new()),
-            "nohup" | "builtin" | "setsid" => (after_options(args, "", &[]), Vec::new()),
+            "nohup" | "builtin" | "setsid" | "command" => {
+                (after_options(args, "", &[]), Vec::new())
+            }
             "timeout" => (timeout_inner(args), Vec::new()),
             "nice" => (after_options(args, "n", &["--adjustment"]), Vec::new()),
             "time" => (
                 after_options(args, "fo", &["--format", "--output"]),
                 Vec::new(),
             ),
-            "command" => (after_options(args, "", &[]), Vec::new()),
             "exec" => (after_options(args, "a", &[]), Vec::new()),
             "stdbuf" => (
                 after_options(args, "ioe", &["--input", "--output", "--error"]),
                 Vec::new(),
             ),
+            "sudo" | "doas" => (sudo_inner(args), Vec::new()),
             "eval" => (eval_inner(args), Vec::new()),
             "sh" | "bash" | "dash" | "zsh" | "ksh" | "ash" | "mksh" => {
                 (shell_inner(args), Vec::new())
             }
-            // `find` does its own work too, so it stays a normal command; its `-exec`
-            // commands are added after it.
             "find" => (Inner::Nothing, find_exec_inners(args)),
+            "trap" => (Inner::Nothing, trap_inners(args)),
+            "alias" => (Inner::Nothing, alias_inners(args)),
             _ => (Inner::Nothing, Vec::new()),
         };
         let writes_files = cmd.writes_files;
         let sets_env = cmd.sets_env;
         cmd.wrapper = !matches!(inner, Inner::Nothing);
         self.out.push(cmd);
+        for run in std::iter::once(inner).chain(extra) {
+            self.run_inner(run, writes_files, sets_env)?;
+        }
+        Ok(())
+    }
+
+    /// Adds what a wrapper runs, inheriting its redirections and environment changes.
+    fn run_inner(
+        &mut self,
+        inner: Inner,
+        writes_files: bool,
+        sets_env: bool,
+    ) -> Result<(), String> {
         match inner {
-            Inner::Nothing => {}
+            Inner::Nothing => Ok(()),
+            // e.g. `env FOO=1` alone prints the environment and runs nothing else.
+            Inner::Words { words, .. } if words.is_empty() => Ok(()),
             Inner::Words {
                 words,
                 sets_env: more_env,
-            } => {
-                if words.is_empty() {
-                    // e.g. `env FOO=1` alone: prints the environment, runs nothing else.
-                } else {
-                    self.emit(SimpleCommand {
-                        words,
-                        writes_files,
-                        sets_env: sets_env || more_env,
-                        wrapper: false,
-                    })?;
-                }
-            }
+            } => self.emit(SimpleCommand {
+                words,
+                writes_files,
+                sets_env: sets_env || more_env,
+                wrapper: false,
+            }),
             Inner::Script(text) => {
                 let start = self.out.len();
                 self.script(&text)?;
@@ -463,23 +477,18 @@ impl Walker {
                     inner.writes_files |= writes_files;
                     inner.sets_env |= sets_env;
                 }
+                Ok(())
             }
-            Inner::Unknown => self.out.push(SimpleCommand {
-                words: vec![Word::Dynamic],
-                writes_files,
-                sets_env,
-                wrapper: false,
-            }),
+            Inner::Unknown => {
+                self.out.push(SimpleCommand {
+                    words: vec![Word::Dynamic],
+                    writes_files,
+                    sets_env,
+                    wrapper: false,
+                });
+                Ok(())
+            }
         }
-        for words in extra {
-            self.emit(SimpleCommand {
-                words,
-                writes_files,
-                sets_env,
-                wrapper: false,
-            })?;
-        }
-        Ok(())
     }
 
     /// The value of one raw shell word; command substitutions inside it are walked.
@@ -683,7 +692,10 @@ fn env_inner(args: &[Word]) -> Inner {
             };
             i += 1;
             if name == "split-string" {
-                match value.map(str::to_owned).or_else(|| take_literal(args, &mut i)) {
+                match value
+                    .map(str::to_owned)
+                    .or_else(|| take_literal(args, &mut i))
+                {
                     Some(s) => split = Some(s),
                     None => return Inner::Unknown,
                 }
@@ -873,7 +885,11 @@ fn shell_inner(args: &[Word]) -> Inner {
     let mut has_c = false;
     while let Some(word) = args.get(i) {
         let Some(text) = word.literal() else {
-            return if has_c { Inner::Unknown } else { Inner::Nothing };
+            return if has_c {
+                Inner::Unknown
+            } else {
+                Inner::Nothing
+            };
         };
         if text == "--" || text == "-" {
             i += 1;
@@ -911,7 +927,7 @@ fn shell_inner(args: &[Word]) -> Inner {
 }
 
 /// The commands of `find … -exec CMD… ;` (also `-execdir`, `-ok`, `-okdir`, and `+`).
-fn find_exec_inners(args: &[Word]) -> Vec<Vec<Word>> {
+fn find_exec_inners(args: &[Word]) -> Vec<Inner> {
     let mut commands = Vec::new();
     let mut i = 0;
     while i < args.len() {
@@ -935,9 +951,70 @@ fn find_exec_inners(args: &[Word]) -> Vec<Vec<Word>> {
         if words.is_empty() {
             words.push(Word::Dynamic);
         }
-        commands.push(words);
+        commands.push(Inner::Words {
+            words,
+            sets_env: false,
+        });
     }
     commands
+}
+
+/// `trap [-lp] [[ACTION] SIGNAL…]`: the action is shell text run later.
+fn trap_inners(args: &[Word]) -> Vec<Inner> {
+    let OptionsEnd::At(i) = skip_options(args, "", &[]) else {
+        return vec![Inner::Unknown];
+    };
+    match args.get(i) {
+        // A single operand is a signal to reset; `-` resets too.
+        _ if args.len() <= i + 1 => Vec::new(),
+        Some(Word::Literal(action)) if action == "-" => Vec::new(),
+        Some(Word::Literal(action)) => vec![Inner::Script(action.clone())],
+        Some(Word::Dynamic) => vec![Inner::Unknown],
+        None => Vec::new(),
+    }
+}
+
+/// `alias NAME=VALUE…`: each value is shell text that later runs in place of NAME.
+fn alias_inners(args: &[Word]) -> Vec<Inner> {
+    args.iter()
+        .filter_map(|word| match word {
+            Word::Literal(text) => text
+                .split_once('=')
+                .map(|(_, value)| Inner::Script(value.to_owned())),
+            Word::Dynamic => Some(Inner::Unknown),
+        })
+        .collect()
+}
+
+/// `sudo [OPTION]… [VAR=value]… COMMAND…` (also `doas`).
+fn sudo_inner(args: &[Word]) -> Inner {
+    let long = [
+        "--user",
+        "--group",
+        "--chdir",
+        "--host",
+        "--prompt",
+        "--role",
+        "--type",
+        "--command-timeout",
+        "--other-user",
+        "--close-from",
+    ];
+    let OptionsEnd::At(mut i) = skip_options(args, "ugCDhprtTU", &long) else {
+        return Inner::Unknown;
+    };
+    let mut sets_env = false;
+    while let Some(Word::Literal(text)) = args.get(i) {
+        if !is_assignment(text) {
+            break;
+        }
+        sets_env = true;
+        i += 1;
+    }
+    Inner::Words {
+        words: args.get(i..).unwrap_or_default().to_vec(),
+        sets_env,
+    }
 }
 
 #[cfg(test)]

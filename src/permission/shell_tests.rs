@@ -32,7 +32,10 @@ fn separators_split_commands() {
     assert_eq!(programs("git status\nrm -rf /"), ["git status", "rm -rf /"]);
     assert_eq!(programs("( rm x )"), ["rm x"]);
     assert_eq!(programs("{ rm x; }"), ["rm x"]);
-    assert_eq!(programs("if a; then b; elif c; then d; else e; fi"), ["a", "b", "c", "d", "e"]);
+    assert_eq!(
+        programs("if a; then b; elif c; then d; else e; fi"),
+        ["a", "b", "c", "d", "e"]
+    );
 }
 
 #[test]
@@ -46,10 +49,22 @@ fn quotes_and_escapes_are_removed_by_the_parser() {
 
 #[test]
 fn substitutions_are_walked_and_make_words_dynamic() {
-    assert_eq!(programs("git status $(rm -rf /)"), ["rm -rf /", "git status ?"]);
-    assert_eq!(programs("git status `rm -rf /`"), ["rm -rf /", "git status ?"]);
-    assert_eq!(programs("echo `echo \\`rm x\\``"), ["rm x", "echo ?", "echo ?"]);
-    assert_eq!(programs("diff <(ls a) >(rm b)"), ["ls a", "rm b", "diff ? ?"]);
+    assert_eq!(
+        programs("git status $(rm -rf /)"),
+        ["rm -rf /", "git status ?"]
+    );
+    assert_eq!(
+        programs("git status `rm -rf /`"),
+        ["rm -rf /", "git status ?"]
+    );
+    assert_eq!(
+        programs("echo `echo \\`rm x\\``"),
+        ["rm x", "echo ?", "echo ?"]
+    );
+    assert_eq!(
+        programs("diff <(ls a) >(rm b)"),
+        ["ls a", "rm b", "diff ? ?"]
+    );
     assert_eq!(programs("X=$(rm x)"), ["rm x", ""]);
     assert_eq!(programs("echo $HOME ~ *.rs"), ["echo ? ? ?"]);
     assert_eq!(programs("$CMD -rf x"), ["? -rf x"]);
@@ -59,7 +74,10 @@ fn substitutions_are_walked_and_make_words_dynamic() {
 fn heredocs() {
     assert_eq!(programs("cat <<EOF\n$(rm x)\nEOF"), ["rm x", "cat"]);
     assert_eq!(programs("cat <<'EOF'\n$(rm x)\nEOF"), ["cat"]);
-    assert_eq!(programs("cat <<EOF\nrm x; ls\nEOF\necho done"), ["cat", "echo done"]);
+    assert_eq!(
+        programs("cat <<EOF\nrm x; ls\nEOF\necho done"),
+        ["cat", "echo done"]
+    );
 }
 
 #[test]
@@ -75,8 +93,14 @@ fn wrappers_are_looked_through() {
     assert_eq!(programs("xargs"), ["echo ?"]);
     assert_eq!(programs("xargs -I % mv % %.bak"), ["mv ? ?"]);
     assert_eq!(programs("eval \"rm x\""), ["rm x"]);
-    assert_eq!(programs("nice -n 5 time -p stdbuf -oL command exec rm x"), ["rm x"]);
-    assert_eq!(programs("find . -exec rm {} \\; -print"), ["find . -exec rm {} ; -print", "rm ?"]);
+    assert_eq!(
+        programs("nice -n 5 time -p stdbuf -oL command exec rm x"),
+        ["rm x"]
+    );
+    assert_eq!(
+        programs("find . -exec rm {} \\; -print"),
+        ["find . -exec rm {} ; -print", "rm ?"]
+    );
     assert_eq!(programs("sh run.sh"), ["sh run.sh"]);
     let all = commands("timeout 5 rm x");
     assert!(all[0].wrapper && all[0].program() == Some("timeout"));
@@ -115,12 +139,21 @@ fn program_is_compared_by_basename() {
     assert_eq!(basename("/usr/bin/git"), "git");
     assert_eq!(basename("git"), "git");
     assert_eq!(basename("/"), "/");
-    assert!(commands("$(which rm) x").iter().any(|c| c.has_dynamic_program()));
+    assert!(
+        commands("$(which rm) x")
+            .iter()
+            .any(|c| c.has_dynamic_program())
+    );
 }
 
 #[test]
 fn unparsable_text() {
-    for text in ["echo 'unterminated", "echo $(", "if true; then", "echo ${X:-$(rm x)}"] {
+    for text in [
+        "echo 'unterminated",
+        "echo $(",
+        "if true; then",
+        "echo ${X:-$(rm x)}",
+    ] {
         assert!(
             matches!(parse_command(text), ParsedCommand::Unparsable(_)),
             "{text:?}"
@@ -135,23 +168,35 @@ fn unparsable_text() {
 
 #[test]
 fn nesting_is_bounded() {
-    let mut text = "rm x".to_owned();
-    for _ in 0..(MAX_DEPTH + 2) {
-        text = format!("eval {}", shell_quote(&text));
-    }
-    assert!(matches!(parse_command(&text), ParsedCommand::Unparsable(_)));
-    let mut shallow = "rm x".to_owned();
+    let nest = |levels: usize| {
+        let mut text = "rm x".to_owned();
+        for _ in 0..levels {
+            text = format!("echo $({text})");
+        }
+        text
+    };
+    assert!(matches!(
+        parse_command(&nest(MAX_DEPTH + 2)),
+        ParsedCommand::Unparsable(_)
+    ));
+    assert!(programs(&nest(3)).contains(&"rm x".to_owned()));
+    let mut quoted = "rm x".to_owned();
     for _ in 0..3 {
-        shallow = format!("eval {}", shell_quote(&shallow));
+        quoted = format!("eval {}", shell_quote(&quoted));
     }
-    assert!(programs(&shallow).contains(&"rm x".to_owned()));
+    assert!(programs(&quoted).contains(&"rm x".to_owned()));
 }
 
 #[test]
 fn rule_words() {
     assert_eq!(parse_rule_words("git status").unwrap(), ["git", "status"]);
-    assert_eq!(parse_rule_words("git commit -m 'a b'").unwrap(), ["git", "commit", "-m", "a b"]);
-    for bad in ["", "a; b", "a | b", "X=1 a", "a > f", "a $X", "a $(b)", "( a )"] {
+    assert_eq!(
+        parse_rule_words("git commit -m 'a b'").unwrap(),
+        ["git", "commit", "-m", "a b"]
+    );
+    for bad in [
+        "", "a; b", "a | b", "X=1 a", "a > f", "a $X", "a $(b)", "( a )",
+    ] {
         assert!(parse_rule_words(bad).is_err(), "{bad:?}");
     }
 }
