@@ -150,6 +150,27 @@ fn covering(rules: &[&Rule], facts: &ToolFacts<'_>, value: &SubjectValue) -> Opt
     }
 }
 
+/// Why an argument rule matched conservatively, for the human message.
+fn unknown_detail(rule: &Rule, value: &SubjectValue) -> &'static str {
+    if !rule.has_spec() {
+        return "";
+    }
+    match value {
+        SubjectValue::Unknown => " (the input field it checks is missing)",
+        SubjectValue::Command(ParsedCommand::Unparsable(_)) => {
+            " (the command cannot be analysed, so it counts as matching)"
+        }
+        SubjectValue::Command(ParsedCommand::Commands(commands))
+            if commands.iter().any(|c| c.has_dynamic_program()) =>
+        {
+            " (a program name cannot be determined, so it counts as matching)"
+        }
+        SubjectValue::Path(None) => " (the path leaves the workspace)",
+        SubjectValue::Host(None) => " (the URL has no host, so it counts as matching)",
+        _ => "",
+    }
+}
+
 fn reason(stage: Stage, message: impl Into<String>) -> Reason {
     Reason::new(stage, message)
 }
@@ -174,7 +195,10 @@ pub fn decide(input: &DecisionInput<'_>) -> Verdict {
             rule: Some(rule.as_str().to_owned()),
             ..reason(
                 Stage::Disallowed,
-                format!("{name} is denied by the rule `{rule}`"),
+                format!(
+                    "{name} is denied by the rule `{rule}`{}",
+                    unknown_detail(rule, &value)
+                ),
             )
         });
     }

@@ -1549,3 +1549,17 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn deny_messages_explain_conservative_matches() {
+    let message = |command: &str| match bash(&[], &["Bash(rm:*)"], command) {
+        Verdict::Deny(reason) => {
+            assert_eq!(reason.rule.as_deref(), Some("Bash(rm:*)"));
+            reason.message
+        }
+        other => panic!("{command:?}: {other:?}"),
+    };
+    assert!(message("echo 'x").contains("cannot be analysed"));
+    assert!(message("$CMD x").contains("program name cannot be determined"));
+    assert!(!message("rm x").contains("counts as matching"));
+}
