@@ -6,6 +6,13 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+pub mod decide;
+pub mod rules;
+pub mod shell;
+
+pub use decide::{DecisionInput, GrantRule, decide};
+pub use rules::{Rule, RuleError, RuleSet};
+
 /// The session's permission mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -79,6 +86,26 @@ pub struct Reason {
     pub grant_id: Option<String>,
     /// Human text (presentation only).
     pub message: String,
+}
+
+impl Reason {
+    /// A reason without a rule or grant.
+    pub fn new(stage: Stage, message: impl Into<String>) -> Self {
+        Self {
+            stage,
+            rule: None,
+            grant_id: None,
+            message: message.into(),
+        }
+    }
+
+    /// The denial used when the ladder reaches "ask" and no approval callback exists.
+    pub fn no_callback(tool: &str) -> Self {
+        Self::new(
+            Stage::NoCallback,
+            format!("{tool} needs approval, and no approval callback is configured"),
+        )
+    }
 }
 
 /// The ladder's answer before any callback is consulted.
