@@ -146,6 +146,8 @@ impl SessionConfig {
                 ));
             }
         }
+        crate::permission::RuleSet::parse(&self.permission.allow, &self.permission.deny)
+            .map_err(|error| ConfigViolation::new("permission", error.to_string()))?;
         let metadata_size = serde_json::to_vec(&self.metadata).map_or(usize::MAX, |v| v.len());
         if metadata_size > MAX_METADATA_BYTES {
             return Err(ConfigViolation::new(
@@ -184,6 +186,15 @@ mod tests {
             (json!({"title": "t".repeat(201)}), "title"),
             (json!({"metadata": {"big": "x".repeat(17_000)}}), "metadata"),
             (json!([]), "(root)"),
+            (
+                json!({"permission": {"allow": ["Bash(git status:*"]}}),
+                "permission",
+            ),
+            (
+                json!({"permission": {"deny": ["WebFetch(domain:)"]}}),
+                "permission",
+            ),
+            (json!({"permission": {"deny": ["(x)"]}}), "permission"),
         ];
         for (body, field) in cases {
             let error = SessionConfig::from_json(body.clone()).unwrap_err();

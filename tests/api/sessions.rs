@@ -166,6 +166,7 @@ async fn invalid_configs_are_refused(app: TestApp) {
         ),
         (json!({"permission": {"mode": "sudo"}}), "permission.mode"),
         (json!({"permission": {"allow": "Read"}}), "permission.allow"),
+        (json!({"permission": {"deny": ["Bash(rm:*"]}}), "permission"),
     ];
     for (body, field) in cases {
         let response = app.post_json("/v1/sessions", &token, &body).await;

@@ -1,0 +1,183 @@
+//! Provider-visible context (N21, N22): which messages a model request sees.
+//!
+//! - **History** (stored, durable): every message of the session, append-only.
+//! - **Transcript** (stored, durable): the event log of everything that happened.
+//! - **Request view** (derived, never stored): what one request sends — by default the
+//!   messages from the last compaction boundary on, with tool_use/tool_result pairs whole.
+//!
+//! A [`ContextPolicy`] may replace the built-in behaviour: `pre` may change the history before
+//! each request, `view` (when it returns `Some`) fully decides the messages, and `reactive` may
+//! give one smaller view to retry after a context overflow. A custom policy disables the
+//! built-in compaction.
+
+use crate::message::{ContentBlock, Message, Role};
+use std::collections::HashSet;
+
+/// A pluggable compactor / context view.
+pub trait ContextPolicy: Send + Sync {
+    /// May rewrite the in-memory history before a request.
+    fn pre(&self, _history: &mut Vec<Message>) {}
+    /// The full request view, when this policy decides it.
+    fn view(&self, _history: &[Message]) -> Option<Vec<Message>> {
+        None
+    }
+    /// A view for the single retry after a context overflow.
+    fn reactive(&self, _history: &[Message]) -> Option<Vec<Message>> {
+        None
+    }
+}
+
+/// Rough token estimate used for the compaction threshold: four characters per token.
+pub fn estimate_tokens(messages: &[Message]) -> u64 {
+    let chars: usize = messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .map(|block| match block {
+            ContentBlock::Text { text } => text.len(),
+            ContentBlock::Thinking { thinking, .. } => thinking.len(),
+            ContentBlock::RedactedThinking { data } => data.len(),
+            ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
+            ContentBlock::ToolResult(result) => result.content.len(),
+        })
+        .sum();
+    (chars as u64).div_ceil(4)
+}
+
+/// Keeps tool_use/tool_result pairs whole: drops tool_result blocks whose tool_use is not in
+/// the view, and tool_use blocks with no result in a later message — except in the last
+/// assistant message, whose calls are being answered. Messages left empty are removed.
+pub fn pair_tool_blocks(messages: Vec<Message>) -> Vec<Message> {
+    let uses: HashSet<String> = messages
+        .iter()
+        .flat_map(|m| m.tool_uses().map(|(id, _, _)| id.to_owned()))
+        .collect();
+    let results: HashSet<String> = messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|block| match block {
+            ContentBlock::ToolResult(result) => Some(result.tool_use_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let last_assistant = messages.iter().rposition(|m| m.role == Role::Assistant);
+    messages
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, mut message)| {
+            let answering = Some(index) == last_assistant;
+            message.content.retain(|block| match block {
+                ContentBlock::ToolResult(result) => uses.contains(&result.tool_use_id),
+                ContentBlock::ToolUse { id, .. } => answering || results.contains(id),
+                _ => true,
+            });
+            (!message.content.is_empty()).then_some(message)
+        })
+        .collect()
+}
+
+/// The default request view: messages from the last compaction boundary on (the boundary
+/// index is into `history`), pairs whole.
+pub fn default_view(history: &[Message], boundary: usize) -> Vec<Message> {
+    pair_tool_blocks(history[boundary.min(history.len())..].to_vec())
+}
+
+/// Where the current run's messages start: the last user message that carries text and no
+/// tool results (the prompt, or an injected continuation). Everything before it can be
+/// summarised without splitting a pair.
+pub fn last_safe_cut(history: &[Message]) -> usize {
+    history
+        .iter()
+        .rposition(|m| {
+            m.role == Role::User
+                && m.content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::Text { .. }))
+                && !m
+                    .content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::ToolResult(_)))
+        })
+        .unwrap_or(0)
+}
+
+/// The text that opens a compaction boundary.
+pub fn summary_message(summary: &str) -> Message {
+    Message::user_text(format!(
+        "<conversation_summary>\nThe earlier conversation was compacted. Summary:\n{summary}\n</conversation_summary>"
+    ))
+}
+
+/// The instruction used to ask the provider for a summary.
+pub const SUMMARY_INSTRUCTION: &str = "Summarise the conversation above for your own later use: \
+     the user's goals, decisions made, facts learned from tool results, files touched, and \
+     open tasks. Be complete but concise. Answer with the summary only.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ToolResultBlock;
+    use serde_json::json;
+
+    fn use_msg(id: &str) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolUse {
+                id: id.into(),
+                name: "Read".into(),
+                input: json!({}),
+            }],
+        }
+    }
+
+    fn result_msg(id: &str) -> Message {
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::ToolResult(ToolResultBlock::ok(id, "x"))],
+        }
+    }
+
+    #[test]
+    fn view_starts_at_the_boundary_and_drops_orphan_results() {
+        let history = vec![
+            Message::user_text("old"),
+            use_msg("a"),
+            result_msg("a"),
+            Message::user_text("summary"),
+            use_msg("b"),
+            result_msg("b"),
+        ];
+        let view = default_view(&history, 3);
+        assert_eq!(view.len(), 3);
+        assert_eq!(view[0], Message::user_text("summary"));
+        // A boundary that would split a pair drops the orphan result instead of sending it.
+        let split = default_view(&history, 2);
+        assert_eq!(split[0], Message::user_text("summary"));
+    }
+
+    #[test]
+    fn unanswered_tool_uses_are_dropped_except_in_the_last_assistant_message() {
+        let history = vec![
+            Message::user_text("go"),
+            use_msg("a"),
+            Message::user_text("more"),
+            use_msg("b"),
+        ];
+        let view = pair_tool_blocks(history);
+        assert_eq!(view.len(), 3, "the stale unanswered call is gone");
+        assert_eq!(view[2], use_msg("b"));
+    }
+
+    #[test]
+    fn safe_cut_is_the_last_plain_user_message() {
+        let history = vec![
+            Message::user_text("p1"),
+            use_msg("a"),
+            result_msg("a"),
+            Message::user_text("p2"),
+            use_msg("b"),
+            result_msg("b"),
+        ];
+        assert_eq!(last_safe_cut(&history), 3);
+        assert!(estimate_tokens(&history) > 0);
+    }
+}
