@@ -205,7 +205,10 @@ enum Block {
     Tool {
         id: String,
         name: String,
+        /// Joined `input_json_delta` fragments.
         json: String,
+        /// A non-empty input sent whole in content_block_start.
+        initial: Option<Value>,
     },
     /// Block types this decoder does not surface (server tools, future types).
     Other,
@@ -281,12 +284,18 @@ impl AnthropicDecoder {
             "tool_use" => {
                 let id = text_of("id");
                 let name = text_of("name");
+                // Normally `{}` with the input streamed as deltas; some proxies send it whole.
+                let initial = match &block["input"] {
+                    Value::Object(map) if !map.is_empty() => Some(block["input"].clone()),
+                    _ => None,
+                };
                 self.blocks.insert(
                     index,
                     Block::Tool {
                         id: id.clone(),
                         name: name.clone(),
                         json: String::new(),
+                        initial,
                     },
                 );
                 vec![StreamItem::ToolUseStart { index, id, name }]
@@ -384,8 +393,16 @@ impl SseDecoder for AnthropicDecoder {
                 self.block_delta(index, &envelope.delta.unwrap_or_default())
             }
             "content_block_stop" => match self.blocks.remove(&index()?) {
-                Some(Block::Tool { id, name, json }) => {
-                    let input = parse_tool_input(&name, &json)?;
+                Some(Block::Tool {
+                    id,
+                    name,
+                    json,
+                    initial,
+                }) => {
+                    let input = match initial {
+                        Some(input) if json.trim().is_empty() => input,
+                        _ => parse_tool_input(&name, &json)?,
+                    };
                     Ok(vec![StreamItem::ToolUseDone {
                         index: index()?,
                         id,

@@ -181,3 +181,7 @@ where
         stop_reason,
     })
 }
+
+#[cfg(test)]
+#[path = "collect_tests.rs"]
+mod tests;
