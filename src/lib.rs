@@ -7,6 +7,7 @@ pub mod config;
 pub mod error;
 pub mod harness;
 pub mod ids;
+pub mod llm;
 pub mod message;
 pub mod permission;
 pub mod session_config;

@@ -1,0 +1,330 @@
+//! The deterministic scripted provider: the offline default and the demo/test model.
+//!
+//! A script is JSON:
+//! ```json
+//! { "turns": [
+//!     { "text": "Let me look.", "tool_calls": [ {"name": "Read", "input": {"file_path": "a"}} ] },
+//!     { "when_last_tool_result_contains": "No such file", "text": "It is missing." },
+//!     { "text": "It says: {{last_tool_result}}", "stop": "end_turn" }
+//! ] }
+//! ```
+//! The turn played is derived from the request alone, so playback is deterministic and survives
+//! restarts: with `k` = the number of assistant messages in the history, the first *reaction*
+//! turn (one with `when_last_tool_result_contains`) whose text occurs in the last tool result of
+//! the last message wins; otherwise the `k`-th *sequential* turn (one without) is played. A
+//! reaction therefore replaces the sequential turn at its position. Past the end of the script,
+//! a short end_turn text says so. `{{last_tool_result}}` and `{{last_user_text}}` are replaced
+//! in the text and in string values of tool inputs. Tool call ids are `toolu_scripted_{k}_{i}`.
+//! `stop` defaults to `tool_use` when the turn calls tools and `end_turn` otherwise.
+//!
+//! Without a script, every request is answered with one end_turn text turn echoing the last
+//! user text. Output streams as the same [`StreamItem`]s as the HTTP providers (several text
+//! deltas, tool input in fragments), with usage estimated at 4 characters per token.
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::{ItemStream, ModelRequest, Provider, ProviderError, StopReason, StreamItem, Usage};
+use crate::message::{ContentBlock, Role};
+
+/// Characters per text delta.
+const DELTA_CHARS: usize = 12;
+/// Characters per estimated token.
+const CHARS_PER_TOKEN: u64 = 4;
+
+/// A parsed script.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// The turns, sequential and reactions mixed, in order.
+    pub turns: Vec<ScriptTurn>,
+}
+
+/// One assistant turn of a script.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptTurn {
+    /// Makes this a reaction: played when the last tool result contains this text.
+    #[serde(default)]
+    pub when_last_tool_result_contains: Option<String>,
+    /// Reasoning streamed before the text.
+    #[serde(default)]
+    pub thinking: Option<String>,
+    /// Visible text (placeholders allowed).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Tool calls, in order.
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptToolCall>,
+    /// Stop reason in Anthropic spelling (`end_turn`, `tool_use`, `max_tokens`, …).
+    #[serde(default)]
+    pub stop: Option<String>,
+}
+
+/// One scripted tool call.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptToolCall {
+    /// Tool name.
+    pub name: String,
+    /// Tool input (`{}` when absent; placeholders allowed in strings).
+    #[serde(default = "empty_object")]
+    pub input: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+/// The scripted provider (see the module doc).
+#[derive(Clone, Debug, Default)]
+pub struct ScriptedProvider {
+    script: Option<Script>,
+}
+
+impl ScriptedProvider {
+    /// A provider playing `script`, or echoing when `None`. A malformed script is a
+    /// [`ProviderError::Config`].
+    pub fn new(script: Option<&Value>) -> Result<Self, ProviderError> {
+        let script = script
+            .map(|value| {
+                Script::deserialize(value)
+                    .map_err(|error| ProviderError::Config(format!("invalid script: {error}")))
+            })
+            .transpose()?;
+        Ok(Self { script })
+    }
+
+    /// The turn to play for `request`, placeholders not yet substituted.
+    fn choose(&self, request: &ModelRequest) -> ScriptTurn {
+        let context = Context::of(request);
+        let Some(script) = &self.script else {
+            return ScriptTurn {
+                when_last_tool_result_contains: None,
+                thinking: None,
+                text: Some(context.last_user_text.clone()),
+                tool_calls: vec![],
+                stop: Some("end_turn".into()),
+            };
+        };
+        if let Some(result) = &context.trailing_tool_result {
+            let reaction = script.turns.iter().find(|turn| {
+                turn.when_last_tool_result_contains
+                    .as_deref()
+                    .is_some_and(|needle| result.contains(needle))
+            });
+            if let Some(turn) = reaction {
+                return turn.clone();
+            }
+        }
+        let sequential = script
+            .turns
+            .iter()
+            .filter(|turn| turn.when_last_tool_result_contains.is_none())
+            .nth(context.assistant_turns);
+        match sequential {
+            Some(turn) => turn.clone(),
+            None => ScriptTurn {
+                when_last_tool_result_contains: None,
+                thinking: None,
+                text: Some(format!(
+                    "[scripted provider: the script has no turn {}]",
+                    context.assistant_turns
+                )),
+                tool_calls: vec![],
+                stop: Some("end_turn".into()),
+            },
+        }
+    }
+}
+
+/// What the script can see of a request.
+struct Context {
+    assistant_turns: usize,
+    /// The last tool result of the last message, when that message carries tool results.
+    trailing_tool_result: Option<String>,
+    last_tool_result: String,
+    last_user_text: String,
+}
+
+impl Context {
+    fn of(request: &ModelRequest) -> Self {
+        let assistant_turns = request
+            .messages
+            .iter()
+            .filter(|message| message.role == Role::Assistant)
+            .count();
+        let last_result_of = |content: &[ContentBlock]| {
+            content.iter().rev().find_map(|block| match block {
+                ContentBlock::ToolResult(result) => Some(result.content.clone()),
+                _ => None,
+            })
+        };
+        let trailing_tool_result = request
+            .messages
+            .last()
+            .filter(|message| message.role == Role::User)
+            .and_then(|message| last_result_of(&message.content));
+        let last_tool_result = request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|message| last_result_of(&message.content))
+            .unwrap_or_default();
+        let last_user_text = request
+            .messages
+            .iter()
+            .rev()
+            .filter(|message| message.role == Role::User)
+            .find_map(|message| {
+                let texts: Vec<&str> = message
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        ContentBlock::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                (!texts.is_empty()).then(|| texts.join("\n"))
+            })
+            .unwrap_or_default();
+        Self {
+            assistant_turns,
+            trailing_tool_result,
+            last_tool_result,
+            last_user_text,
+        }
+    }
+
+    fn fill(&self, text: &str) -> String {
+        text.replace("{{last_tool_result}}", &self.last_tool_result)
+            .replace("{{last_user_text}}", &self.last_user_text)
+    }
+
+    fn fill_value(&self, value: &Value) -> Value {
+        match value {
+            Value::String(text) => Value::String(self.fill(text)),
+            Value::Array(items) => Value::Array(items.iter().map(|v| self.fill_value(v)).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(key, v)| (key.clone(), self.fill_value(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+}
+
+/// Splits `text` into pieces of at most `size` characters.
+fn chunks(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars
+        .chunks(size.max(1))
+        .map(|piece| piece.iter().collect())
+        .collect()
+}
+
+fn estimate_tokens(chars: usize) -> u64 {
+    (chars as u64).div_ceil(CHARS_PER_TOKEN)
+}
+
+fn request_chars(request: &ModelRequest) -> usize {
+    let messages = serde_json::to_string(&request.messages).map_or(0, |s| s.len());
+    let tools = serde_json::to_string(&request.tools).map_or(0, |s| s.len());
+    request.system.as_deref().map_or(0, str::len) + messages + tools
+}
+
+/// The stream items of one scripted turn.
+fn play(turn: &ScriptTurn, request: &ModelRequest) -> Vec<StreamItem> {
+    let context = Context::of(request);
+    let mut items = Vec::new();
+    let mut output_chars = 0;
+    if let Some(thinking) = turn.thinking.as_deref().filter(|t| !t.is_empty()) {
+        output_chars += thinking.len();
+        items.extend(
+            chunks(thinking, DELTA_CHARS)
+                .into_iter()
+                .map(StreamItem::ThinkingDelta),
+        );
+        items.push(StreamItem::ThinkingSignature("scripted".into()));
+    }
+    if let Some(text) = turn.text.as_deref() {
+        let text = context.fill(text);
+        output_chars += text.len();
+        items.extend(
+            chunks(&text, DELTA_CHARS)
+                .into_iter()
+                .map(StreamItem::TextDelta),
+        );
+    }
+    for (i, call) in turn.tool_calls.iter().enumerate() {
+        let index = i;
+        let id = format!("toolu_scripted_{}_{i}", context.assistant_turns);
+        let input = context.fill_value(&call.input);
+        let json = input.to_string();
+        output_chars += json.len() + call.name.len();
+        items.push(StreamItem::ToolUseStart {
+            index,
+            id: id.clone(),
+            name: call.name.clone(),
+        });
+        let half = json.chars().count().div_ceil(2);
+        for partial_json in chunks(&json, half) {
+            items.push(StreamItem::ToolUseInputDelta {
+                index,
+                partial_json,
+            });
+        }
+        items.push(StreamItem::ToolUseDone {
+            index,
+            id,
+            name: call.name.clone(),
+            input,
+        });
+    }
+    let stop = match turn.stop.as_deref() {
+        Some(reason) => StopReason::from_anthropic(reason),
+        None if turn.tool_calls.is_empty() => StopReason::EndTurn,
+        None => StopReason::ToolUse,
+    };
+    items.push(StreamItem::Usage(Usage {
+        input_tokens: estimate_tokens(request_chars(request)),
+        output_tokens: estimate_tokens(output_chars).max(1),
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
+    }));
+    items.push(StreamItem::Stop(stop));
+    items
+}
+
+#[async_trait]
+impl Provider for ScriptedProvider {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ItemStream, ProviderError> {
+        if cancel.is_cancelled() {
+            return Err(ProviderError::Cancelled);
+        }
+        let items = play(&self.choose(request), request);
+        let cancel = cancel.clone();
+        let stream = async_stream::stream! {
+            for item in items {
+                if cancel.is_cancelled() {
+                    yield Err(ProviderError::Cancelled);
+                    return;
+                }
+                yield Ok(item);
+            }
+        };
+        Ok(stream.boxed())
+    }
+}

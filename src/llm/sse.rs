@@ -1,0 +1,101 @@
+//! Server-sent events over a reqwest response body (parsed by `eventsource-stream`), driven
+//! through a wire-format [`SseDecoder`] into [`StreamItem`]s.
+//!
+//! Transport failures after the response began are [`ProviderError::StreamDropped`] (never
+//! retried, N20); cancellation ends the stream with [`ProviderError::Cancelled`]; reading stops
+//! as soon as the decoder has seen its terminal event.
+
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::{ItemStream, ProviderError, StreamItem};
+
+/// Turns one wire format's events into stream items.
+pub trait SseDecoder: Send + 'static {
+    /// Handles one event; may produce any number of items.
+    fn on_event(&mut self, event: &Event) -> Result<Vec<StreamItem>, ProviderError>;
+    /// Whether the terminal event was seen (nothing more is read).
+    fn is_done(&self) -> bool;
+    /// The body ended before [`SseDecoder::is_done`]: flush what is complete or report a drop.
+    fn on_end(&mut self) -> Result<Vec<StreamItem>, ProviderError>;
+}
+
+/// Decodes the SSE body of `response` with `decoder`.
+pub fn decode<D: SseDecoder>(
+    response: reqwest::Response,
+    cancel: CancellationToken,
+    mut decoder: D,
+) -> ItemStream {
+    let stream = async_stream::stream! {
+        let mut events = response.bytes_stream().eventsource();
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = cancel.cancelled() => {
+                    yield Err(ProviderError::Cancelled);
+                    return;
+                }
+                next = events.next() => next,
+            };
+            let ended = next.is_none();
+            let produced = match next {
+                Some(Ok(event)) => decoder.on_event(&event),
+                Some(Err(EventStreamError::Transport(error))) => {
+                    Err(ProviderError::StreamDropped(error_text(&error)))
+                }
+                Some(Err(EventStreamError::Utf8(error))) => {
+                    Err(ProviderError::Decode(error.to_string()))
+                }
+                Some(Err(EventStreamError::Parser(error))) => {
+                    Err(ProviderError::Decode(error.to_string()))
+                }
+                None => decoder.on_end(),
+            };
+            match produced {
+                Ok(items) => {
+                    for item in items {
+                        yield Ok(item);
+                    }
+                }
+                Err(error) => {
+                    yield Err(error);
+                    return;
+                }
+            }
+            if ended || decoder.is_done() {
+                return;
+            }
+        }
+    };
+    stream.boxed()
+}
+
+fn error_text(error: &reqwest::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+/// Parses the joined input fragments of one tool call: empty input is `{}`, malformed JSON is
+/// a [`ProviderError::Decode`].
+pub fn parse_tool_input(name: &str, joined: &str) -> Result<Value, ProviderError> {
+    if joined.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    serde_json::from_str(joined).map_err(|error| {
+        ProviderError::Decode(format!("tool `{name}` input is not valid JSON: {error}"))
+    })
+}
+
+/// Parses an event's data as JSON.
+pub fn parse_data<T: serde::de::DeserializeOwned>(event: &Event) -> Result<T, ProviderError> {
+    serde_json::from_str(&event.data)
+        .map_err(|error| ProviderError::Decode(format!("bad `{}` event: {error}", event.event)))
+}
