@@ -56,6 +56,7 @@ impl HookEventName {
         }
     }
 
+    /// The event name as configured and sent (`PreToolUse`, …).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::PreToolUse => "PreToolUse",
@@ -135,6 +136,7 @@ pub enum HookPayload {
 }
 
 impl HookPayload {
+    /// Which event this payload belongs to.
     pub fn event_name(&self) -> HookEventName {
         match self {
             Self::PreToolUse { .. } => HookEventName::PreToolUse,
@@ -164,6 +166,7 @@ impl HookPayload {
 }
 
 impl HookEvent {
+    /// Which event this is.
     pub fn event_name(&self) -> HookEventName {
         self.payload.event_name()
     }
@@ -204,6 +207,7 @@ impl HookResponse {
         Self::default()
     }
 
+    /// Block (see [`HookDecision::Block`]) with a reason.
     pub fn block(reason: impl Into<String>) -> Self {
         Self {
             decision: HookDecision::Block,
@@ -212,6 +216,7 @@ impl HookResponse {
         }
     }
 
+    /// Hard prevent (see [`HookDecision::Prevent`]) with a reason.
     pub fn prevent(reason: impl Into<String>) -> Self {
         Self {
             decision: HookDecision::Prevent,
@@ -220,6 +225,7 @@ impl HookResponse {
         }
     }
 
+    /// Go on with a replacement input.
     pub fn rewrite(input: Value) -> Self {
         Self {
             updated_input: Some(input),
@@ -227,6 +233,7 @@ impl HookResponse {
         }
     }
 
+    /// Adds context for the model.
     pub fn with_context(mut self, text: impl Into<String>) -> Self {
         self.additional_context = Some(text.into());
         self
@@ -256,6 +263,7 @@ pub enum HookError {
 /// A hook: in-process (Rust) or remote. Must be safe to call concurrently.
 #[async_trait]
 pub trait Hook: Send + Sync + 'static {
+    /// Answers one event. An `Err` is a hook failure, handled by the hook's failure policy.
     async fn handle(&self, event: &HookEvent) -> Result<HookResponse, HookError>;
 
     /// Whether this hook can serve `event` (configuring it for another event reports

@@ -51,6 +51,7 @@ impl RemoteHook {
         })
     }
 
+    /// The URL events are posted to.
     pub fn url(&self) -> &url::Url {
         &self.url
     }

@@ -73,18 +73,21 @@ impl HookRegistration {
         }
     }
 
+    /// Restricts a tool event to one tool name (`*` for all).
     #[must_use]
     pub fn matcher(mut self, matcher: impl Into<String>) -> Self {
         self.matcher = Some(matcher.into());
         self
     }
 
+    /// Sets the per-hook timeout.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
+    /// Sets the failure policy.
     #[must_use]
     pub fn failure(mut self, policy: FailurePolicy) -> Self {
         self.failure = policy;
@@ -163,6 +166,7 @@ pub struct HookRunner {
 }
 
 impl HookRunner {
+    /// An empty runner: every event passes.
     pub fn new() -> Self {
         Self::default()
     }
@@ -337,6 +341,7 @@ pub struct HookCatalog {
 }
 
 impl HookCatalog {
+    /// An empty catalog.
     pub fn new() -> Self {
         Self::default()
     }
@@ -346,6 +351,7 @@ impl HookCatalog {
         self.hooks.insert(name.into(), hook);
     }
 
+    /// The hook registered under `name`.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Hook>> {
         self.hooks.get(name).cloned()
     }

@@ -51,6 +51,7 @@ pub struct ToolBuilder {
 }
 
 impl ToolBuilder {
+    /// A builder with every security property at its closed default.
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
@@ -67,6 +68,7 @@ impl ToolBuilder {
         }
     }
 
+    /// What the tool does, as the model reads it.
     pub fn description(mut self, text: impl Into<String>) -> Self {
         self.description = text.into();
         self
@@ -90,6 +92,7 @@ impl ToolBuilder {
         self
     }
 
+    /// Whether the tool never changes anything (for every input).
     pub fn read_only(mut self, yes: bool) -> Self {
         self.read_only = Arc::new(move |_| yes);
         self
@@ -101,6 +104,7 @@ impl ToolBuilder {
         self
     }
 
+    /// Whether calls may run alongside others (for every input).
     pub fn concurrency_safe(mut self, yes: bool) -> Self {
         self.concurrency_safe = Arc::new(move |_| yes);
         self
@@ -121,6 +125,7 @@ impl ToolBuilder {
         self
     }
 
+    /// The tool's own permission decision (for every input).
     pub fn self_decision(mut self, decision: SelfDecision) -> Self {
         self.self_decision = Arc::new(move |_| decision);
         self

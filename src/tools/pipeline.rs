@@ -38,6 +38,7 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 /// session's mode, rules, grants and workspace (build the `ToolFacts` with [`tool_facts`]);
 /// any `Fn(&dyn Tool, &Value) -> Verdict` is a gate too.
 pub trait PermissionGate: Send + Sync {
+    /// The ladder's verdict for this tool and input.
     fn evaluate(&self, tool: &dyn Tool, input: &Value) -> Verdict;
 }
 
@@ -87,6 +88,7 @@ pub enum ApprovalAnswer {
 /// The approval callback consulted when the ladder answers `Ask`.
 #[async_trait]
 pub trait Approver: Send + Sync {
+    /// Answers one request (may wait for a human or a policy service).
     async fn decide(&self, request: ApprovalRequest) -> ApprovalAnswer;
 }
 
@@ -168,34 +170,40 @@ impl Pipeline {
         }
     }
 
+    /// Consults `approver` when the ladder answers `Ask`.
     #[must_use]
     pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.approver = Some(approver);
         self
     }
 
+    /// Runs these hooks (PreToolUse, PostToolUse, PostToolUseFailure).
     #[must_use]
     pub fn with_hooks(mut self, hooks: HookRunner) -> Self {
         self.hooks = hooks;
         self
     }
 
+    /// Caps output with this policy.
     #[must_use]
     pub fn with_output_policy(mut self, policy: OutputPolicy) -> Self {
         self.output = policy;
         self
     }
 
+    /// Bounds each call (`TOOL_TIMEOUT` after it).
     #[must_use]
     pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
     }
 
+    /// The tools this pipeline runs.
     pub fn registry(&self) -> &ToolRegistry {
         &self.registry
     }
 
+    /// The hooks this pipeline runs.
     pub fn hooks(&self) -> &HookRunner {
         &self.hooks
     }

@@ -84,6 +84,7 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 }
 
 impl ToolRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -189,10 +190,12 @@ impl ToolRegistry {
         self.table.order.iter().map(String::as_str)
     }
 
+    /// How many tools are registered (visible and deferred).
     pub fn len(&self) -> usize {
         self.table.order.len()
     }
 
+    /// True when no tool is registered.
     pub fn is_empty(&self) -> bool {
         self.table.order.is_empty()
     }
