@@ -7,6 +7,7 @@
 //! - [`ledger`] records model and tool actions per run and computes usage from them (N18).
 
 pub mod context;
+pub mod engine;
 pub mod ledger;
 pub mod scheduler;
 pub mod turn;

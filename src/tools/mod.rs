@@ -149,3 +149,10 @@ pub trait Tool: Send + Sync + 'static {
 
 /// A shared handle to a tool.
 pub type DynTool = Arc<dyn Tool>;
+
+pub mod builder;
+pub mod gate;
+pub mod output;
+pub mod pipeline;
+pub mod registry;
+pub mod schema;

@@ -1,0 +1,475 @@
+//! The agent loop (N16–N22): request → stream → tools → decide → … → terminal.
+//!
+//! The engine is independent of storage and HTTP. Its [`LoopHost`] persists what it produces
+//! (messages and events, persist-then-publish), runs tool calls through the pipeline, runs Stop
+//! hooks and reports background-task notifications. Every continue and terminal reason is a
+//! recorded `continue` / `terminal` event. Usage comes from the run's action ledger.
+
+use crate::harness::context::{
+    self, ContextPolicy, SUMMARY_INSTRUCTION, estimate_tokens, last_safe_cut, summary_message,
+};
+use crate::harness::ledger::{RunLedger, Usage};
+use crate::harness::scheduler::{PendingCall, Scheduler, SchedulerEvent};
+use crate::harness::turn::{
+    AfterResponse, ContinueReason, RequestFailure, Step, StopHookOutcome, TerminalReason,
+    TurnLimits, next_step, stop_hooks_needed, token_budget_nudge,
+};
+use crate::llm::{self, AssistantTurn, ModelRequest, Provider, ProviderError, StopReason, StreamItem, ToolSpec};
+use crate::message::{ContentBlock, Message, Role, ToolResultBlock};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+/// A failure of the host (the store), which ends the run.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HostError(pub String);
+
+/// A message to append to history.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryAppend {
+    pub message: Message,
+    /// Starts a new request view (built-in compaction writes one).
+    pub compaction_boundary: bool,
+}
+
+/// A transcript event: its type and JSON payload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoopEvent {
+    pub kind: &'static str,
+    pub payload: Value,
+}
+
+impl LoopEvent {
+    pub fn new(kind: &'static str, payload: Value) -> Self {
+        Self { kind, payload }
+    }
+}
+
+/// What the loop needs from its surroundings.
+#[async_trait]
+pub trait LoopHost: Send + Sync + 'static {
+    /// A transient event (text deltas, tool progress). Ordered after everything emitted or
+    /// committed before it; durable at the latest with the next `commit`.
+    fn emit(&self, event: LoopEvent);
+    /// Durably appends history and events in one transaction, then publishes the events.
+    async fn commit(&self, messages: Vec<HistoryAppend>, events: Vec<LoopEvent>) -> Result<(), HostError>;
+    /// The tools offered to the model.
+    fn tool_specs(&self) -> Vec<ToolSpec>;
+    /// Scheduling metadata of one call (unknown tools are exclusive).
+    fn is_concurrency_safe(&self, name: &str, input: &Value) -> bool;
+    /// Runs one call through the tool pipeline; always returns the paired result.
+    async fn execute_tool(&self, call: PendingCall, cancel: CancellationToken) -> ToolResultBlock;
+    /// Runs the Stop hooks on the final assistant message.
+    async fn stop_hooks(&self, _last: &Message) -> StopHookOutcome {
+        StopHookOutcome::None
+    }
+    /// Background-task notifications waiting to be delivered.
+    fn pending_task_notifications(&self) -> u32 {
+        0
+    }
+    /// Takes the waiting notifications (their texts).
+    fn take_task_notifications(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Settings of one run.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub model: String,
+    pub system: Option<String>,
+    pub max_tokens: u32,
+    /// The output limit used by a max-output recovery request.
+    pub recovery_max_tokens: u32,
+    pub limits: TurnLimits,
+    pub max_concurrency: usize,
+    /// Built-in compaction threshold (estimated tokens of the request view); `None` disables it.
+    pub compaction_threshold: Option<u64>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            model: String::new(),
+            system: None,
+            max_tokens: 4096,
+            recovery_max_tokens: 16_384,
+            limits: TurnLimits::default(),
+            max_concurrency: crate::harness::scheduler::DEFAULT_MAX_CONCURRENCY,
+            compaction_threshold: Some(150_000),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunOutcome {
+    pub terminal: TerminalReason,
+    pub usage: Usage,
+    pub main_turns: u32,
+}
+
+/// One run of the loop over a session's history.
+pub struct Engine {
+    pub provider: Arc<dyn Provider>,
+    pub host: Arc<dyn LoopHost>,
+    pub config: EngineConfig,
+    /// A custom context policy; disables built-in compaction.
+    pub policy: Option<Arc<dyn ContextPolicy>>,
+}
+
+/// The loop's view of history: messages and the index of the last compaction boundary.
+pub struct RunHistory {
+    pub messages: Vec<Message>,
+    pub boundary: usize,
+}
+
+impl Engine {
+    /// Runs until a terminal reason. `history` holds the session's messages (the new prompt
+    /// already appended and committed by the caller).
+    pub async fn run(
+        &self,
+        mut history: RunHistory,
+        ledger: &mut RunLedger,
+        cancel: CancellationToken,
+    ) -> Result<RunOutcome, HostError> {
+        let mut state = AfterResponse {
+            main_turns: 1,
+            ..AfterResponse::default()
+        };
+        let mut reason: Option<ContinueReason> = None;
+        let mut reactive_view: Option<Vec<Message>> = None;
+        let mut request_index: u32 = 0;
+        loop {
+            request_index += 1;
+            state.cancelled = cancel.is_cancelled();
+            if state.cancelled {
+                return self.finish(TerminalReason::Cancelled, ledger, &state).await;
+            }
+            if self.policy.is_none() && reactive_view.is_none() {
+                self.maybe_compact(&mut history, ledger, false, &cancel).await?;
+            }
+            let messages = match reactive_view.take() {
+                Some(view) => view,
+                None => self.request_view(&mut history),
+            };
+            let max_tokens = if matches!(reason, Some(ContinueReason::MaxOutputRecovery)) {
+                self.config.recovery_max_tokens
+            } else {
+                self.config.max_tokens
+            };
+            let request = ModelRequest {
+                model: self.config.model.clone(),
+                system: self.config.system.clone(),
+                messages,
+                tools: self.host.tool_specs(),
+                max_tokens,
+                temperature: None,
+            };
+            self.host.emit(LoopEvent::new(
+                "model_request",
+                json!({ "request": request_index, "main_turn": state.main_turns,
+                        "reason": reason.as_ref().map(ContinueReason::code),
+                        "messages": request.messages.len() }),
+            ));
+            let (turn, results) = self.call_model(&request, &cancel).await;
+            // Per-response facts start fresh; run-wide counters carry over.
+            state.had_tool_use = false;
+            state.stop_reason_was_max_tokens = false;
+            state.context_overflow = false;
+            state.failure = None;
+            state.stop_hook = StopHookOutcome::None;
+            state.cancelled = cancel.is_cancelled();
+            let mut last_assistant = None;
+            match turn {
+                Ok(turn) => {
+                    ledger.record_model_call(turn.usage.input_tokens + turn.usage.cache_read_tokens + turn.usage.cache_write_tokens, turn.usage.output_tokens);
+                    state.had_tool_use = turn.message.tool_uses().next().is_some();
+                    state.stop_reason_was_max_tokens = turn.stop_reason == StopReason::MaxTokens;
+                    let mut appends = vec![HistoryAppend { message: turn.message.clone(), compaction_boundary: false }];
+                    let mut events = vec![LoopEvent::new(
+                        "assistant_message",
+                        json!({ "message": turn.message, "stop_reason": turn.stop_reason, "usage": turn.usage }),
+                    )];
+                    history.messages.push(turn.message.clone());
+                    if state.had_tool_use {
+                        let paired = pair_results(&turn.message, results, state.cancelled);
+                        for result in &paired {
+                            ledger.record_tool_call(tool_name(&turn.message, &result.tool_use_id), !result.is_error);
+                        }
+                        let results_message = Message {
+                            role: Role::User,
+                            content: paired.into_iter().map(ContentBlock::ToolResult).collect(),
+                        };
+                        history.messages.push(results_message.clone());
+                        appends.push(HistoryAppend { message: results_message, compaction_boundary: false });
+                        events.push(LoopEvent::new("tool_results", json!({ "count": appends[1].message.content.len() })));
+                    }
+                    self.host.commit(appends, events).await?;
+                    last_assistant = Some(turn.message);
+                }
+                Err(ProviderError::ContextOverflow(message)) => {
+                    state.context_overflow = true;
+                    self.host.emit(LoopEvent::new("provider_error", json!({ "code": "CONTEXT_OVERFLOW", "message": message })));
+                }
+                Err(ProviderError::Cancelled) => state.cancelled = true,
+                Err(error) => {
+                    state.failure = Some(RequestFailure { code: error.code().to_owned(), message: error.to_string() });
+                }
+            }
+            state.tokens_used = ledger.usage().total_tokens();
+            state.pending_task_notifications = self.host.pending_task_notifications();
+            if stop_hooks_needed(&state, &self.config.limits) {
+                if let Some(last) = &last_assistant {
+                    state.stop_hook = self.host.stop_hooks(last).await;
+                }
+            }
+            match next_step(&state, &self.config.limits) {
+                Step::Terminal(terminal) => return self.finish(terminal, ledger, &state).await,
+                Step::Continue(next) => {
+                    let injected = self.continuation(&next, &mut state, &mut history, &mut reactive_view, ledger, &cancel).await?;
+                    let mut appends = Vec::new();
+                    if let Some(text) = injected {
+                        let message = Message::user_text(text);
+                        history.messages.push(message.clone());
+                        appends.push(HistoryAppend { message, compaction_boundary: false });
+                    }
+                    self.host.commit(appends, vec![LoopEvent::new("continue", serde_json::to_value(&next).unwrap_or(Value::Null))]).await?;
+                    reason = Some(next);
+                }
+            }
+        }
+    }
+
+    /// Applies a continue reason's bookkeeping; returns the text to inject, if any.
+    async fn continuation(
+        &self,
+        next: &ContinueReason,
+        state: &mut AfterResponse,
+        history: &mut RunHistory,
+        reactive_view: &mut Option<Vec<Message>>,
+        ledger: &mut RunLedger,
+        cancel: &CancellationToken,
+    ) -> Result<Option<String>, HostError> {
+        Ok(match next {
+            ContinueReason::ToolTurn => {
+                state.main_turns += 1;
+                None
+            }
+            ContinueReason::ReactiveCompactRetry => {
+                state.reactive_retry_used = true;
+                *reactive_view = Some(match &self.policy {
+                    Some(policy) => policy.reactive(&history.messages).unwrap_or_else(|| self.request_view(history)),
+                    None => {
+                        self.maybe_compact(history, ledger, true, cancel).await?;
+                        self.request_view(history)
+                    }
+                });
+                None
+            }
+            ContinueReason::MaxOutputRecovery => {
+                state.recoveries_used += 1;
+                Some("Your previous response was cut off at the output limit. Continue exactly where it stopped, without repeating anything.".into())
+            }
+            ContinueReason::StopHookBlocking { reason } => {
+                state.stop_hook_blocks_used += 1;
+                Some(format!("A stop hook asked you to continue: {reason}"))
+            }
+            ContinueReason::TokenBudgetContinuation => {
+                state.budget_nudged = true;
+                Some(token_budget_nudge(state.tokens_used, self.config.limits.token_budget.unwrap_or_default()))
+            }
+            ContinueReason::TaskNotification => {
+                let notes = self.host.take_task_notifications();
+                Some(format!("Background tasks reported:\n{}", notes.join("\n")))
+            }
+        })
+    }
+
+    async fn finish(&self, terminal: TerminalReason, ledger: &RunLedger, state: &AfterResponse) -> Result<RunOutcome, HostError> {
+        let usage = ledger.usage();
+        self.host
+            .commit(
+                vec![],
+                vec![
+                    LoopEvent::new("usage", serde_json::to_value(usage).unwrap_or(Value::Null)),
+                    LoopEvent::new("terminal", serde_json::to_value(&terminal).unwrap_or(Value::Null)),
+                ],
+            )
+            .await?;
+        Ok(RunOutcome { terminal, usage, main_turns: state.main_turns })
+    }
+
+    fn request_view(&self, history: &mut RunHistory) -> Vec<Message> {
+        if let Some(policy) = &self.policy {
+            policy.pre(&mut history.messages);
+            if let Some(view) = policy.view(&history.messages) {
+                return view;
+            }
+        }
+        context::default_view(&history.messages, history.boundary)
+    }
+
+    /// Built-in compaction: when the view passes the threshold (or `force`), summarise the
+    /// messages before the current run through the provider and start a new view with the
+    /// summary followed by the current run's messages.
+    async fn maybe_compact(
+        &self,
+        history: &mut RunHistory,
+        ledger: &mut RunLedger,
+        force: bool,
+        cancel: &CancellationToken,
+    ) -> Result<(), HostError> {
+        let Some(threshold) = self.config.compaction_threshold else {
+            return Ok(());
+        };
+        let view = context::default_view(&history.messages, history.boundary);
+        let tokens_before = estimate_tokens(&view);
+        if !force && tokens_before <= threshold {
+            return Ok(());
+        }
+        let cut = last_safe_cut(&history.messages).max(history.boundary);
+        if cut <= history.boundary {
+            return Ok(()); // nothing before the current run to summarise
+        }
+        let mut older = context::default_view(&history.messages[..cut], history.boundary);
+        older.push(Message::user_text(SUMMARY_INSTRUCTION));
+        let request = ModelRequest {
+            model: self.config.model.clone(),
+            system: None,
+            messages: older,
+            tools: vec![],
+            max_tokens: self.config.max_tokens,
+            temperature: None,
+        };
+        let summary = match self.provider.stream(&request, cancel).await {
+            Ok(stream) => llm::collect(stream, |_| {}).await,
+            Err(error) => Err(error),
+        };
+        let summary = match summary {
+            Ok(turn) => {
+                ledger.record_model_call(turn.usage.input_tokens, turn.usage.output_tokens);
+                text_of(&turn.message)
+            }
+            Err(error) => {
+                // Compaction is an optimisation: on failure the request goes out uncompacted.
+                self.host.emit(LoopEvent::new("compaction_failed", json!({ "code": error.code(), "message": error.to_string() })));
+                return Ok(());
+            }
+        };
+        let kept: Vec<Message> = history.messages[cut..].to_vec();
+        let mut appends = vec![HistoryAppend { message: summary_message(&summary), compaction_boundary: true }];
+        appends.extend(kept.iter().map(|message| HistoryAppend { message: message.clone(), compaction_boundary: false }));
+        let new_boundary = history.messages.len();
+        history.messages.extend(appends.iter().map(|a| a.message.clone()));
+        history.boundary = new_boundary;
+        let tokens_after = estimate_tokens(&context::default_view(&history.messages, history.boundary));
+        self.host
+            .commit(appends, vec![LoopEvent::new("compaction", json!({ "summarized_messages": cut, "tokens_before": tokens_before, "tokens_after": tokens_after, "forced": force }))])
+            .await
+    }
+
+    /// Streams one response while the scheduler starts its tool calls as they complete.
+    async fn call_model(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+    ) -> (Result<AssistantTurn, ProviderError>, Vec<ToolResultBlock>) {
+        let stream = tokio::select! {
+            opened = self.provider.stream(request, cancel) => opened,
+            () = cancel.cancelled() => Err(ProviderError::Cancelled),
+        };
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(error) => return (Err(error), Vec::new()),
+        };
+        let (calls_tx, calls_rx) = tokio::sync::mpsc::unbounded_channel::<PendingCall>();
+        let tools_cancel = cancel.child_token();
+        let host = self.host.clone();
+        let collecting = async {
+            let calls_tx = calls_tx;
+            let result = tokio::select! {
+                turn = llm::collect(stream, |item| match item {
+                    StreamItem::TextDelta(text) => host.emit(LoopEvent::new("assistant_delta", json!({ "text": text }))),
+                    StreamItem::ToolUseDone { id, name, input, .. } => {
+                        host.emit(LoopEvent::new("tool_call", json!({ "tool_use_id": id, "name": name, "input": input })));
+                        let _ = calls_tx.send(PendingCall {
+                            tool_use_id: id.clone(),
+                            name: name.clone(),
+                            input: input.clone(),
+                            concurrency_safe: host.is_concurrency_safe(name, input),
+                        });
+                    }
+                    _ => {}
+                }) => turn,
+                () = cancel.cancelled() => Err(ProviderError::Cancelled),
+            };
+            if result.is_err() {
+                // No assistant message will pair these calls: stop them.
+                tools_cancel.cancel();
+            }
+            result
+        };
+        let exec_host = self.host.clone();
+        let exec_cancel = tools_cancel.clone();
+        let event_host = self.host.clone();
+        let scheduler = Scheduler::new(self.config.max_concurrency);
+        let running = scheduler.run(
+            UnboundedReceiverStream::new(calls_rx),
+            move |call| {
+                let host = exec_host.clone();
+                let cancel = exec_cancel.clone();
+                async move { host.execute_tool(call, cancel).await }
+            },
+            move |event| match event {
+                SchedulerEvent::Started { tool_use_id } => {
+                    event_host.emit(LoopEvent::new("tool_started", json!({ "tool_use_id": tool_use_id })));
+                }
+                SchedulerEvent::Finished { tool_use_id, result } => {
+                    event_host.emit(LoopEvent::new("tool_result", json!({ "tool_use_id": tool_use_id, "result": result })));
+                }
+            },
+            tools_cancel.clone(),
+        );
+        tokio::join!(collecting, running)
+    }
+}
+
+/// Results in the order of the assistant's tool_use blocks; a call the scheduler never saw
+/// gets a synthetic CANCELLED result so every tool_use stays paired (N4, N14).
+fn pair_results(message: &Message, mut results: Vec<ToolResultBlock>, cancelled: bool) -> Vec<ToolResultBlock> {
+    message
+        .tool_uses()
+        .map(|(id, _, _)| match results.iter().position(|r| r.tool_use_id == id) {
+            Some(index) => results.swap_remove(index),
+            None => ToolResultBlock::error(
+                id,
+                crate::tools::codes::CANCELLED,
+                if cancelled { "The run was cancelled before this call ran." } else { "This call was not executed." },
+            ),
+        })
+        .collect()
+}
+
+fn tool_name(message: &Message, tool_use_id: &str) -> String {
+    message
+        .tool_uses()
+        .find(|(id, _, _)| *id == tool_use_id)
+        .map(|(_, name, _)| name.to_owned())
+        .unwrap_or_default()
+}
+
+fn text_of(message: &Message) -> String {
+    message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("")
+}

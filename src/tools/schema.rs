@@ -1,0 +1,107 @@
+//! Tool input schemas (D1): compiled once at registration with the `jsonschema` crate (full
+//! JSON Schema: enum, bounds, pattern, additionalProperties, nested objects and arrays, and
+//! formats with format checking ON), then used before every call. A failure lists every
+//! failing field (its instance path) and why, so the model can fix its call.
+
+use serde_json::Value;
+use std::fmt;
+
+/// How many violations one error text lists at most.
+const MAX_LISTED: usize = 20;
+
+/// Why a schema could not be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    #[error("input schema root must be an object with \"type\": \"object\"")]
+    NotAnObjectSchema,
+    #[error("invalid input schema: {message} (at schema path `{schema_path}`)")]
+    Invalid {
+        message: String,
+        schema_path: String,
+    },
+}
+
+/// One failing field of an input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldViolation {
+    /// JSON Pointer to the failing value (`""` for the whole input).
+    pub instance_path: String,
+    /// Why it failed; never echoes the value itself (inputs may be large or secret).
+    pub message: String,
+}
+
+/// Every failing field of one input (at most a bounded number are kept, `total` counts all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaViolations {
+    pub violations: Vec<FieldViolation>,
+    /// How many violations were found in all.
+    pub total: usize,
+}
+
+impl fmt::Display for SchemaViolations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "input does not match the tool's input schema:")?;
+        for violation in &self.violations {
+            let path = if violation.instance_path.is_empty() {
+                "(input)"
+            } else {
+                violation.instance_path.as_str()
+            };
+            write!(f, "\n- {path}: {}", violation.message)?;
+        }
+        if self.total > self.violations.len() {
+            write!(f, "\n- … and {} more", self.total - self.violations.len())?;
+        }
+        write!(
+            f,
+            "\nCall the tool again with input that matches the schema."
+        )
+    }
+}
+
+/// A compiled input schema. Validation is allocation-free when the input is valid.
+#[derive(Debug)]
+pub struct CompiledSchema {
+    validator: jsonschema::Validator,
+}
+
+impl CompiledSchema {
+    /// Compiles `schema` (checked against its meta-schema, offline: remote `$ref`s are errors).
+    pub fn compile(schema: &Value) -> Result<Self, SchemaError> {
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(SchemaError::NotAnObjectSchema);
+        }
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .offline()
+            .build(schema)
+            .map_err(|error| SchemaError::Invalid {
+                message: error.masked().to_string(),
+                schema_path: error.instance_path().to_string(),
+            })?;
+        Ok(Self { validator })
+    }
+
+    /// Validates one input.
+    pub fn validate(&self, input: &Value) -> Result<(), SchemaViolations> {
+        if self.validator.is_valid(input) {
+            return Ok(());
+        }
+        let mut violations = Vec::new();
+        let mut total = 0;
+        for error in self.validator.iter_errors(input) {
+            total += 1;
+            if violations.len() < MAX_LISTED {
+                violations.push(FieldViolation {
+                    instance_path: error.instance_path().to_string(),
+                    message: error.masked_with("the value").to_string(),
+                });
+            }
+        }
+        Err(SchemaViolations { violations, total })
+    }
+}
+
+#[cfg(test)]
+#[path = "schema_tests.rs"]
+mod tests;
