@@ -3,4 +3,6 @@
 pub mod ids;
 pub mod message;
 pub mod permission;
+pub mod sandbox;
 pub mod tools;
+pub mod workspace;
