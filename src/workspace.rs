@@ -238,15 +238,18 @@ impl Workspace {
             .file_name()
             .ok_or_else(|| ToolError::new(codes::PATH_INVALID, "path names no file"))?;
         let parent = rel.parent().unwrap_or(Path::new(""));
-        if !parent.as_os_str().is_empty() {
-            self.dir
-                .create_dir_all(parent)
-                .map_err(|e| map_io(e, &display))?;
-        }
-        let parent_dir = self
-            .dir
-            .open_dir(dot_if_empty(parent))
-            .map_err(|e| map_io(e, &display))?;
+        let parent_dir = match self.dir.open_dir(dot_if_empty(parent)) {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.dir
+                    .create_dir_all(parent)
+                    .map_err(|e| map_io(e, &display))?;
+                self.dir
+                    .open_dir(parent)
+                    .map_err(|e| map_io(e, &display))?
+            }
+            Err(e) => return Err(map_io(e, &display)),
+        };
         match parent_dir.symlink_metadata(name) {
             Ok(meta) if meta.is_dir() => {
                 return Err(ToolError::new(
@@ -372,6 +375,11 @@ pub fn map_io(e: io::Error, display: &str) -> ToolError {
                 format!("{display} resolves outside the session workspace or is not accessible"),
             )
         }
+        // cap-std's own escape check reports PermissionDenied without an OS code.
+        _ if e.kind() == io::ErrorKind::PermissionDenied => ToolError::new(
+            codes::PATH_OUTSIDE_WORKSPACE,
+            format!("{display} resolves outside the session workspace"),
+        ),
         _ if e.kind() == io::ErrorKind::NotFound => {
             ToolError::new(codes::FILE_NOT_FOUND, format!("{display} does not exist"))
         }

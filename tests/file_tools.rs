@@ -254,7 +254,7 @@ async fn symlink_swapped_in_during_calls_never_leaks() {
         let (tool, input) = match i % 4 {
             0 => ("Read", json!({"file_path": "race.txt"})),
             1 => ("Grep", json!({"pattern": "SENTINEL|race", "path": "race.txt", "output_mode": "content"})),
-            2 => ("Edit", json!({"file_path": "race.txt", "old_string": "race", "new_string": "race"})),
+            2 => ("Edit", json!({"file_path": "race.txt", "old_string": "race", "new_string": "race "})),
             _ => ("Write", json!({"file_path": "race.txt", "content": "inside race\n"})),
         };
         match fx.call(tool, input).await {
@@ -262,7 +262,10 @@ async fn symlink_swapped_in_during_calls_never_leaks() {
                 ok += 1;
                 assert!(!out.text.contains(&fx.sentinel_text), "{tool} leaked");
             }
-            Err(err) => assert!(!err.message.contains(&fx.sentinel_text), "{tool} leaked"),
+            Err(err) => {
+                eprintln!("{tool}: {err:?}");
+                assert!(!err.message.contains(&fx.sentinel_text), "{tool} leaked")
+            }
         }
     }
     stop.store(true, Ordering::Relaxed);
