@@ -230,8 +230,10 @@ async fn symlink_swapped_in_during_calls_never_leaks() {
     let target = fx.ws_root.join("race.txt");
     std::fs::write(&target, "inside race\n").expect("race");
     let stop = Arc::new(AtomicBool::new(false));
+    let flip_count = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let flipper = {
         let stop = stop.clone();
+        let flip_count = flip_count.clone();
         let sentinel = fx.sentinel.clone();
         let target = target.clone();
         std::thread::spawn(move || {
@@ -242,15 +244,24 @@ async fn symlink_swapped_in_during_calls_never_leaks() {
                 let _ = std::fs::remove_file(&tmp_link);
                 let _ = symlink(&sentinel, &tmp_link);
                 let _ = std::fs::rename(&tmp_link, &target);
+                std::thread::sleep(std::time::Duration::from_micros(100));
                 let _ = std::fs::write(&tmp_file, "inside race\n");
                 let _ = std::fs::rename(&tmp_file, &target);
+                std::thread::sleep(std::time::Duration::from_micros(100));
                 flips += 1;
+                flip_count.store(flips, Ordering::Relaxed);
             }
             flips
         })
     };
     let mut ok = 0;
-    for i in 0..400 {
+    let mut calls = 0;
+    // At least 400 calls, and keep going (bounded) until the racing thread flipped often.
+    for i in 0..20_000 {
+        if i >= 400 && flip_count.load(Ordering::Relaxed) >= 100 {
+            break;
+        }
+        calls += 1;
         let (tool, input) = match i % 4 {
             0 => ("Read", json!({"file_path": "race.txt"})),
             1 => ("Grep", json!({"pattern": "SENTINEL|race", "path": "race.txt", "output_mode": "content"})),
@@ -262,16 +273,14 @@ async fn symlink_swapped_in_during_calls_never_leaks() {
                 ok += 1;
                 assert!(!out.text.contains(&fx.sentinel_text), "{tool} leaked");
             }
-            Err(err) => {
-                eprintln!("{tool}: {err:?}");
-                assert!(!err.message.contains(&fx.sentinel_text), "{tool} leaked")
-            }
+            Err(err) => assert!(!err.message.contains(&fx.sentinel_text), "{tool} leaked"),
         }
     }
     stop.store(true, Ordering::Relaxed);
     let flips = flipper.join().expect("flipper");
-    assert!(flips > 10, "the racing thread barely ran ({flips} flips)");
+    assert!(flips >= 100, "the racing thread barely ran ({flips} flips)");
     assert!(ok > 0, "no call ever succeeded; the race test proves nothing");
+    assert!(ok < calls, "no call ever met the symlink; the race test proves nothing");
     fx.assert_sentinel_intact();
 }
 
