@@ -360,10 +360,12 @@ impl Tool for ShellWriteTool {
         if lock(&shell.screen).eof {
             return Err(ToolError::new(codes::SHELL_CLOSED, "the shell has exited"));
         }
-        lock(&shell.writer)
+        let mut writer = lock(&shell.writer);
+        writer
             .write_all(text.as_bytes())
-            .and_then(|()| lock(&shell.writer).flush())
+            .and_then(|()| writer.flush())
             .map_err(|e| ToolError::new(codes::SHELL_CLOSED, e.to_string()))?;
+        drop(writer);
         let combined = format!("{pending}{text}");
         *pending = match combined.rfind(['\n', '\r']) {
             Some(idx) => combined[idx + 1..].to_string(),
