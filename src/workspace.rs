@@ -63,7 +63,9 @@ impl Workspace {
         if !session.is_well_formed() {
             return Err(WorkspaceError::MalformedSessionId(session.to_string()));
         }
-        let root = root_dir.join(tenant_dir_name(tenant)).join(session.as_str());
+        let root = root_dir
+            .join(tenant_dir_name(tenant))
+            .join(session.as_str());
         std::fs::create_dir_all(&root)?;
         Self::open(&root)
     }
@@ -128,7 +130,8 @@ impl Workspace {
         }
         let path = Path::new(model_path);
         let relative = if path.is_absolute() {
-            path.strip_prefix(&self.root).map_err(|_| outside(model_path))?
+            path.strip_prefix(&self.root)
+                .map_err(|_| outside(model_path))?
         } else {
             path
         };
@@ -244,9 +247,7 @@ impl Workspace {
                 self.dir
                     .create_dir_all(parent)
                     .map_err(|e| map_io(e, &display))?;
-                self.dir
-                    .open_dir(parent)
-                    .map_err(|e| map_io(e, &display))?
+                self.dir.open_dir(parent).map_err(|e| map_io(e, &display))?
             }
             Err(e) => return Err(map_io(e, &display)),
         };

@@ -34,12 +34,30 @@ fn resolve_normalizes_and_confines() {
     assert_eq!(ws.resolve(".").expect("ok"), PathBuf::new());
     let abs = format!("{}/x/y", ws.root().display());
     assert_eq!(ws.resolve(&abs).expect("ok"), PathBuf::from("x/y"));
-    for bad in ["../x", "a/../../x", "/etc/passwd", "/proc/self/root/etc/passwd"] {
-        assert_eq!(ws.resolve(bad).expect_err(bad).code, codes::PATH_OUTSIDE_WORKSPACE, "{bad}");
+    for bad in [
+        "../x",
+        "a/../../x",
+        "/etc/passwd",
+        "/proc/self/root/etc/passwd",
+    ] {
+        assert_eq!(
+            ws.resolve(bad).expect_err(bad).code,
+            codes::PATH_OUTSIDE_WORKSPACE,
+            "{bad}"
+        );
     }
-    assert_eq!(ws.resolve("a\0b").expect_err("nul").code, codes::PATH_INVALID);
-    assert_eq!(ws.resolve("..\\x").expect_err("bs").code, codes::PATH_INVALID);
-    assert_eq!(ws.resolve(&"a".repeat(300)).expect_err("long").code, codes::PATH_TOO_LONG);
+    assert_eq!(
+        ws.resolve("a\0b").expect_err("nul").code,
+        codes::PATH_INVALID
+    );
+    assert_eq!(
+        ws.resolve("..\\x").expect_err("bs").code,
+        codes::PATH_INVALID
+    );
+    assert_eq!(
+        ws.resolve(&"a".repeat(300)).expect_err("long").code,
+        codes::PATH_TOO_LONG
+    );
 }
 
 #[test]
@@ -48,7 +66,10 @@ fn write_atomic_then_read_and_remove() {
     let rel = ws.resolve("d/e/f.txt").expect("ok");
     ws.write_atomic(&rel, b"hello").expect("write");
     assert_eq!(ws.read_text(&rel, 100).expect("read"), "hello");
-    assert_eq!(ws.read_file(&rel, 3).expect_err("too large").code, codes::FILE_TOO_LARGE);
+    assert_eq!(
+        ws.read_file(&rel, 3).expect_err("too large").code,
+        codes::FILE_TOO_LARGE
+    );
     let root = ws.root().to_path_buf();
     ws.remove().expect("remove");
     assert!(!root.exists());

@@ -49,7 +49,9 @@ impl Fx {
         let ws = Workspace::create(&tmp.path().join("ws"), &TenantId::new("acme"), &session)
             .expect("workspace");
         let root = ws.root().to_path_buf();
-        let sandbox = Arc::new(Sandbox::probe(SandboxConfig::new(env!("CARGO_BIN_EXE_norma"))));
+        let sandbox = Arc::new(Sandbox::probe(SandboxConfig::new(env!(
+            "CARGO_BIN_EXE_norma"
+        ))));
         let tasks = TaskRegistry::new(&tmp.path().join("data"), &session).expect("tasks");
         let env = SessionShells {
             sandbox,
@@ -94,10 +96,16 @@ impl Fx {
 fn live_group_members(pgid: i32) -> Vec<i32> {
     let mut live = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
         // Fields after the parenthesised command: state, ppid, pgrp, …
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
         let fields: Vec<&str> = rest.split_whitespace().collect();
         if fields.get(2) == Some(&pgid.to_string().as_str()) && fields.first() != Some(&"Z") {
             live.push(pid);
@@ -143,7 +151,10 @@ async fn secrets_of_the_parent_never_reach_the_command() {
         .collect();
     for name in names {
         assert!(
-            ["PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD"].contains(&name),
+            [
+                "PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD"
+            ]
+            .contains(&name),
             "unexpected variable {name} in\n{out}"
         );
     }
@@ -171,9 +182,18 @@ async fn writes_are_confined_to_the_workspace() {
     assert!(!PathBuf::from(&tmp_target).exists(), "wrote /tmp:\n{out}");
     assert!(!fx.outside.join("d").exists());
     assert!(out.contains("Permission denied"), "{out}");
-    assert!(out.contains("read-ok"), "system files must stay readable:\n{out}");
-    assert_eq!(std::fs::read_to_string(fx.ws.join("ok.txt")).expect("ok"), "inside\n");
-    assert_eq!(std::fs::read_to_string(fx.ws.join("a/b/c.txt")).expect("c"), "deep\n");
+    assert!(
+        out.contains("read-ok"),
+        "system files must stay readable:\n{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.ws.join("ok.txt")).expect("ok"),
+        "inside\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.ws.join("a/b/c.txt")).expect("c"),
+        "deep\n"
+    );
 }
 
 #[tokio::test]
@@ -185,7 +205,10 @@ async fn network_is_denied() {
     let port = listener.local_addr().expect("addr").port();
     // Control: the same command outside the sandbox does connect.
     let control = std::process::Command::new("/bin/bash")
-        .args(["-c", &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")])
+        .args([
+            "-c",
+            &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"),
+        ])
         .output()
         .expect("control");
     assert!(String::from_utf8_lossy(&control.stdout).contains("connected"));
@@ -196,7 +219,10 @@ async fn network_is_denied() {
             "exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected || echo refused"
         ))
         .await;
-    assert!(out.contains("refused") && !out.contains("connected"), "{out}");
+    assert!(
+        out.contains("refused") && !out.contains("connected"),
+        "{out}"
+    );
     std::thread::sleep(Duration::from_millis(200));
     assert!(
         listener.accept().is_err(),
@@ -234,8 +260,14 @@ async fn timeout_kills_grandchildren() {
     assert_eq!(err.code, "TOOL_TIMEOUT");
     assert!(started.elapsed() < Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    assert!(!fx.ws.join("late.txt").exists(), "a grandchild survived the timeout");
-    assert!(!fx.ws.join("later.txt").exists(), "a grandchild survived the timeout");
+    assert!(
+        !fx.ws.join("late.txt").exists(),
+        "a grandchild survived the timeout"
+    );
+    assert!(
+        !fx.ws.join("later.txt").exists(),
+        "a grandchild survived the timeout"
+    );
 }
 
 #[tokio::test]
@@ -247,7 +279,10 @@ async fn cancellation_kills_the_command() {
         cancel.cancel();
     });
     let err = fx
-        .call("Bash", json!({"command": "(sleep 2; echo late > late.txt) & sleep 30"}))
+        .call(
+            "Bash",
+            json!({"command": "(sleep 2; echo late > late.txt) & sleep 30"}),
+        )
         .await
         .expect_err("cancelled");
     assert_eq!(err.code, "CANCELLED");
@@ -274,7 +309,10 @@ async fn background_task_outlives_its_call_and_dies_at_shutdown() {
         .expect("task id")
         .to_string();
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    assert!(fx.ws.join("tick.txt").exists(), "the task did not keep running");
+    assert!(
+        fx.ws.join("tick.txt").exists(),
+        "the task did not keep running"
+    );
     let info = fx.env.tasks.info(&task_id).expect("info");
     assert_eq!(info.status, TaskStatus::Running);
     assert!(process_alive(info.pgid));
@@ -282,7 +320,11 @@ async fn background_task_outlives_its_call_and_dies_at_shutdown() {
         .call("TaskOutput", json!({"task_id": task_id}))
         .await
         .expect("output");
-    assert!(out.text.contains("running") && out.text.contains("started"), "{}", out.text);
+    assert!(
+        out.text.contains("running") && out.text.contains("started"),
+        "{}",
+        out.text
+    );
     let list = fx.call("TaskList", json!({})).await.expect("list");
     assert!(list.text.contains(&task_id));
 
@@ -294,7 +336,10 @@ async fn background_task_outlives_its_call_and_dies_at_shutdown() {
         .await
         .expect("wait");
     assert!(ended);
-    assert_eq!(fx.env.tasks.info(&task_id).expect("info").status, TaskStatus::Killed);
+    assert_eq!(
+        fx.env.tasks.info(&task_id).expect("info").status,
+        TaskStatus::Killed
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         live_group_members(info.pgid),
@@ -327,12 +372,24 @@ async fn completed_task_notifies_and_monitor_streams_matches() {
         .expect("task id")
         .to_string();
     let out = fx
-        .call("Monitor", json!({"task_id": task_id, "pattern": "^step", "timeout": 10000}))
+        .call(
+            "Monitor",
+            json!({"task_id": task_id, "pattern": "^step", "timeout": 10000}),
+        )
         .await
         .expect("monitor");
-    assert!(out.text.contains("step 1") && out.text.contains("step 4"), "{}", out.text);
+    assert!(
+        out.text.contains("step 1") && out.text.contains("step 4"),
+        "{}",
+        out.text
+    );
     let matched: Vec<&str> = out.text.lines().skip(1).collect();
-    assert_eq!(matched, ["step 1", "step 2", "step 3", "step 4"], "{}", out.text);
+    assert_eq!(
+        matched,
+        ["step 1", "step 2", "step 3", "step 4"],
+        "{}",
+        out.text
+    );
     let note = tokio::time::timeout(Duration::from_secs(5), notes.recv())
         .await
         .expect("notification")
@@ -340,10 +397,17 @@ async fn completed_task_notifies_and_monitor_streams_matches() {
     assert_eq!(note.status, TaskStatus::Completed);
     assert_eq!(note.exit_code, Some(3));
     let out = fx
-        .call("TaskOutput", json!({"task_id": task_id, "block": true, "full": true}))
+        .call(
+            "TaskOutput",
+            json!({"task_id": task_id, "block": true, "full": true}),
+        )
         .await
         .expect("output");
-    assert!(out.text.contains("exit code 3") && out.text.contains("step 4"), "{}", out.text);
+    assert!(
+        out.text.contains("exit code 3") && out.text.contains("step 4"),
+        "{}",
+        out.text
+    );
     let err = fx
         .call("TaskOutput", json!({"task_id": "task_0000"}))
         .await
@@ -375,18 +439,36 @@ async fn pty_tools_are_denied_exactly_what_bash_is_denied() {
     let start = fx.tool("ShellStart");
     let write = fx.tool("ShellWrite");
     for (command, denied) in POLICY_CORPUS {
-        let expected = if denied { SelfDecision::Deny } else { SelfDecision::Ask };
-        assert_eq!(bash.self_decision(&json!({"command": command})), expected, "Bash {command:?}");
-        assert_eq!(start.self_decision(&json!({"command": command})), expected, "ShellStart {command:?}");
+        let expected = if denied {
+            SelfDecision::Deny
+        } else {
+            SelfDecision::Ask
+        };
+        assert_eq!(
+            bash.self_decision(&json!({"command": command})),
+            expected,
+            "Bash {command:?}"
+        );
+        assert_eq!(
+            start.self_decision(&json!({"command": command})),
+            expected,
+            "ShellStart {command:?}"
+        );
         assert_eq!(
             write.self_decision(&json!({"shell_id": "shell_x", "command": command})),
             expected,
             "ShellWrite {command:?}"
         );
         if denied {
-            let err = fx.call("Bash", json!({"command": command})).await.expect_err("bash denied");
+            let err = fx
+                .call("Bash", json!({"command": command}))
+                .await
+                .expect_err("bash denied");
             assert_eq!(err.code, "COMMAND_DENIED", "{command:?}");
-            let err = fx.call("ShellStart", json!({"command": command})).await.expect_err("start denied");
+            let err = fx
+                .call("ShellStart", json!({"command": command}))
+                .await
+                .expect_err("start denied");
             assert_eq!(err.code, "COMMAND_DENIED", "{command:?}");
         }
     }
@@ -394,9 +476,12 @@ async fn pty_tools_are_denied_exactly_what_bash_is_denied() {
     // A real shell: works, is sandboxed, and checks split writes as one line.
     let out = fx.call("ShellStart", json!({})).await.expect("start");
     let id = out.text.split_whitespace().last().expect("id").to_string();
-    fx.call("ShellWrite", json!({"shell_id": id, "command": "echo pty-$((40+2))"}))
-        .await
-        .expect("write");
+    fx.call(
+        "ShellWrite",
+        json!({"shell_id": id, "command": "echo pty-$((40+2))"}),
+    )
+    .await
+    .expect("write");
     let target = fx.outside.join("pty.txt");
     fx.call(
         "ShellWrite",
@@ -416,21 +501,35 @@ async fn pty_tools_are_denied_exactly_what_bash_is_denied() {
         }
     }
     assert!(screen.contains("pty-42"), "{screen}");
-    assert!(!target.exists(), "the PTY shell wrote outside the workspace");
+    assert!(
+        !target.exists(),
+        "the PTY shell wrote outside the workspace"
+    );
     assert!(!screen.contains(SECRET), "{screen}");
 
-    fx.call("ShellWrite", json!({"shell_id": id, "command": "rm -rf ", "submit": false}))
-        .await
-        .expect("partial text alone is harmless");
+    fx.call(
+        "ShellWrite",
+        json!({"shell_id": id, "command": "rm -rf ", "submit": false}),
+    )
+    .await
+    .expect("partial text alone is harmless");
     let split = json!({"shell_id": id, "command": "/"});
     assert_eq!(write.self_decision(&split), SelfDecision::Deny);
-    let err = fx.call("ShellWrite", split).await.expect_err("split command denied");
+    let err = fx
+        .call("ShellWrite", split)
+        .await
+        .expect_err("split command denied");
     assert_eq!(err.code, "COMMAND_DENIED");
 
-    fx.call("ShellResize", json!({"shell_id": id, "rows": 40, "cols": 100}))
+    fx.call(
+        "ShellResize",
+        json!({"shell_id": id, "rows": 40, "cols": 100}),
+    )
+    .await
+    .expect("resize");
+    fx.call("ShellClose", json!({"shell_id": id}))
         .await
-        .expect("resize");
-    fx.call("ShellClose", json!({"shell_id": id})).await.expect("close");
+        .expect("close");
     let err = fx
         .call("ShellRead", json!({"shell_id": id}))
         .await
@@ -442,7 +541,10 @@ async fn pty_tools_are_denied_exactly_what_bash_is_denied() {
 async fn shell_registry_shutdown_kills_shells() {
     let fx = Fx::new();
     let out = fx
-        .call("ShellStart", json!({"command": "sleep 1; echo alive > alive.txt; sleep 100"}))
+        .call(
+            "ShellStart",
+            json!({"command": "sleep 1; echo alive > alive.txt; sleep 100"}),
+        )
         .await
         .expect("start");
     let id = out.text.split_whitespace().last().expect("id").to_string();

@@ -142,7 +142,13 @@ fn escape_corpus(long: &str, long_component: &str) -> Vec<(&'static str, Value)>
         cases.push(("Write", json!({"file_path": p, "content": "pwned"})));
     }
     cases.push(("Write", json!({"file_path": long, "content": "x"})));
-    for p in ["sentinel_link", "hard_link.txt", "outside_dir/secret.txt", "../outside/secret.txt", "/etc/passwd"] {
+    for p in [
+        "sentinel_link",
+        "hard_link.txt",
+        "outside_dir/secret.txt",
+        "../outside/secret.txt",
+        "/etc/passwd",
+    ] {
         cases.push((
             "Edit",
             json!({"file_path": p, "old_string": "SENTINEL", "new_string": "PWNED"}),
@@ -154,20 +160,44 @@ fn escape_corpus(long: &str, long_component: &str) -> Vec<(&'static str, Value)>
             json!({"file_path": p, "edits": [{"old_string": "SENTINEL", "new_string": "PWNED"}]}),
         ));
     }
-    for p in ["nb_link.ipynb", "../outside/notebook.ipynb", "outside_dir/notebook.ipynb"] {
+    for p in [
+        "nb_link.ipynb",
+        "../outside/notebook.ipynb",
+        "outside_dir/notebook.ipynb",
+    ] {
         cases.push((
             "NotebookEdit",
             json!({"notebook_path": p, "cell_index": 0, "new_source": "pwned"}),
         ));
     }
-    for p in ["..", "/etc", "outside_dir", "etc_dir", "sub/up", "/proc/self/root", "inside.txt"] {
+    for p in [
+        "..",
+        "/etc",
+        "outside_dir",
+        "etc_dir",
+        "sub/up",
+        "/proc/self/root",
+        "inside.txt",
+    ] {
         cases.push(("LS", json!({"path": p})));
     }
     for p in ["..", "/etc", "outside_dir", "etc_dir", "sub/up"] {
         cases.push(("Glob", json!({"pattern": "**/*", "path": p})));
     }
-    for p in ["..", "/etc", "outside_dir", "etc_dir", "sub/up", "sentinel_link", "hard_link.txt", "/proc/self/root/etc"] {
-        cases.push(("Grep", json!({"pattern": "SENTINEL|root", "path": p, "output_mode": "content"})));
+    for p in [
+        "..",
+        "/etc",
+        "outside_dir",
+        "etc_dir",
+        "sub/up",
+        "sentinel_link",
+        "hard_link.txt",
+        "/proc/self/root/etc",
+    ] {
+        cases.push((
+            "Grep",
+            json!({"pattern": "SENTINEL|root", "path": p, "output_mode": "content"}),
+        ));
     }
     cases
 }
@@ -198,7 +228,10 @@ async fn escape_corpus_fails_with_codes_and_never_touches_outside() {
             .contains(&err.code),
             "{tool} {input}: unexpected code {err:?}"
         );
-        assert!(!err.message.contains(&fx.sentinel_text), "{tool} leaked: {err:?}");
+        assert!(
+            !err.message.contains(&fx.sentinel_text),
+            "{tool} leaked: {err:?}"
+        );
         assert!(!err.message.contains(&passwd_line), "{tool} leaked passwd");
         fx.assert_sentinel_intact();
     }
@@ -209,17 +242,32 @@ async fn escape_corpus_fails_with_codes_and_never_touches_outside() {
 async fn workspace_wide_searches_skip_links_leading_outside() {
     let fx = Fixture::new();
     for (tool, input) in [
-        ("Grep", json!({"pattern": "SENTINEL", "output_mode": "content"})),
-        ("Grep", json!({"pattern": "SENTINEL", "output_mode": "files_with_matches"})),
+        (
+            "Grep",
+            json!({"pattern": "SENTINEL", "output_mode": "content"}),
+        ),
+        (
+            "Grep",
+            json!({"pattern": "SENTINEL", "output_mode": "files_with_matches"}),
+        ),
         ("Grep", json!({"pattern": "root:", "output_mode": "count"})),
         ("Glob", json!({"pattern": "**/*"})),
         ("LS", json!({"path": ""})),
         ("LS", json!({"path": "sub"})),
     ] {
         let out = fx.call(tool, input.clone()).await.expect("search");
-        assert!(!out.text.contains(&fx.sentinel_text), "{tool} {input} leaked");
-        assert!(!out.text.contains("root:x:0"), "{tool} {input} leaked passwd");
-        assert!(!out.text.contains("secret.txt"), "{tool} {input} listed an outside file");
+        assert!(
+            !out.text.contains(&fx.sentinel_text),
+            "{tool} {input} leaked"
+        );
+        assert!(
+            !out.text.contains("root:x:0"),
+            "{tool} {input} leaked passwd"
+        );
+        assert!(
+            !out.text.contains("secret.txt"),
+            "{tool} {input} listed an outside file"
+        );
     }
     fx.assert_sentinel_intact();
 }
@@ -264,9 +312,18 @@ async fn symlink_swapped_in_during_calls_never_leaks() {
         calls += 1;
         let (tool, input) = match i % 4 {
             0 => ("Read", json!({"file_path": "race.txt"})),
-            1 => ("Grep", json!({"pattern": "SENTINEL|race", "path": "race.txt", "output_mode": "content"})),
-            2 => ("Edit", json!({"file_path": "race.txt", "old_string": "race", "new_string": "race "})),
-            _ => ("Write", json!({"file_path": "race.txt", "content": "inside race\n"})),
+            1 => (
+                "Grep",
+                json!({"pattern": "SENTINEL|race", "path": "race.txt", "output_mode": "content"}),
+            ),
+            2 => (
+                "Edit",
+                json!({"file_path": "race.txt", "old_string": "race", "new_string": "race "}),
+            ),
+            _ => (
+                "Write",
+                json!({"file_path": "race.txt", "content": "inside race\n"}),
+            ),
         };
         match fx.call(tool, input).await {
             Ok(out) => {
@@ -279,8 +336,14 @@ async fn symlink_swapped_in_during_calls_never_leaks() {
     stop.store(true, Ordering::Relaxed);
     let flips = flipper.join().expect("flipper");
     assert!(flips >= 100, "the racing thread barely ran ({flips} flips)");
-    assert!(ok > 0, "no call ever succeeded; the race test proves nothing");
-    assert!(ok < calls, "no call ever met the symlink; the race test proves nothing");
+    assert!(
+        ok > 0,
+        "no call ever succeeded; the race test proves nothing"
+    );
+    assert!(
+        ok < calls,
+        "no call ever met the symlink; the race test proves nothing"
+    );
     fx.assert_sentinel_intact();
 }
 
@@ -290,7 +353,10 @@ async fn read_returns_numbered_ranges_and_detects_binary() {
     let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
     std::fs::write(fx.ws_root.join("ten.txt"), &text).expect("write");
     let out = fx
-        .call("Read", json!({"file_path": "ten.txt", "offset": 3, "limit": 2}))
+        .call(
+            "Read",
+            json!({"file_path": "ten.txt", "offset": 3, "limit": 2}),
+        )
         .await
         .expect("read");
     assert_eq!(
@@ -310,7 +376,10 @@ async fn read_returns_numbered_ranges_and_detects_binary() {
     assert_eq!(err.code, "FILE_NOT_FOUND");
     let abs = fx.ws_root.join("ten.txt");
     let out = fx
-        .call("Read", json!({"file_path": abs.to_string_lossy(), "limit": 1}))
+        .call(
+            "Read",
+            json!({"file_path": abs.to_string_lossy(), "limit": 1}),
+        )
         .await
         .expect("absolute inside");
     assert!(out.text.starts_with("     1\tline 1\n"), "{}", out.text);
@@ -324,13 +393,22 @@ async fn write_replaces_an_inside_symlink_without_following_it() {
     fx.call("Write", json!({"file_path": "alias.txt", "content": "new"}))
         .await
         .expect("write");
-    assert_eq!(std::fs::read_to_string(fx.ws_root.join("real.txt")).expect("real"), "real");
+    assert_eq!(
+        std::fs::read_to_string(fx.ws_root.join("real.txt")).expect("real"),
+        "real"
+    );
     let meta = std::fs::symlink_metadata(fx.ws_root.join("alias.txt")).expect("meta");
     assert!(meta.is_file());
-    fx.call("Write", json!({"file_path": "deep/er/new.txt", "content": "x"}))
-        .await
-        .expect("write nested");
-    assert_eq!(std::fs::read_to_string(fx.ws_root.join("deep/er/new.txt")).expect("n"), "x");
+    fx.call(
+        "Write",
+        json!({"file_path": "deep/er/new.txt", "content": "x"}),
+    )
+    .await
+    .expect("write nested");
+    assert_eq!(
+        std::fs::read_to_string(fx.ws_root.join("deep/er/new.txt")).expect("n"),
+        "x"
+    );
 }
 
 #[tokio::test]
@@ -339,19 +417,28 @@ async fn edit_requires_a_unique_match_unless_replace_all() {
     let path = fx.ws_root.join("e.txt");
     std::fs::write(&path, "foo bar foo\n").expect("write");
     let err = fx
-        .call("Edit", json!({"file_path": "e.txt", "old_string": "foo", "new_string": "baz"}))
+        .call(
+            "Edit",
+            json!({"file_path": "e.txt", "old_string": "foo", "new_string": "baz"}),
+        )
         .await
         .expect_err("not unique");
     assert_eq!(err.code, "EDIT_NOT_UNIQUE");
     let err = fx
-        .call("Edit", json!({"file_path": "e.txt", "old_string": "qux", "new_string": "baz"}))
+        .call(
+            "Edit",
+            json!({"file_path": "e.txt", "old_string": "qux", "new_string": "baz"}),
+        )
         .await
         .expect_err("not found");
     assert_eq!(err.code, "EDIT_NOT_FOUND");
     assert_eq!(std::fs::read_to_string(&path).expect("r"), "foo bar foo\n");
-    fx.call("Edit", json!({"file_path": "e.txt", "old_string": "bar", "new_string": "BAR"}))
-        .await
-        .expect("unique edit");
+    fx.call(
+        "Edit",
+        json!({"file_path": "e.txt", "old_string": "bar", "new_string": "BAR"}),
+    )
+    .await
+    .expect("unique edit");
     assert_eq!(std::fs::read_to_string(&path).expect("r"), "foo BAR foo\n");
     fx.call(
         "Edit",
@@ -383,13 +470,17 @@ async fn multi_edit_is_all_or_nothing() {
         .expect_err("second edit fails");
     assert_eq!(err.code, "EDIT_NOT_FOUND");
     assert!(err.message.contains("edit 2"), "{}", err.message);
-    assert_eq!(std::fs::read_to_string(&path).expect("r"), "alpha beta gamma\n");
     assert_eq!(
-        std::fs::metadata(&path).map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.ino()
-        })
-        .ok(),
+        std::fs::read_to_string(&path).expect("r"),
+        "alpha beta gamma\n"
+    );
+    assert_eq!(
+        std::fs::metadata(&path)
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.ino()
+            })
+            .ok(),
         inode_before.ok(),
         "a failed MultiEdit must not rewrite the file"
     );
@@ -430,9 +521,12 @@ async fn notebook_edit_replaces_inserts_and_deletes_cells() {
         let v: Value = serde_json::from_str(&text).expect("json");
         v["cells"].as_array().expect("cells").clone()
     };
-    fx.call("NotebookEdit", json!({"notebook_path": "nb.ipynb", "cell_id": "c1", "new_source": "print(1)\nprint(2)"}))
-        .await
-        .expect("replace");
+    fx.call(
+        "NotebookEdit",
+        json!({"notebook_path": "nb.ipynb", "cell_id": "c1", "new_source": "print(1)\nprint(2)"}),
+    )
+    .await
+    .expect("replace");
     assert_eq!(cells(&fx)[0]["source"], json!(["print(1)\n", "print(2)"]));
     fx.call("NotebookEdit", json!({"notebook_path": "nb.ipynb", "cell_id": "c1", "edit_mode": "insert", "cell_type": "markdown", "new_source": "# title"}))
         .await
@@ -440,12 +534,18 @@ async fn notebook_edit_replaces_inserts_and_deletes_cells() {
     let now = cells(&fx);
     assert_eq!(now.len(), 2);
     assert_eq!(now[1]["cell_type"], "markdown");
-    fx.call("NotebookEdit", json!({"notebook_path": "nb.ipynb", "cell_index": 0, "edit_mode": "delete"}))
-        .await
-        .expect("delete");
+    fx.call(
+        "NotebookEdit",
+        json!({"notebook_path": "nb.ipynb", "cell_index": 0, "edit_mode": "delete"}),
+    )
+    .await
+    .expect("delete");
     assert_eq!(cells(&fx)[0]["source"], json!(["# title"]));
     let err = fx
-        .call("NotebookEdit", json!({"notebook_path": "nb.ipynb", "cell_id": "nope", "new_source": "x"}))
+        .call(
+            "NotebookEdit",
+            json!({"notebook_path": "nb.ipynb", "cell_id": "nope", "new_source": "x"}),
+        )
         .await
         .expect_err("missing cell");
     assert_eq!(err.code, "CELL_NOT_FOUND");
@@ -494,7 +594,10 @@ async fn grep_and_glob_match_a_reference_on_a_generated_tree() {
 
     // Glob: *.rs under tree, sorted by name.
     let out = fx
-        .call("Glob", json!({"pattern": "**/*.rs", "path": "tree", "sort": "name"}))
+        .call(
+            "Glob",
+            json!({"pattern": "**/*.rs", "path": "tree", "sort": "name"}),
+        )
         .await
         .expect("glob");
     let mut expected: Vec<String> = files
@@ -507,7 +610,10 @@ async fn grep_and_glob_match_a_reference_on_a_generated_tree() {
 
     // Grep files_with_matches with a glob filter.
     let out = fx
-        .call("Grep", json!({"pattern": "needle", "path": "tree", "glob": "*.md"}))
+        .call(
+            "Grep",
+            json!({"pattern": "needle", "path": "tree", "glob": "*.md"}),
+        )
         .await
         .expect("grep");
     let mut expected: Vec<String> = files
@@ -520,7 +626,10 @@ async fn grep_and_glob_match_a_reference_on_a_generated_tree() {
 
     // Grep count, case-insensitive.
     let out = fx
-        .call("Grep", json!({"pattern": "NEEDLE", "-i": true, "path": "tree", "output_mode": "count"}))
+        .call(
+            "Grep",
+            json!({"pattern": "NEEDLE", "-i": true, "path": "tree", "output_mode": "count"}),
+        )
         .await
         .expect("grep count");
     let mut expected: Vec<String> = files
@@ -553,7 +662,11 @@ async fn grep_and_glob_match_a_reference_on_a_generated_tree() {
         if prev.is_some_and(|p| p + 1 != i) {
             expected.push("--".to_string());
         }
-        let sep = if lines[i].starts_with("needle") { ':' } else { '-' };
+        let sep = if lines[i].starts_with("needle") {
+            ':'
+        } else {
+            '-'
+        };
         expected.push(format!("tree/{rel}{sep}{}{sep}{}", i + 1, lines[i]));
         prev = Some(i);
     }
@@ -561,10 +674,16 @@ async fn grep_and_glob_match_a_reference_on_a_generated_tree() {
 
     // head_limit caps the output.
     let out = fx
-        .call("Grep", json!({"pattern": "needle", "path": "tree", "head_limit": 3}))
+        .call(
+            "Grep",
+            json!({"pattern": "needle", "path": "tree", "head_limit": 3}),
+        )
         .await
         .expect("grep head");
-    assert_eq!(out.text.lines().filter(|l| l.starts_with("tree/")).count(), 3);
+    assert_eq!(
+        out.text.lines().filter(|l| l.starts_with("tree/")).count(),
+        3
+    );
 
     let err = fx
         .call("Grep", json!({"pattern": "(unclosed"}))
@@ -580,10 +699,18 @@ fn metadata_matches_the_tool_families() {
     for tool in &tools {
         let read_only = matches!(tool.name(), "Read" | "LS" | "Glob" | "Grep");
         assert_eq!(tool.is_read_only(&empty), read_only, "{}", tool.name());
-        assert_eq!(tool.is_concurrency_safe(&empty), read_only, "{}", tool.name());
+        assert_eq!(
+            tool.is_concurrency_safe(&empty),
+            read_only,
+            "{}",
+            tool.name()
+        );
         assert_eq!(tool.is_file_edit(), !read_only, "{}", tool.name());
         assert!(
-            matches!(tool.permission_subject(), norma::permission::Subject::Path { .. }),
+            matches!(
+                tool.permission_subject(),
+                norma::permission::Subject::Path { .. }
+            ),
             "{}",
             tool.name()
         );

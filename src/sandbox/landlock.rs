@@ -18,7 +18,13 @@ pub const SYSTEM_READ_DIRS: [&str; 13] = [
 ];
 
 /// Device files a sandboxed command may write to.
-pub const WRITABLE_DEVICES: [&str; 5] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx"];
+pub const WRITABLE_DEVICES: [&str; 5] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+];
 
 /// What the launcher asks Landlock for.
 #[derive(Clone, Debug)]
@@ -71,8 +77,8 @@ pub fn apply(req: &LandlockRequest) -> Result<Option<String>, String> {
                     .map_err(|e| format!("{dev}: {e}"))?;
             }
         }
-        let ws = PathFd::new(&req.workspace)
-            .map_err(|e| format!("{}: {e}", req.workspace.display()))?;
+        let ws =
+            PathFd::new(&req.workspace).map_err(|e| format!("{}: {e}", req.workspace.display()))?;
         created = created
             .add_rule(PathBeneath::new(ws, AccessFs::from_all(TARGET_ABI)))
             .map_err(|e| format!("{}: {e}", req.workspace.display()))?;

@@ -167,9 +167,8 @@ fn fail(message: &str) -> ! {
 fn allowed_env() -> Vec<(OsString, OsString)> {
     std::env::vars_os()
         .filter(|(k, _)| {
-            k.to_str().is_some_and(|k| {
-                env::ALLOWED_VARS.contains(&k) && !env::is_secret_name(k)
-            })
+            k.to_str()
+                .is_some_and(|k| env::ALLOWED_VARS.contains(&k) && !env::is_secret_name(k))
         })
         .collect()
 }
@@ -205,8 +204,7 @@ fn restrict(opts: &LaunchOptions) -> Result<(), String> {
 /// Tries each restriction independently and reports the outcome.
 fn probe(opts: &LaunchOptions) -> ProbeResult {
     let netns = if opts.deny_network {
-        netns::enter_isolated_netns()
-            .map(|()| "unshared user+network namespace".to_string())
+        netns::enter_isolated_netns().map(|()| "unshared user+network namespace".to_string())
     } else {
         Err("not requested".to_string())
     };

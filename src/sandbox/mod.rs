@@ -262,7 +262,11 @@ mod tests {
         assert_eq!(report.env.status, PartStatus::Enforced);
         for part in [&report.filesystem, &report.network, &report.rlimits] {
             assert_eq!(part.status, PartStatus::Unavailable, "{part:?}");
-            assert!(part.reason.as_deref().is_some_and(|r| r.contains("launcher")));
+            assert!(
+                part.reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("launcher"))
+            );
         }
         let spec = sandbox.launch_spec(Path::new("/ws"), &["/bin/true"], "dumb");
         assert!(!spec.args.iter().any(|a| a == "--fs" || a == "--deny-net"));

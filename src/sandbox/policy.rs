@@ -23,18 +23,26 @@ fn check(command: &str, depth: usize) -> Option<String> {
     if squashed.contains(":(){") || squashed.contains(":|:&") {
         return Some("fork bomb".into());
     }
-    for dev in [">/dev/sd", ">/dev/nvme", ">/dev/hd", ">/dev/vd", ">/dev/mmcblk"] {
+    for dev in [
+        ">/dev/sd",
+        ">/dev/nvme",
+        ">/dev/hd",
+        ">/dev/vd",
+        ">/dev/mmcblk",
+    ] {
         if squashed.contains(dev) {
             return Some("redirection onto a raw disk device".into());
         }
     }
     let commands = match split(command) {
         Ok(commands) => commands,
-        Err(e) => return Some(format!("command cannot be parsed ({e}); refusing to run it")),
+        Err(e) => {
+            return Some(format!(
+                "command cannot be parsed ({e}); refusing to run it"
+            ));
+        }
     };
-    commands
-        .iter()
-        .find_map(|words| check_simple(words, depth))
+    commands.iter().find_map(|words| check_simple(words, depth))
 }
 
 /// Splits shell text into simple commands (lists of unquoted words).
@@ -171,8 +179,8 @@ fn strip_wrappers(words: &[String]) -> &[String] {
 }
 
 const PROTECTED_ROOTS: [&str; 14] = [
-    "/", "/*", "/.", "/..", "~", "~/", "~/*", "$HOME", "${HOME}", "/bin", "/usr", "/etc",
-    "/home", "/boot",
+    "/", "/*", "/.", "/..", "~", "~/", "~/*", "$HOME", "${HOME}", "/bin", "/usr", "/etc", "/home",
+    "/boot",
 ];
 
 fn check_simple(words: &[String], depth: usize) -> Option<String> {
@@ -181,19 +189,24 @@ fn check_simple(words: &[String], depth: usize) -> Option<String> {
     let args = &words[1..];
     match program {
         "sh" | "bash" | "dash" | "zsh" | "ksh" => {
-            let idx = args.iter().position(|a| a == "-c" || (a.starts_with('-') && !a.starts_with("--") && a.contains('c')))?;
-            args.get(idx + 1).and_then(|script| check(script, depth + 1))
+            let idx = args.iter().position(|a| {
+                a == "-c" || (a.starts_with('-') && !a.starts_with("--") && a.contains('c'))
+            })?;
+            args.get(idx + 1)
+                .and_then(|script| check(script, depth + 1))
         }
         "eval" => check(&args.join(" "), depth + 1),
         "rm" => {
             let recursive = args.iter().any(|a| {
                 a == "--recursive"
-                    || (a.starts_with('-') && !a.starts_with("--") && (a.contains('r') || a.contains('R')))
+                    || (a.starts_with('-')
+                        && !a.starts_with("--")
+                        && (a.contains('r') || a.contains('R')))
             });
-            let target = args
-                .iter()
-                .filter(|a| !a.starts_with('-'))
-                .find(|a| PROTECTED_ROOTS.contains(&a.trim_end_matches('/')) || PROTECTED_ROOTS.contains(&a.as_str()));
+            let target = args.iter().filter(|a| !a.starts_with('-')).find(|a| {
+                PROTECTED_ROOTS.contains(&a.trim_end_matches('/'))
+                    || PROTECTED_ROOTS.contains(&a.as_str())
+            });
             match (recursive, target) {
                 (true, Some(t)) => Some(format!("recursive rm of {t}")),
                 _ => None,
@@ -206,9 +219,18 @@ fn check_simple(words: &[String], depth: usize) -> Option<String> {
         }
         "dd" => args
             .iter()
-            .any(|a| a.starts_with("of=/dev/") && !matches!(a.as_str(), "of=/dev/null" | "of=/dev/zero"))
+            .any(|a| {
+                a.starts_with("of=/dev/") && !matches!(a.as_str(), "of=/dev/null" | "of=/dev/zero")
+            })
             .then(|| "dd onto a device".to_string()),
-        p if p == "mkfs" || p.starts_with("mkfs.") || p == "mke2fs" || p == "wipefs" || p == "fdisk" || p == "sfdisk" || p == "parted" => {
+        p if p == "mkfs"
+            || p.starts_with("mkfs.")
+            || p == "mke2fs"
+            || p == "wipefs"
+            || p == "fdisk"
+            || p == "sfdisk"
+            || p == "parted" =>
+        {
             Some(format!("{p} formats or repartitions disks"))
         }
         "shutdown" | "reboot" | "halt" | "poweroff" => Some(format!("{program} is not allowed")),

@@ -24,7 +24,10 @@ pub struct EditSpec {
 /// Applies one edit to `content`: `old_string` must occur exactly once unless `replace_all`.
 pub fn apply_edit(content: &str, edit: &EditSpec) -> Result<String, ToolError> {
     if edit.old_string.is_empty() {
-        return Err(ToolError::new(codes::EDIT_INVALID, "old_string must not be empty"));
+        return Err(ToolError::new(
+            codes::EDIT_INVALID,
+            "old_string must not be empty",
+        ));
     }
     if edit.old_string == edit.new_string {
         return Err(ToolError::new(
@@ -49,14 +52,21 @@ pub fn apply_edit(content: &str, edit: &EditSpec) -> Result<String, ToolError> {
     }
 }
 
-fn edit_file(root: Option<std::path::PathBuf>, path: &str, edits: &[EditSpec]) -> Result<ToolOutput, ToolError> {
+fn edit_file(
+    root: Option<std::path::PathBuf>,
+    path: &str,
+    edits: &[EditSpec],
+) -> Result<ToolOutput, ToolError> {
     let ws = Workspace::for_tool(root.as_ref())?;
     let rel = ws.resolve(path)?;
     let mut content = ws.read_text(&rel, MAX_FILE_BYTES)?;
     for (idx, edit) in edits.iter().enumerate() {
         content = apply_edit(&content, edit).map_err(|e| {
             if edits.len() > 1 {
-                ToolError::new(e.code, format!("edit {}: {}; no edit was applied", idx + 1, e.message))
+                ToolError::new(
+                    e.code,
+                    format!("edit {}: {}; no edit was applied", idx + 1, e.message),
+                )
             } else {
                 e
             }
@@ -197,7 +207,10 @@ impl Tool for MultiEditTool {
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: MultiEditInput = parse_input(input)?;
         if input.edits.is_empty() {
-            return Err(ToolError::new(codes::EDIT_INVALID, "edits must not be empty"));
+            return Err(ToolError::new(
+                codes::EDIT_INVALID,
+                "edits must not be empty",
+            ));
         }
         let root = ctx.workspace.clone();
         blocking(move || edit_file(root, &input.file_path, &input.edits)).await

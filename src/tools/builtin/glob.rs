@@ -40,18 +40,25 @@ pub fn walk_files(ws: &Workspace, rel_dir: &Path) -> Result<Vec<WalkedFile>, Too
         .git_global(false)
         .require_git(false)
         .filter_entry(move |entry| {
-            let rel = entry.path().strip_prefix(&filter_root).unwrap_or(entry.path());
+            let rel = entry
+                .path()
+                .strip_prefix(&filter_root)
+                .unwrap_or(entry.path());
             rel.starts_with(&target) || target.starts_with(rel)
         });
     let mut files = Vec::new();
     for entry in builder.build() {
         // Unreadable entries (permissions, races) are skipped like ripgrep does.
         let Ok(entry) = entry else { continue };
-        let Some(kind) = entry.file_type() else { continue };
+        let Some(kind) = entry.file_type() else {
+            continue;
+        };
         if !kind.is_file() {
             continue;
         }
-        let Ok(rel) = entry.path().strip_prefix(&root) else { continue };
+        let Ok(rel) = entry.path().strip_prefix(&root) else {
+            continue;
+        };
         if !rel.starts_with(rel_dir) {
             continue;
         }

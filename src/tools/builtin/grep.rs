@@ -148,8 +148,8 @@ fn search(ws: &Workspace, input: &Input) -> Result<String, ToolError> {
         .map_err(|e| ToolError::new(codes::PATTERN_INVALID, e.to_string()))?;
     let filter = file_filter(input.glob.as_deref())?;
     let rel = ws.resolve(&input.path)?;
-    let single_file = !rel.as_os_str().is_empty()
-        && ws.dir().symlink_metadata(&rel).is_ok_and(|m| m.is_file());
+    let single_file =
+        !rel.as_os_str().is_empty() && ws.dir().symlink_metadata(&rel).is_ok_and(|m| m.is_file());
     let files: Vec<PathBuf> = if single_file {
         // An explicitly named file must be readable confined; its errors are the answer.
         ws.read_file(&rel, MAX_FILE_BYTES)?;
@@ -182,7 +182,9 @@ fn search(ws: &Workspace, input: &Input) -> Result<String, ToolError> {
             }
         }
         // Files that cannot be read confined (hard links, escapes, races) are skipped.
-        let Ok(bytes) = ws.read_file(&file, MAX_FILE_BYTES) else { continue };
+        let Ok(bytes) = ws.read_file(&file, MAX_FILE_BYTES) else {
+            continue;
+        };
         if looks_binary(&bytes) {
             continue;
         }

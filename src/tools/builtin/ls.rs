@@ -75,9 +75,8 @@ impl Tool for LsTool {
         blocking(move || {
             let mut ignore = GlobSetBuilder::new();
             for pattern in &input.ignore {
-                let glob = Glob::new(pattern).map_err(|e| {
-                    ToolError::new(super::codes::PATTERN_INVALID, e.to_string())
-                })?;
+                let glob = Glob::new(pattern)
+                    .map_err(|e| ToolError::new(super::codes::PATTERN_INVALID, e.to_string()))?;
                 ignore.add(glob);
             }
             let ignore = ignore
@@ -109,7 +108,9 @@ impl Tool for LsTool {
             names.truncate(MAX_ENTRIES);
             let mut out = names.join("\n");
             if total > MAX_ENTRIES {
-                out.push_str(&format!("\n({total} entries; showing the first {MAX_ENTRIES})"));
+                out.push_str(&format!(
+                    "\n({total} entries; showing the first {MAX_ENTRIES})"
+                ));
             }
             if total == 0 {
                 out = format!("({display} is empty)");

@@ -69,7 +69,10 @@ pub fn shell_tools(env: &SessionShells) -> Vec<DynTool> {
         Arc::new(tasks::TaskStopTool::new(env.tasks.clone())),
         Arc::new(tasks::TaskListTool::new(env.tasks.clone())),
         Arc::new(tasks::MonitorTool::new(env.tasks.clone())),
-        Arc::new(pty::ShellStartTool::new(env.sandbox.clone(), env.shells.clone())),
+        Arc::new(pty::ShellStartTool::new(
+            env.sandbox.clone(),
+            env.shells.clone(),
+        )),
         Arc::new(pty::ShellWriteTool::new(env.shells.clone())),
         Arc::new(pty::ShellReadTool::new(env.shells.clone())),
         Arc::new(pty::ShellResizeTool::new(env.shells.clone())),

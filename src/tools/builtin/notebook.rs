@@ -190,11 +190,14 @@ impl Tool for NotebookEditTool {
             let mut notebook: Value = serde_json::from_str(&text)
                 .map_err(|e| invalid(format!("not a JSON notebook: {e}")))?;
             let summary = edit_notebook(&mut notebook, &input)?;
-            let mut out = serde_json::to_string_pretty(&notebook)
-                .map_err(|e| invalid(e.to_string()))?;
+            let mut out =
+                serde_json::to_string_pretty(&notebook).map_err(|e| invalid(e.to_string()))?;
             out.push('\n');
             ws.write_atomic(&rel, out.as_bytes())?;
-            Ok(ToolOutput::text(format!("{summary} in {}", ws.display(&rel))))
+            Ok(ToolOutput::text(format!(
+                "{summary} in {}",
+                ws.display(&rel)
+            )))
         })
         .await
     }

@@ -65,7 +65,10 @@ impl ShellRegistry {
 
     fn get(&self, id: &str) -> Result<Arc<Shell>, ToolError> {
         lock(&self.shells).get(id).cloned().ok_or_else(|| {
-            ToolError::new(codes::SHELL_NOT_FOUND, format!("no shell {id:?} in this session"))
+            ToolError::new(
+                codes::SHELL_NOT_FOUND,
+                format!("no shell {id:?} in this session"),
+            )
         })
     }
 
@@ -215,7 +218,9 @@ impl Tool for ShellStartTool {
             Some(command) => vec!["/bin/bash", "-c", command],
             None => vec!["/bin/bash", "--noprofile", "--norc", "-i"],
         };
-        let spec = self.sandbox.launch_spec(ws.root(), &program, "xterm-256color");
+        let spec = self
+            .sandbox
+            .launch_spec(ws.root(), &program, "xterm-256color");
         let rows = input.rows.unwrap_or(24);
         let size = PtySize {
             rows,
@@ -322,7 +327,11 @@ impl ShellWriteTool {
     fn typed_text(input: &Value) -> Option<String> {
         let text = input.get("command")?.as_str()?;
         let submit = input.get("submit").and_then(Value::as_bool).unwrap_or(true);
-        Some(if submit { format!("{text}\n") } else { text.to_string() })
+        Some(if submit {
+            format!("{text}\n")
+        } else {
+            text.to_string()
+        })
     }
 }
 
@@ -338,7 +347,10 @@ impl Tool for ShellWriteTool {
         &self.schema
     }
     fn self_decision(&self, input: &Value) -> SelfDecision {
-        let id = input.get("shell_id").and_then(Value::as_str).unwrap_or_default();
+        let id = input
+            .get("shell_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         match Self::typed_text(input) {
             Some(text) => command_decision(&self.shells.pending_with(id, &text)),
             None => SelfDecision::Ask,
@@ -498,7 +510,10 @@ impl Tool for ShellResizeTool {
             })
             .map_err(|e| ToolError::failed(e.to_string()))?;
         *lock(&shell.rows) = input.rows;
-        Ok(ToolOutput::text(format!("Resized to {}x{}", input.cols, input.rows)))
+        Ok(ToolOutput::text(format!(
+            "Resized to {}x{}",
+            input.cols, input.rows
+        )))
     }
 }
 
@@ -546,7 +561,10 @@ impl Tool for ShellCloseTool {
         let shell = lock(&self.shells.shells)
             .remove(&input.shell_id)
             .ok_or_else(|| {
-                ToolError::new(codes::SHELL_NOT_FOUND, format!("no shell {:?}", input.shell_id))
+                ToolError::new(
+                    codes::SHELL_NOT_FOUND,
+                    format!("no shell {:?}", input.shell_id),
+                )
             })?;
         close_shell(&shell);
         Ok(ToolOutput::text(format!("Closed shell {}", input.shell_id)))

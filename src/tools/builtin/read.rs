@@ -56,7 +56,10 @@ pub fn number_lines(text: &str, offset: usize, limit: usize) -> String {
     let mut out = String::new();
     for (idx, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
         let line: String = if line.chars().count() > MAX_LINE_CHARS {
-            line.chars().take(MAX_LINE_CHARS).chain("…".chars()).collect()
+            line.chars()
+                .take(MAX_LINE_CHARS)
+                .chain("…".chars())
+                .collect()
         } else {
             line.to_string()
         };

@@ -182,7 +182,10 @@ impl TaskRegistry {
 
     fn get(&self, task_id: &str) -> Result<Arc<Task>, ToolError> {
         lock(&self.tasks).get(task_id).cloned().ok_or_else(|| {
-            ToolError::new(codes::TASK_NOT_FOUND, format!("no task {task_id:?} in this session"))
+            ToolError::new(
+                codes::TASK_NOT_FOUND,
+                format!("no task {task_id:?} in this session"),
+            )
         })
     }
 
@@ -346,7 +349,11 @@ impl TaskOutputTool {
 
 #[async_trait]
 impl Tool for TaskOutputTool {
-    task_tool_basics!("TaskOutput", "Shows a background task's status and its new (or full) output.", true);
+    task_tool_basics!(
+        "TaskOutput",
+        "Shows a background task's status and its new (or full) output.",
+        true
+    );
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: OutputInput = parse_input(input)?;
         if input.block {
@@ -360,7 +367,10 @@ impl Tool for TaskOutputTool {
         }
         let info = self.tasks.info(&input.task_id)?;
         let output = self.tasks.output(&input.task_id, input.full)?;
-        Ok(ToolOutput::text(format!("{}\n{output}", status_line(&info))))
+        Ok(ToolOutput::text(format!(
+            "{}\n{output}",
+            status_line(&info)
+        )))
     }
 }
 
@@ -391,7 +401,11 @@ impl TaskStopTool {
 
 #[async_trait]
 impl Tool for TaskStopTool {
-    task_tool_basics!("TaskStop", "Stops a background task (kills its process group).", false);
+    task_tool_basics!(
+        "TaskStop",
+        "Stops a background task (kills its process group).",
+        false
+    );
     async fn call(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: IdInput = parse_input(input)?;
         let info = self.tasks.stop(&input.task_id)?;
@@ -462,7 +476,11 @@ impl MonitorTool {
 
 #[async_trait]
 impl Tool for MonitorTool {
-    task_tool_basics!("Monitor", "Watches a background task's output for lines matching a pattern.", true);
+    task_tool_basics!(
+        "Monitor",
+        "Watches a background task's output for lines matching a pattern.",
+        true
+    );
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: MonitorInput = parse_input(input)?;
         let regex = grep_regex::RegexMatcher::new_line_matcher(&input.pattern)
@@ -480,7 +498,11 @@ impl Tool for MonitorTool {
             partial.push_str(&chunk);
             let mut lines: Vec<String> = partial.split('\n').map(str::to_string).collect();
             // The last piece is an unfinished line unless the task ended.
-            partial = if ended { String::new() } else { lines.pop().unwrap_or_default() };
+            partial = if ended {
+                String::new()
+            } else {
+                lines.pop().unwrap_or_default()
+            };
             for line in lines {
                 use grep_matcher::Matcher;
                 if regex.is_match(line.as_bytes()).unwrap_or(false) {
