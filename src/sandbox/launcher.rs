@@ -25,23 +25,30 @@ pub const EXIT_SANDBOX_FAILED: i32 = 125;
 /// Parsed launcher options.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LaunchOptions {
+    /// The only writable tree, and the command's working directory.
     pub workspace: PathBuf,
     /// Apply Landlock filesystem rules.
     pub filesystem: bool,
     /// Deny network access.
     pub deny_network: bool,
+    /// Limits to set before `exec`.
     pub rlimits: Option<Rlimits>,
+    /// Readable trees besides the system directories.
     pub extra_read: Vec<PathBuf>,
     /// Report what can be enforced instead of running a program.
     pub probe: bool,
+    /// The program and its arguments.
     pub program: Vec<OsString>,
 }
 
 /// What a probe run could enforce; `Err` strings are the reasons.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProbeResult {
+    /// Landlock file rules: an optional partial-enforcement note, or why they failed.
     pub filesystem: Result<Option<String>, String>,
+    /// How network denial holds, or why it failed.
     pub network: Result<String, String>,
+    /// Whether the rlimits could be set.
     pub rlimits: Result<(), String>,
 }
 

@@ -62,6 +62,7 @@ pub struct BashTool {
 }
 
 impl BashTool {
+    /// Builds the tool with its input schema.
     pub fn new(sandbox: Arc<Sandbox>, tasks: Arc<TaskRegistry>) -> Self {
         Self {
             sandbox,

@@ -101,6 +101,7 @@ pub struct EditTool {
 }
 
 impl EditTool {
+    /// Builds the tool with its input schema.
     pub fn new() -> Self {
         let mut props = edit_properties();
         props["file_path"] = json!({"type": "string"});
@@ -157,6 +158,7 @@ pub struct MultiEditTool {
 }
 
 impl MultiEditTool {
+    /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
             schema: json!({

@@ -99,6 +99,7 @@ pub struct GlobTool {
 }
 
 impl GlobTool {
+    /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
             schema: json!({

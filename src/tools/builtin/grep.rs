@@ -60,6 +60,7 @@ pub struct GrepTool {
 }
 
 impl GrepTool {
+    /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
             schema: json!({

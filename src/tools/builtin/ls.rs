@@ -26,6 +26,7 @@ pub struct LsTool {
 }
 
 impl LsTool {
+    /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
             schema: json!({

@@ -39,6 +39,7 @@ pub struct NotebookEditTool {
 }
 
 impl NotebookEditTool {
+    /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
             schema: json!({

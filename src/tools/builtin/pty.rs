@@ -59,6 +59,7 @@ pub struct ShellRegistry {
 }
 
 impl ShellRegistry {
+    /// An empty registry.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
@@ -165,6 +166,7 @@ pub struct ShellStartTool {
 }
 
 impl ShellStartTool {
+    /// Builds the tool with its input schema.
     pub fn new(sandbox: Arc<Sandbox>, shells: Arc<ShellRegistry>) -> Self {
         Self {
             sandbox,
@@ -308,6 +310,7 @@ pub struct ShellWriteTool {
 }
 
 impl ShellWriteTool {
+    /// Builds the tool with its input schema.
     pub fn new(shells: Arc<ShellRegistry>) -> Self {
         Self {
             shells,
@@ -400,6 +403,7 @@ pub struct ShellReadTool {
 }
 
 impl ShellReadTool {
+    /// Builds the tool with its input schema.
     pub fn new(shells: Arc<ShellRegistry>) -> Self {
         Self {
             shells,
@@ -467,6 +471,7 @@ pub struct ShellResizeTool {
 }
 
 impl ShellResizeTool {
+    /// Builds the tool with its input schema.
     pub fn new(shells: Arc<ShellRegistry>) -> Self {
         Self {
             shells,
@@ -529,6 +534,7 @@ pub struct ShellCloseTool {
 }
 
 impl ShellCloseTool {
+    /// Builds the tool with its input schema.
     pub fn new(shells: Arc<ShellRegistry>) -> Self {
         Self {
             shells,

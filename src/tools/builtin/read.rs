@@ -29,6 +29,7 @@ pub struct ReadTool {
 }
 
 impl ReadTool {
+    /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
             schema: json!({

@@ -329,6 +329,7 @@ pub struct TaskOutputTool {
 }
 
 impl TaskOutputTool {
+    /// Builds the tool with its input schema.
     pub fn new(tasks: Arc<TaskRegistry>) -> Self {
         Self {
             tasks,
@@ -386,6 +387,7 @@ pub struct TaskStopTool {
 }
 
 impl TaskStopTool {
+    /// Builds the tool with its input schema.
     pub fn new(tasks: Arc<TaskRegistry>) -> Self {
         Self {
             tasks,
@@ -420,6 +422,7 @@ pub struct TaskListTool {
 }
 
 impl TaskListTool {
+    /// Builds the tool with its input schema.
     pub fn new(tasks: Arc<TaskRegistry>) -> Self {
         Self {
             tasks,
@@ -456,6 +459,7 @@ pub struct MonitorTool {
 }
 
 impl MonitorTool {
+    /// Builds the tool with its input schema.
     pub fn new(tasks: Arc<TaskRegistry>) -> Self {
         Self {
             tasks,

@@ -20,6 +20,7 @@ pub struct WriteTool {
 }
 
 impl WriteTool {
+    /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
             schema: json!({
