@@ -57,6 +57,15 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // The sandbox launcher must run before any runtime or thread starts: it restricts this
+    // process (user/network namespace, Landlock, rlimits) and then execs the command.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .get(1)
+        .is_some_and(|a| a == norma::sandbox::launcher::SUBCOMMAND)
+    {
+        norma::sandbox::launcher::main_from_args(args);
+    }
     let cli = Cli::parse();
     let bind = match &cli.command {
         Command::Serve { bind } => *bind,

@@ -6,6 +6,8 @@
 use crate::ids::{SessionId, TenantId};
 use crate::message::Message;
 use crate::permission::{SelfDecision, Subject};
+pub mod builtin;
+
 use async_trait::async_trait;
 use serde_json::Value;
 use std::path::PathBuf;

@@ -1,0 +1,94 @@
+//! Landlock rules the launcher applies to itself: writes only beneath the workspace (and a few
+//! device files), reads and execution on system directories, optionally no TCP bind/connect,
+//! and no signals or abstract-socket connections to processes outside the sandbox.
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+use std::path::PathBuf;
+
+/// The Landlock ABI the rules are written for (file access incl. ioctl, TCP, scopes).
+const TARGET_ABI: ABI = ABI::V6;
+
+/// Directories readable (and executable) by sandboxed commands when they exist.
+pub const SYSTEM_READ_DIRS: [&str; 13] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",
+    "/sys", "/dev", "/run",
+];
+
+/// Device files a sandboxed command may write to.
+pub const WRITABLE_DEVICES: [&str; 5] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+];
+
+/// What the launcher asks Landlock for.
+#[derive(Clone, Debug)]
+pub struct LandlockRequest {
+    /// Restrict file access (writes only beneath `workspace`).
+    pub filesystem: bool,
+    /// Deny every TCP bind and connect.
+    pub deny_tcp: bool,
+    /// The only writable tree.
+    pub workspace: PathBuf,
+    /// Readable trees besides [`SYSTEM_READ_DIRS`].
+    pub extra_read: Vec<PathBuf>,
+}
+
+/// Applies the request to the calling process. `Ok` carries a note when only part of it is
+/// enforced; any failure to enforce what was asked is an `Err`.
+pub fn apply(req: &LandlockRequest) -> Result<Option<String>, String> {
+    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort);
+    if req.filesystem {
+        ruleset = ruleset
+            .handle_access(AccessFs::from_all(TARGET_ABI))
+            .map_err(|e| e.to_string())?;
+    }
+    if req.deny_tcp {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(ABI::V4))
+            .map_err(|e| e.to_string())?;
+    }
+    ruleset = ruleset
+        .scope(Scope::from_all(TARGET_ABI))
+        .map_err(|e| e.to_string())?;
+    let mut created = ruleset.create().map_err(|e| e.to_string())?;
+    if req.filesystem {
+        let read = AccessFs::from_read(TARGET_ABI);
+        for dir in SYSTEM_READ_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .chain(req.extra_read.iter().cloned())
+        {
+            if let Ok(fd) = PathFd::new(&dir) {
+                created = created
+                    .add_rule(PathBeneath::new(fd, read))
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
+        }
+        for dev in WRITABLE_DEVICES {
+            if let Ok(fd) = PathFd::new(dev) {
+                created = created
+                    .add_rule(PathBeneath::new(fd, AccessFs::from_file(TARGET_ABI)))
+                    .map_err(|e| format!("{dev}: {e}"))?;
+            }
+        }
+        let ws =
+            PathFd::new(&req.workspace).map_err(|e| format!("{}: {e}", req.workspace.display()))?;
+        created = created
+            .add_rule(PathBeneath::new(ws, AccessFs::from_all(TARGET_ABI)))
+            .map_err(|e| format!("{}: {e}", req.workspace.display()))?;
+    }
+    let status = created.restrict_self().map_err(|e| e.to_string())?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(None),
+        RulesetStatus::PartiallyEnforced => Ok(Some(
+            "landlock partially enforced: the kernel lacks some requested access rights".into(),
+        )),
+        RulesetStatus::NotEnforced => Err("landlock is not supported by this kernel".into()),
+    }
+}

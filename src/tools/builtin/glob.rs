@@ -1,0 +1,187 @@
+//! Glob: files of the workspace whose path matches a glob, gitignore-aware.
+//!
+//! The walk (shared with Grep) always starts at the canonical workspace root and never follows
+//! symlinks, so neither a symlinked directory nor one swapped in during the walk leads outside;
+//! a sub-directory search is a filter on that walk, not a new root.
+
+use super::{blocking, codes, parse_input};
+use crate::permission::{SelfDecision, Subject};
+use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::workspace::Workspace;
+use async_trait::async_trait;
+use globset::GlobBuilder;
+use ignore::WalkBuilder;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// Most paths returned.
+pub const MAX_RESULTS: usize = 1000;
+
+/// A regular file found by [`walk_files`].
+#[derive(Clone, Debug)]
+pub struct WalkedFile {
+    /// Path relative to the workspace root.
+    pub rel: PathBuf,
+    pub modified: SystemTime,
+}
+
+/// Regular files (not symlinks) beneath `rel_dir`, honouring .gitignore / .ignore files inside
+/// the workspace and skipping hidden entries. Sorted by path.
+pub fn walk_files(ws: &Workspace, rel_dir: &Path) -> Result<Vec<WalkedFile>, ToolError> {
+    let root = ws.root().to_path_buf();
+    let target = rel_dir.to_path_buf();
+    let filter_root = root.clone();
+    let mut builder = WalkBuilder::new(&root);
+    builder
+        .follow_links(false)
+        .parents(false)
+        .git_global(false)
+        .require_git(false)
+        .filter_entry(move |entry| {
+            let rel = entry
+                .path()
+                .strip_prefix(&filter_root)
+                .unwrap_or(entry.path());
+            rel.starts_with(&target) || target.starts_with(rel)
+        });
+    let mut files = Vec::new();
+    for entry in builder.build() {
+        // Unreadable entries (permissions, races) are skipped like ripgrep does.
+        let Ok(entry) = entry else { continue };
+        let Some(kind) = entry.file_type() else {
+            continue;
+        };
+        if !kind.is_file() {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(&root) else {
+            continue;
+        };
+        if !rel.starts_with(rel_dir) {
+            continue;
+        }
+        let modified = entry
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        files.push(WalkedFile {
+            rel: rel.to_path_buf(),
+            modified,
+        });
+    }
+    files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(files)
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum SortBy {
+    #[default]
+    Mtime,
+    Name,
+}
+
+#[derive(Deserialize)]
+struct Input {
+    pattern: String,
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    sort: SortBy,
+}
+
+/// The Glob tool.
+pub struct GlobTool {
+    schema: Value,
+}
+
+impl GlobTool {
+    /// Builds the tool with its input schema.
+    pub fn new() -> Self {
+        Self {
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "Glob such as **/*.rs, matched against paths relative to `path`"},
+                    "path": {"type": "string", "description": "Directory to search; the workspace root by default"},
+                    "sort": {"type": "string", "enum": ["mtime", "name"], "default": "mtime", "description": "mtime: newest first"}
+                },
+                "required": ["pattern"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Default for GlobTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for GlobTool {
+    fn name(&self) -> &str {
+        "Glob"
+    }
+    fn description(&self) -> &str {
+        "Finds workspace files by glob pattern (gitignore-aware); paths are relative to the workspace."
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn is_read_only(&self, _input: &Value) -> bool {
+        true
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        true
+    }
+    fn self_decision(&self, _input: &Value) -> SelfDecision {
+        SelfDecision::None
+    }
+    fn permission_subject(&self) -> Subject {
+        Subject::Path { field: "path" }
+    }
+    async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let input: Input = parse_input(input)?;
+        let root = ctx.workspace.clone();
+        blocking(move || {
+            let matcher = GlobBuilder::new(&input.pattern)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| ToolError::new(codes::PATTERN_INVALID, e.to_string()))?
+                .compile_matcher();
+            let ws = Workspace::for_tool(root.as_ref())?;
+            let rel_dir = ws.resolve(&input.path)?;
+            ws.open_dir(&rel_dir)?;
+            let mut hits: Vec<WalkedFile> = walk_files(&ws, &rel_dir)?
+                .into_iter()
+                .filter(|f| {
+                    f.rel
+                        .strip_prefix(&rel_dir)
+                        .is_ok_and(|inner| matcher.is_match(inner))
+                })
+                .collect();
+            if input.sort == SortBy::Mtime {
+                hits.sort_by(|a, b| b.modified.cmp(&a.modified).then(a.rel.cmp(&b.rel)));
+            }
+            let total = hits.len();
+            let mut out: Vec<String> = hits
+                .iter()
+                .take(MAX_RESULTS)
+                .map(|f| f.rel.to_string_lossy().into_owned())
+                .collect();
+            if total == 0 {
+                return Ok(ToolOutput::text("No files found"));
+            }
+            if total > MAX_RESULTS {
+                out.push(format!("({total} files; showing the first {MAX_RESULTS})"));
+            }
+            Ok(ToolOutput::text(out.join("\n")))
+        })
+        .await
+    }
+}

@@ -1,0 +1,123 @@
+//! LS: the entries of one workspace directory (symlinks are listed, never followed).
+
+use super::{blocking, parse_input};
+use crate::permission::{SelfDecision, Subject};
+use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::workspace::{Workspace, map_io};
+use async_trait::async_trait;
+use globset::{Glob, GlobSetBuilder};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Most entries listed.
+pub const MAX_ENTRIES: usize = 1000;
+
+#[derive(Deserialize)]
+struct Input {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    ignore: Vec<String>,
+}
+
+/// The LS tool.
+pub struct LsTool {
+    schema: Value,
+}
+
+impl LsTool {
+    /// Builds the tool with its input schema.
+    pub fn new() -> Self {
+        Self {
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Directory relative to the workspace; empty for the root"},
+                    "ignore": {"type": "array", "items": {"type": "string"}, "description": "Glob patterns of names to leave out"}
+                },
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Default for LsTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for LsTool {
+    fn name(&self) -> &str {
+        "LS"
+    }
+    fn description(&self) -> &str {
+        "Lists a directory of the session workspace. Directories end in '/', symlinks in '@'."
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn is_read_only(&self, _input: &Value) -> bool {
+        true
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        true
+    }
+    fn self_decision(&self, _input: &Value) -> SelfDecision {
+        SelfDecision::None
+    }
+    fn permission_subject(&self) -> Subject {
+        Subject::Path { field: "path" }
+    }
+    async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let input: Input = parse_input(input)?;
+        let root = ctx.workspace.clone();
+        blocking(move || {
+            let mut ignore = GlobSetBuilder::new();
+            for pattern in &input.ignore {
+                let glob = Glob::new(pattern)
+                    .map_err(|e| ToolError::new(super::codes::PATTERN_INVALID, e.to_string()))?;
+                ignore.add(glob);
+            }
+            let ignore = ignore
+                .build()
+                .map_err(|e| ToolError::new(super::codes::PATTERN_INVALID, e.to_string()))?;
+            let ws = Workspace::for_tool(root.as_ref())?;
+            let rel = ws.resolve(&input.path)?;
+            let display = ws.display(&rel);
+            let dir = ws.open_dir(&rel)?;
+            let mut names = Vec::new();
+            for entry in dir.entries().map_err(|e| map_io(e, &display))? {
+                let entry = entry.map_err(|e| map_io(e, &display))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if ignore.is_match(&name) {
+                    continue;
+                }
+                let kind = entry.file_type().map_err(|e| map_io(e, &display))?;
+                let suffix = if kind.is_dir() {
+                    "/"
+                } else if kind.is_symlink() {
+                    "@"
+                } else {
+                    ""
+                };
+                names.push(format!("{name}{suffix}"));
+            }
+            names.sort();
+            let total = names.len();
+            names.truncate(MAX_ENTRIES);
+            let mut out = names.join("\n");
+            if total > MAX_ENTRIES {
+                out.push_str(&format!(
+                    "\n({total} entries; showing the first {MAX_ENTRIES})"
+                ));
+            }
+            if total == 0 {
+                out = format!("({display} is empty)");
+            }
+            Ok(ToolOutput::text(out))
+        })
+        .await
+    }
+}

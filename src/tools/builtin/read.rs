@@ -1,0 +1,124 @@
+//! Read: a text file of the workspace with line numbers, by line range.
+
+use super::{blocking, parse_input};
+use crate::permission::{SelfDecision, Subject};
+use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::workspace::Workspace;
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Largest file Read opens.
+pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Lines returned when no limit is given.
+pub const DEFAULT_LIMIT: usize = 2000;
+/// Longer lines are cut to this many characters.
+pub const MAX_LINE_CHARS: usize = 2000;
+
+#[derive(Deserialize)]
+struct Input {
+    file_path: String,
+    /// 1-based first line.
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+/// The Read tool.
+pub struct ReadTool {
+    schema: Value,
+}
+
+impl ReadTool {
+    /// Builds the tool with its input schema.
+    pub fn new() -> Self {
+        Self {
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "file_path": {"type": "string", "description": "Path relative to the workspace (or absolute inside it)"},
+                    "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based)"},
+                    "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to read"}
+                },
+                "required": ["file_path"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Default for ReadTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Formats `text` like `cat -n` from line `offset` (1-based), at most `limit` lines.
+pub fn number_lines(text: &str, offset: usize, limit: usize) -> String {
+    let mut out = String::new();
+    for (idx, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
+        let line: String = if line.chars().count() > MAX_LINE_CHARS {
+            line.chars()
+                .take(MAX_LINE_CHARS)
+                .chain("…".chars())
+                .collect()
+        } else {
+            line.to_string()
+        };
+        out.push_str(&format!("{:>6}\t{line}\n", idx + 1));
+    }
+    out
+}
+
+#[async_trait]
+impl Tool for ReadTool {
+    fn name(&self) -> &str {
+        "Read"
+    }
+    fn description(&self) -> &str {
+        "Reads a text file from the session workspace, with line numbers."
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn is_read_only(&self, _input: &Value) -> bool {
+        true
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        true
+    }
+    fn self_decision(&self, _input: &Value) -> SelfDecision {
+        SelfDecision::None
+    }
+    fn permission_subject(&self) -> Subject {
+        Subject::Path { field: "file_path" }
+    }
+    async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let input: Input = parse_input(input)?;
+        let root = ctx.workspace.clone();
+        blocking(move || {
+            let ws = Workspace::for_tool(root.as_ref())?;
+            let rel = ws.resolve(&input.file_path)?;
+            let text = ws.read_text(&rel, MAX_FILE_BYTES)?;
+            let offset = input.offset.unwrap_or(1).max(1);
+            let limit = input.limit.unwrap_or(DEFAULT_LIMIT);
+            let total = text.lines().count();
+            if text.is_empty() {
+                return Ok(ToolOutput::text("(the file is empty)"));
+            }
+            if offset > total {
+                return Ok(ToolOutput::text(format!(
+                    "(the file has {total} lines; offset {offset} is past the end)"
+                )));
+            }
+            let mut out = number_lines(&text, offset, limit);
+            let last = (offset - 1 + limit).min(total);
+            if last < total {
+                out.push_str(&format!(
+                    "(lines {offset}-{last} of {total}; use offset/limit to read more)\n"
+                ));
+            }
+            Ok(ToolOutput::text(out))
+        })
+        .await
+    }
+}

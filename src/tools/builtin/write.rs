@@ -1,0 +1,77 @@
+//! Write: creates or replaces a file of the workspace, atomically.
+
+use super::{blocking, parse_input};
+use crate::permission::Subject;
+use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::workspace::Workspace;
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Deserialize)]
+struct Input {
+    file_path: String,
+    content: String,
+}
+
+/// The Write tool.
+pub struct WriteTool {
+    schema: Value,
+}
+
+impl WriteTool {
+    /// Builds the tool with its input schema.
+    pub fn new() -> Self {
+        Self {
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "file_path": {"type": "string", "description": "Path relative to the workspace (or absolute inside it)"},
+                    "content": {"type": "string"}
+                },
+                "required": ["file_path", "content"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Default for WriteTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for WriteTool {
+    fn name(&self) -> &str {
+        "Write"
+    }
+    fn description(&self) -> &str {
+        "Writes a file in the session workspace, replacing any existing content."
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn is_file_edit(&self) -> bool {
+        true
+    }
+    fn permission_subject(&self) -> Subject {
+        Subject::Path { field: "file_path" }
+    }
+    async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let input: Input = parse_input(input)?;
+        let root = ctx.workspace.clone();
+        blocking(move || {
+            let ws = Workspace::for_tool(root.as_ref())?;
+            let rel = ws.resolve(&input.file_path)?;
+            ws.write_atomic(&rel, input.content.as_bytes())?;
+            Ok(ToolOutput::text(format!(
+                "Wrote {} bytes to {}",
+                input.content.len(),
+                ws.display(&rel)
+            )))
+        })
+        .await
+    }
+}
