@@ -14,7 +14,9 @@ use crate::harness::turn::{
     AfterResponse, ContinueReason, RequestFailure, Step, StopHookOutcome, TerminalReason,
     TurnLimits, next_step, stop_hooks_needed, token_budget_nudge,
 };
-use crate::llm::{self, AssistantTurn, ModelRequest, Provider, ProviderError, StopReason, StreamItem, ToolSpec};
+use crate::llm::{
+    self, AssistantTurn, ModelRequest, Provider, ProviderError, StopReason, StreamItem, ToolSpec,
+};
 use crate::message::{ContentBlock, Message, Role, ToolResultBlock};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -55,7 +57,11 @@ pub trait LoopHost: Send + Sync + 'static {
     /// committed before it; durable at the latest with the next `commit`.
     fn emit(&self, event: LoopEvent);
     /// Durably appends history and events in one transaction, then publishes the events.
-    async fn commit(&self, messages: Vec<HistoryAppend>, events: Vec<LoopEvent>) -> Result<(), HostError>;
+    async fn commit(
+        &self,
+        messages: Vec<HistoryAppend>,
+        events: Vec<LoopEvent>,
+    ) -> Result<(), HostError>;
     /// The tools offered to the model.
     fn tool_specs(&self) -> Vec<ToolSpec>;
     /// Scheduling metadata of one call (unknown tools are exclusive).
@@ -150,7 +156,8 @@ impl Engine {
                 return self.finish(TerminalReason::Cancelled, ledger, &state).await;
             }
             if self.policy.is_none() && reactive_view.is_none() {
-                self.maybe_compact(&mut history, ledger, false, &cancel).await?;
+                self.maybe_compact(&mut history, ledger, false, &cancel)
+                    .await?;
             }
             let messages = match reactive_view.take() {
                 Some(view) => view,
@@ -186,10 +193,18 @@ impl Engine {
             let mut last_assistant = None;
             match turn {
                 Ok(turn) => {
-                    ledger.record_model_call(turn.usage.input_tokens + turn.usage.cache_read_tokens + turn.usage.cache_write_tokens, turn.usage.output_tokens);
+                    ledger.record_model_call(
+                        turn.usage.input_tokens
+                            + turn.usage.cache_read_tokens
+                            + turn.usage.cache_write_tokens,
+                        turn.usage.output_tokens,
+                    );
                     state.had_tool_use = turn.message.tool_uses().next().is_some();
                     state.stop_reason_was_max_tokens = turn.stop_reason == StopReason::MaxTokens;
-                    let mut appends = vec![HistoryAppend { message: turn.message.clone(), compaction_boundary: false }];
+                    let mut appends = vec![HistoryAppend {
+                        message: turn.message.clone(),
+                        compaction_boundary: false,
+                    }];
                     let mut events = vec![LoopEvent::new(
                         "assistant_message",
                         json!({ "message": turn.message, "stop_reason": turn.stop_reason, "usage": turn.usage }),
@@ -198,26 +213,41 @@ impl Engine {
                     if state.had_tool_use {
                         let paired = pair_results(&turn.message, results, state.cancelled);
                         for result in &paired {
-                            ledger.record_tool_call(tool_name(&turn.message, &result.tool_use_id), !result.is_error);
+                            ledger.record_tool_call(
+                                tool_name(&turn.message, &result.tool_use_id),
+                                !result.is_error,
+                            );
                         }
                         let results_message = Message {
                             role: Role::User,
                             content: paired.into_iter().map(ContentBlock::ToolResult).collect(),
                         };
                         history.messages.push(results_message.clone());
-                        appends.push(HistoryAppend { message: results_message, compaction_boundary: false });
-                        events.push(LoopEvent::new("tool_results", json!({ "count": appends[1].message.content.len() })));
+                        appends.push(HistoryAppend {
+                            message: results_message,
+                            compaction_boundary: false,
+                        });
+                        events.push(LoopEvent::new(
+                            "tool_results",
+                            json!({ "count": appends[1].message.content.len() }),
+                        ));
                     }
                     self.host.commit(appends, events).await?;
                     last_assistant = Some(turn.message);
                 }
                 Err(ProviderError::ContextOverflow(message)) => {
                     state.context_overflow = true;
-                    self.host.emit(LoopEvent::new("provider_error", json!({ "code": "CONTEXT_OVERFLOW", "message": message })));
+                    self.host.emit(LoopEvent::new(
+                        "provider_error",
+                        json!({ "code": "CONTEXT_OVERFLOW", "message": message }),
+                    ));
                 }
                 Err(ProviderError::Cancelled) => state.cancelled = true,
                 Err(error) => {
-                    state.failure = Some(RequestFailure { code: error.code().to_owned(), message: error.to_string() });
+                    state.failure = Some(RequestFailure {
+                        code: error.code().to_owned(),
+                        message: error.to_string(),
+                    });
                 }
             }
             state.tokens_used = ledger.usage().total_tokens();
@@ -230,14 +260,34 @@ impl Engine {
             match next_step(&state, &self.config.limits) {
                 Step::Terminal(terminal) => return self.finish(terminal, ledger, &state).await,
                 Step::Continue(next) => {
-                    let injected = self.continuation(&next, &mut state, &mut history, &mut reactive_view, ledger, &cancel).await?;
+                    let injected = self
+                        .continuation(
+                            &next,
+                            &mut state,
+                            &mut history,
+                            &mut reactive_view,
+                            ledger,
+                            &cancel,
+                        )
+                        .await?;
                     let mut appends = Vec::new();
                     if let Some(text) = injected {
                         let message = Message::user_text(text);
                         history.messages.push(message.clone());
-                        appends.push(HistoryAppend { message, compaction_boundary: false });
+                        appends.push(HistoryAppend {
+                            message,
+                            compaction_boundary: false,
+                        });
                     }
-                    self.host.commit(appends, vec![LoopEvent::new("continue", serde_json::to_value(&next).unwrap_or(Value::Null))]).await?;
+                    self.host
+                        .commit(
+                            appends,
+                            vec![LoopEvent::new(
+                                "continue",
+                                serde_json::to_value(&next).unwrap_or(Value::Null),
+                            )],
+                        )
+                        .await?;
                     reason = Some(next);
                 }
             }
@@ -262,7 +312,9 @@ impl Engine {
             ContinueReason::ReactiveCompactRetry => {
                 state.reactive_retry_used = true;
                 *reactive_view = Some(match &self.policy {
-                    Some(policy) => policy.reactive(&history.messages).unwrap_or_else(|| self.request_view(history)),
+                    Some(policy) => policy
+                        .reactive(&history.messages)
+                        .unwrap_or_else(|| self.request_view(history)),
                     None => {
                         self.maybe_compact(history, ledger, true, cancel).await?;
                         self.request_view(history)
@@ -280,7 +332,10 @@ impl Engine {
             }
             ContinueReason::TokenBudgetContinuation => {
                 state.budget_nudged = true;
-                Some(token_budget_nudge(state.tokens_used, self.config.limits.token_budget.unwrap_or_default()))
+                Some(token_budget_nudge(
+                    state.tokens_used,
+                    self.config.limits.token_budget.unwrap_or_default(),
+                ))
             }
             ContinueReason::TaskNotification => {
                 let notes = self.host.take_task_notifications();
@@ -289,18 +344,30 @@ impl Engine {
         })
     }
 
-    async fn finish(&self, terminal: TerminalReason, ledger: &RunLedger, state: &AfterResponse) -> Result<RunOutcome, HostError> {
+    async fn finish(
+        &self,
+        terminal: TerminalReason,
+        ledger: &RunLedger,
+        state: &AfterResponse,
+    ) -> Result<RunOutcome, HostError> {
         let usage = ledger.usage();
         self.host
             .commit(
                 vec![],
                 vec![
                     LoopEvent::new("usage", serde_json::to_value(usage).unwrap_or(Value::Null)),
-                    LoopEvent::new("terminal", serde_json::to_value(&terminal).unwrap_or(Value::Null)),
+                    LoopEvent::new(
+                        "terminal",
+                        serde_json::to_value(&terminal).unwrap_or(Value::Null),
+                    ),
                 ],
             )
             .await?;
-        Ok(RunOutcome { terminal, usage, main_turns: state.main_turns })
+        Ok(RunOutcome {
+            terminal,
+            usage,
+            main_turns: state.main_turns,
+        })
     }
 
     fn request_view(&self, history: &mut RunHistory) -> Vec<Message> {
@@ -356,17 +423,29 @@ impl Engine {
             }
             Err(error) => {
                 // Compaction is an optimisation: on failure the request goes out uncompacted.
-                self.host.emit(LoopEvent::new("compaction_failed", json!({ "code": error.code(), "message": error.to_string() })));
+                self.host.emit(LoopEvent::new(
+                    "compaction_failed",
+                    json!({ "code": error.code(), "message": error.to_string() }),
+                ));
                 return Ok(());
             }
         };
         let kept: Vec<Message> = history.messages[cut..].to_vec();
-        let mut appends = vec![HistoryAppend { message: summary_message(&summary), compaction_boundary: true }];
-        appends.extend(kept.iter().map(|message| HistoryAppend { message: message.clone(), compaction_boundary: false }));
+        let mut appends = vec![HistoryAppend {
+            message: summary_message(&summary),
+            compaction_boundary: true,
+        }];
+        appends.extend(kept.iter().map(|message| HistoryAppend {
+            message: message.clone(),
+            compaction_boundary: false,
+        }));
         let new_boundary = history.messages.len();
-        history.messages.extend(appends.iter().map(|a| a.message.clone()));
+        history
+            .messages
+            .extend(appends.iter().map(|a| a.message.clone()));
         history.boundary = new_boundary;
-        let tokens_after = estimate_tokens(&context::default_view(&history.messages, history.boundary));
+        let tokens_after =
+            estimate_tokens(&context::default_view(&history.messages, history.boundary));
         self.host
             .commit(appends, vec![LoopEvent::new("compaction", json!({ "summarized_messages": cut, "tokens_before": tokens_before, "tokens_after": tokens_after, "forced": force }))])
             .await
@@ -426,10 +505,19 @@ impl Engine {
             },
             move |event| match event {
                 SchedulerEvent::Started { tool_use_id } => {
-                    event_host.emit(LoopEvent::new("tool_started", json!({ "tool_use_id": tool_use_id })));
+                    event_host.emit(LoopEvent::new(
+                        "tool_started",
+                        json!({ "tool_use_id": tool_use_id }),
+                    ));
                 }
-                SchedulerEvent::Finished { tool_use_id, result } => {
-                    event_host.emit(LoopEvent::new("tool_result", json!({ "tool_use_id": tool_use_id, "result": result })));
+                SchedulerEvent::Finished {
+                    tool_use_id,
+                    result,
+                } => {
+                    event_host.emit(LoopEvent::new(
+                        "tool_result",
+                        json!({ "tool_use_id": tool_use_id, "result": result }),
+                    ));
                 }
             },
             tools_cancel.clone(),
@@ -440,17 +528,27 @@ impl Engine {
 
 /// Results in the order of the assistant's tool_use blocks; a call the scheduler never saw
 /// gets a synthetic CANCELLED result so every tool_use stays paired (N4, N14).
-fn pair_results(message: &Message, mut results: Vec<ToolResultBlock>, cancelled: bool) -> Vec<ToolResultBlock> {
+fn pair_results(
+    message: &Message,
+    mut results: Vec<ToolResultBlock>,
+    cancelled: bool,
+) -> Vec<ToolResultBlock> {
     message
         .tool_uses()
-        .map(|(id, _, _)| match results.iter().position(|r| r.tool_use_id == id) {
-            Some(index) => results.swap_remove(index),
-            None => ToolResultBlock::error(
-                id,
-                crate::tools::codes::CANCELLED,
-                if cancelled { "The run was cancelled before this call ran." } else { "This call was not executed." },
-            ),
-        })
+        .map(
+            |(id, _, _)| match results.iter().position(|r| r.tool_use_id == id) {
+                Some(index) => results.swap_remove(index),
+                None => ToolResultBlock::error(
+                    id,
+                    crate::tools::codes::CANCELLED,
+                    if cancelled {
+                        "The run was cancelled before this call ran."
+                    } else {
+                        "This call was not executed."
+                    },
+                ),
+            },
+        )
         .collect()
 }
 

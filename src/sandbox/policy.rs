@@ -9,8 +9,34 @@
 //! are reduced to their base name. Text it cannot split (an unterminated quote) is denied.
 
 /// Why the command is denied, or `None` when no deny pattern matches.
+///
+/// Two analyses must both pass: the word splitter below (which keeps glob text like `/*`
+/// literal) and the permission layer's real shell parser ([`crate::permission::shell`]),
+/// which also sees heredocs, process substitution, `find -exec` and more wrappers.
 pub fn deny_reason(command: &str) -> Option<String> {
-    check(command, 0)
+    check(command, 0).or_else(|| check_parsed(command))
+}
+
+fn check_parsed(command: &str) -> Option<String> {
+    use crate::permission::shell::{ParsedCommand, parse_command};
+    match parse_command(command) {
+        ParsedCommand::Unparsable(why) => Some(format!(
+            "command cannot be parsed ({why}); refusing to run it"
+        )),
+        ParsedCommand::Commands(commands) => commands
+            .iter()
+            .filter(|command| !command.wrapper)
+            .find_map(|command| {
+                // Only fully literal commands are compared; dynamic words never match a
+                // protected literal.
+                let words: Option<Vec<String>> = command
+                    .words
+                    .iter()
+                    .map(|word| word.literal().map(str::to_owned))
+                    .collect();
+                words.and_then(|words| check_simple(&words, 0))
+            }),
+    }
 }
 
 const MAX_DEPTH: usize = 8;

@@ -49,3 +49,20 @@ fn allows_ordinary_commands() {
         assert_eq!(deny_reason(cmd), None, "should allow {cmd:?}");
     }
 }
+
+#[test]
+fn the_shell_parser_layer_sees_what_the_splitter_cannot() {
+    for command in [
+        "find . -exec rm -rf / \\;",
+        "cat <(rm -rf /)",
+        "echo 'unterminated",
+    ] {
+        assert!(deny_reason(command).is_some(), "should deny {command:?}");
+    }
+    for command in [
+        "bash -c 'echo hi'",
+        "find . -name '*.rs' -exec wc -l {} \\;",
+    ] {
+        assert_eq!(deny_reason(command), None, "should allow {command:?}");
+    }
+}

@@ -34,8 +34,8 @@ impl PermissionGate for RulesGate {
 mod tests {
     use super::*;
     use crate::permission::{Stage, Subject};
-    use crate::tools::builder::ToolBuilder;
     use crate::tools::ToolOutput;
+    use crate::tools::builder::ToolBuilder;
     use serde_json::json;
 
     #[test]
@@ -51,9 +51,18 @@ mod tests {
             ..RulesGate::default()
         };
         let verdict = gate.evaluate(&bash, &json!({"command": "git status"}));
-        assert!(matches!(verdict, Verdict::Allow(ref r) if r.stage == Stage::Allowed), "{verdict:?}");
+        assert!(
+            matches!(verdict, Verdict::Allow(ref r) if r.stage == Stage::Allowed),
+            "{verdict:?}"
+        );
         let verdict = gate.evaluate(&bash, &json!({"command": "git status; rm -rf /"}));
-        assert!(matches!(verdict, Verdict::Deny(ref r) if r.stage == Stage::Disallowed), "{verdict:?}");
-        assert_eq!(gate.evaluate(&bash, &json!({"command": "make"})), Verdict::Ask);
+        assert!(
+            matches!(verdict, Verdict::Deny(ref r) if r.stage == Stage::Disallowed),
+            "{verdict:?}"
+        );
+        assert_eq!(
+            gate.evaluate(&bash, &json!({"command": "make"})),
+            Verdict::Ask
+        );
     }
 }
