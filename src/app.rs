@@ -16,6 +16,7 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub verifier: Arc<JwtVerifier>,
     pub settings: Arc<Settings>,
+    pub runtime: Arc<crate::runtime::SessionRuntime>,
 }
 
 impl HasVerifier for AppState {
@@ -30,6 +31,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("cannot set up token verification: {0}")]
     Keys(#[from] KeyError),
+    #[error("cannot locate the sandbox launcher: {0}")]
+    Launcher(std::io::Error),
     #[error("cannot bind {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -59,6 +62,19 @@ impl App {
             },
         )
         .await?;
+        let launcher = match &settings.sandbox_launcher {
+            Some(path) => path.clone(),
+            None => std::env::current_exe().map_err(StartError::Launcher)?,
+        };
+        let runtime = crate::runtime::SessionRuntime::new(
+            store.clone(),
+            crate::runtime::RuntimeSettings {
+                provider: settings.provider.clone(),
+                workspaces_dir: settings.data_dir.join("workspaces"),
+                data_dir: settings.data_dir.clone(),
+                sandbox_launcher: launcher,
+            },
+        );
         let listener =
             TcpListener::bind(settings.bind)
                 .await
@@ -72,6 +88,7 @@ impl App {
                 store,
                 verifier,
                 settings: Arc::new(settings),
+                runtime,
             },
         })
     }

@@ -42,6 +42,12 @@ pub struct Settings {
     pub max_body_bytes: usize,
     pub auth: AuthSettings,
     pub log: LogSettings,
+    /// The default model provider (kind, endpoint, model, key, retries). Sessions may
+    /// override the model name, and the script of the scripted provider.
+    pub provider: crate::llm::ProviderConfig,
+    /// The executable that runs sandboxed commands (`norma __sandbox-exec …`); defaults to
+    /// this server's own binary.
+    pub sandbox_launcher: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -55,6 +61,8 @@ impl Default for Settings {
             max_body_bytes: 1024 * 1024,
             auth: AuthSettings::default(),
             log: LogSettings::default(),
+            provider: crate::llm::ProviderConfig::default(),
+            sandbox_launcher: None,
         }
     }
 }

@@ -35,8 +35,12 @@ pub enum ErrorCode {
     InvalidJson,
     UnsupportedMediaType,
     PayloadTooLarge,
-    /// The request conflicts with the object's state (e.g. the session is closed).
+    /// The request conflicts with the object's state.
     Conflict,
+    /// The session is running another prompt and the client chose `reject`.
+    SessionBusy,
+    /// The session is closed.
+    SessionClosed,
     StoreUnavailable,
     Internal,
 }
@@ -58,7 +62,7 @@ impl ErrorCode {
             Self::InvalidJson => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Conflict => StatusCode::CONFLICT,
+            Self::Conflict | Self::SessionBusy | Self::SessionClosed => StatusCode::CONFLICT,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -81,6 +85,8 @@ impl ErrorCode {
             Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Self::Conflict => "CONFLICT",
+            Self::SessionBusy => "SESSION_BUSY",
+            Self::SessionClosed => "SESSION_CLOSED",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::Internal => "INTERNAL",
         }

@@ -11,6 +11,7 @@ pub mod ids;
 pub mod llm;
 pub mod message;
 pub mod permission;
+pub mod runtime;
 pub mod sandbox;
 pub mod session_config;
 pub mod signing;

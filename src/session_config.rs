@@ -34,14 +34,40 @@ pub struct SessionConfig {
     /// The system prompt sent with every model request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// Model settings; the provider itself (kind, endpoint, key) is server configuration.
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// Built-in tools offered to the model (default: every built-in tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
     #[serde(default)]
     pub permission: PermissionConfig,
+    /// Hooks (in-process by catalog name, or remote signed webhooks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub hooks: Vec<crate::hooks::runner::HookConfig>,
     #[serde(default)]
     pub budgets: Budgets,
     /// Free-form client data kept with the session (at most 16 KiB as JSON).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
+}
+
+/// Per-session model settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Overrides the server's model name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Output tokens per request (1..=128000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// A script for the scripted provider (offline demos and tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub script: Option<Value>,
 }
 
 /// Permission mode and rules (SPEC.md N5–N7, D2).
@@ -80,6 +106,42 @@ impl Default for Budgets {
             max_turns: default_max_turns(),
             max_tokens: None,
         }
+    }
+}
+
+/// Names of the built-in tools a session may enable.
+pub const BUILTIN_TOOLS: [&str; 18] = [
+    "Read",
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "NotebookEdit",
+    "LS",
+    "Glob",
+    "Grep",
+    "Bash",
+    "TaskOutput",
+    "TaskStop",
+    "TaskList",
+    "Monitor",
+    "ShellStart",
+    "ShellWrite",
+    "ShellRead",
+    "ShellResize",
+    "ShellClose",
+];
+
+impl SessionConfig {
+    /// The configuration as clients see it: hook secrets are never returned.
+    pub fn redacted(mut self) -> Self {
+        for hook in &mut self.hooks {
+            if let crate::hooks::runner::HookHandlerConfig::Remote { secret, .. } =
+                &mut hook.handler
+            {
+                *secret = "<redacted>".into();
+            }
+        }
+        self
     }
 }
 
@@ -146,6 +208,36 @@ impl SessionConfig {
                 ));
             }
         }
+        if self
+            .model
+            .max_tokens
+            .is_some_and(|n| !(1..=128_000).contains(&n))
+        {
+            return Err(ConfigViolation::new(
+                "model.max_tokens",
+                "must be between 1 and 128000",
+            ));
+        }
+        if let Some(script) = &self.model.script {
+            crate::llm::scripted::ScriptedProvider::new(Some(script))
+                .map_err(|error| ConfigViolation::new("model.script", error.to_string()))?;
+        }
+        if let Some(tools) = &self.tools {
+            if let Some(unknown) = tools
+                .iter()
+                .find(|name| !BUILTIN_TOOLS.contains(&name.as_str()))
+            {
+                return Err(ConfigViolation::new(
+                    "tools",
+                    format!("unknown tool `{unknown}`"),
+                ));
+            }
+        }
+        crate::hooks::runner::HookRunner::from_config(
+            &self.hooks,
+            &crate::hooks::runner::HookCatalog::new(),
+        )
+        .map_err(|error| ConfigViolation::new("hooks", error.to_string()))?;
         crate::permission::RuleSet::parse(&self.permission.allow, &self.permission.deny)
             .map_err(|error| ConfigViolation::new("permission", error.to_string()))?;
         let metadata_size = serde_json::to_vec(&self.metadata).map_or(usize::MAX, |v| v.len());

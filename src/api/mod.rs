@@ -1,8 +1,10 @@
 //! The HTTP API: one router per resource, merged here, plus the OpenAPI document.
 
+pub mod events;
 pub mod extract;
 pub mod health;
 pub mod outputs;
+pub mod runs;
 pub mod sessions;
 
 use crate::app::AppState;
@@ -32,9 +34,15 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         sessions::get_session,
         sessions::close_session,
         outputs::get_output,
+        runs::post_prompt,
+        runs::cancel_run,
+        events::list_events,
+        events::list_messages,
+        events::stream,
+        events::hook_status,
     ),
     modifiers(&BearerAuth),
-    tags((name = "sessions"), (name = "outputs"), (name = "health"))
+    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "outputs"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -81,7 +89,19 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/sessions/{id}/outputs/{output_id}",
             get(outputs::get_output),
-        );
+        )
+        .route(
+            "/sessions/{id}/prompts",
+            axum::routing::post(runs::post_prompt),
+        )
+        .route(
+            "/sessions/{id}/runs/{run_id}/cancel",
+            axum::routing::post(runs::cancel_run),
+        )
+        .route("/sessions/{id}/events", get(events::list_events))
+        .route("/sessions/{id}/messages", get(events::list_messages))
+        .route("/sessions/{id}/stream", get(events::stream))
+        .route("/sessions/{id}/hooks", get(events::hook_status));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -33,14 +33,14 @@ pub struct SessionResponse {
 
 impl SessionResponse {
     pub fn from_record(record: SessionRecord) -> ApiResult<Self> {
-        let config = serde_json::from_value(record.config).map_err(|error| {
+        let config: SessionConfig = serde_json::from_value(record.config).map_err(|error| {
             tracing::error!(%error, "stored session config does not parse");
             ApiError::new(crate::error::ErrorCode::Internal, "internal error")
         })?;
         Ok(Self {
             id: record.id.to_string(),
             status: record.status,
-            config,
+            config: config.redacted(),
             created_at: record.created_at,
             updated_at: record.updated_at,
             closed_at: record.closed_at,
@@ -187,6 +187,7 @@ pub async fn close_session(
         .close_session(&principal.tenant, &id)
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
+    state.runtime.close(&record.id);
     tracing::info!("session closed");
     Ok(Json(SessionResponse::from_record(record)?))
 }

@@ -67,6 +67,7 @@ pub fn test_settings(data_dir: &std::path::Path) -> Settings {
     settings.auth.issuer = ISSUER.into();
     settings.auth.audience = AUDIENCE.into();
     settings.auth.hs256_secret = Some(SecretString::from(TEST_SECRET));
+    settings.sandbox_launcher = Some(std::path::PathBuf::from(env!("CARGO_BIN_EXE_norma")));
     settings
 }
 

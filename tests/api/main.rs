@@ -7,5 +7,6 @@ mod health;
 mod helpers;
 mod openapi;
 mod pg_outage;
+mod runs;
 mod sessions;
 mod store;

@@ -1,0 +1,226 @@
+//! A session's transcript (events, as JSON pages and as SSE with replay), its history
+//! (messages) and its hook status report.
+
+use crate::api::extract::AppQuery;
+use crate::api::runs::load_owned_session;
+use crate::app::AppState;
+use crate::auth::{Principal, scopes};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::hooks::runner::{HookCatalog, HookRunner, HookStatus};
+use crate::session_config::SessionConfig;
+use crate::store::{EventRecord, MessageRecord};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::convert::Infallible;
+use tokio::sync::broadcast::error::RecvError;
+use utoipa::{IntoParams, ToSchema};
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PageParams {
+    /// Return items with `seq` greater than this (default 0).
+    pub after: Option<i64>,
+    /// Page size, 1..=1000 (default 100).
+    pub limit: Option<u32>,
+}
+
+impl PageParams {
+    fn resolve(&self) -> ApiResult<(i64, u32)> {
+        let limit = self.limit.unwrap_or(100);
+        if !(1..=1000).contains(&limit) {
+            return Err(ApiError::invalid("limit must be between 1 and 1000"));
+        }
+        let after = self.after.unwrap_or(0);
+        if after < 0 {
+            return Err(ApiError::invalid("after must not be negative"));
+        }
+        Ok((after, limit))
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventPage {
+    pub events: Vec<EventRecord>,
+    /// Pass as `after` for the next page (the last `seq` returned, or the given `after`).
+    pub next_after: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessagePage {
+    pub messages: Vec<MessageRecord>,
+    pub next_after: i64,
+}
+
+/// Pages the session's events (the same events the SSE stream carries).
+#[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "events",
+    params(("id" = String, Path, description = "Session id"), PageParams),
+    responses((status = 200, body = EventPage), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_events(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    AppQuery(params): AppQuery<PageParams>,
+) -> ApiResult<Json<EventPage>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let (after, limit) = params.resolve()?;
+    let session = load_owned_session(&state, &principal, id).await?;
+    let events = state
+        .store
+        .list_events(&principal.tenant, &session.id, after, limit)
+        .await?;
+    let next_after = events.last().map_or(after, |e| e.seq);
+    Ok(Json(EventPage { events, next_after }))
+}
+
+/// The session's history: what the model has seen and said.
+#[utoipa::path(get, path = "/v1/sessions/{id}/messages", tag = "events",
+    params(("id" = String, Path, description = "Session id"), PageParams),
+    responses((status = 200, body = MessagePage), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_messages(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    AppQuery(params): AppQuery<PageParams>,
+) -> ApiResult<Json<MessagePage>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let (after, limit) = params.resolve()?;
+    let session = load_owned_session(&state, &principal, id).await?;
+    let messages = state
+        .store
+        .list_messages(&principal.tenant, &session.id, after, limit)
+        .await?;
+    let next_after = messages.last().map_or(after, |m| m.seq);
+    Ok(Json(MessagePage {
+        messages,
+        next_after,
+    }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct StreamParams {
+    /// Replay events after this `seq` (the `Last-Event-ID` header wins when present).
+    pub after: Option<i64>,
+}
+
+fn sse_event(event: &EventRecord) -> Event {
+    Event::default()
+        .id(event.seq.to_string())
+        .event(event.kind.clone())
+        .data(serde_json::to_string(event).unwrap_or_default())
+}
+
+/// Server-sent events: replays everything after `Last-Event-ID` (or `?after=`), then follows
+/// live without gap or duplicate. A client that falls too far behind gets a `reconnect` event
+/// with its last id and is closed.
+#[utoipa::path(get, path = "/v1/sessions/{id}/stream", tag = "events",
+    params(("id" = String, Path, description = "Session id"), StreamParams),
+    responses((status = 200, description = "text/event-stream of events (`id:` = seq)"),
+              (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn stream(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    AppQuery(params): AppQuery<StreamParams>,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let last_event_id = match headers.get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .filter(|v| *v >= 0)
+                .ok_or_else(|| ApiError::invalid("Last-Event-ID must be a non-negative integer"))?,
+        ),
+        None => None,
+    };
+    let after = last_event_id.or(params.after).unwrap_or(0);
+    let session = load_owned_session(&state, &principal, id).await?;
+    // Subscribe before reading the backlog, so nothing falls between the two.
+    let mut live = state.runtime.bus().subscribe(&session.id);
+    let store = state.store.clone();
+    let tenant = principal.tenant.clone();
+    let session_id = session.id.clone();
+    let events = async_stream::stream! {
+        let mut last = after;
+        loop {
+            match store.list_events(&tenant, &session_id, last, 500).await {
+                Ok(page) if page.is_empty() => break,
+                Ok(page) => {
+                    for event in &page {
+                        last = event.seq;
+                        yield Ok(sse_event(event));
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "SSE backlog read failed");
+                    yield Ok(Event::default().event("reconnect").data(json!({ "last_event_id": last }).to_string()));
+                    return;
+                }
+            }
+        }
+        loop {
+            match live.recv().await {
+                Ok(event) if event.seq <= last => {}
+                Ok(event) => {
+                    if event.seq > last + 1 {
+                        // Fill a gap from the store (the channel was recreated meanwhile).
+                        if let Ok(missing) = store.list_events(&tenant, &session_id, last, (event.seq - last - 1) as u32).await {
+                            for missed in &missing {
+                                last = missed.seq;
+                                yield Ok(sse_event(missed));
+                            }
+                        }
+                    }
+                    if event.seq > last {
+                        last = event.seq;
+                        yield Ok(sse_event(&event));
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {
+                    yield Ok(Event::default().event("reconnect").data(json!({ "last_event_id": last }).to_string()));
+                    return;
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    };
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HookStatusReport {
+    /// One entry per configured hook; clients branch on `status_token`.
+    #[schema(value_type = Vec<Object>)]
+    pub hooks: Vec<HookStatus>,
+}
+
+/// The status of every hook the session configures (`HOOK_INSTALLED_OK`,
+/// `HOOK_CONFIG_DISABLED`, `HOOK_MISSING` + `missing_reason`, `HOOK_UNSUPPORTED`).
+#[utoipa::path(get, path = "/v1/sessions/{id}/hooks", tag = "sessions",
+    params(("id" = String, Path, description = "Session id")),
+    responses((status = 200, body = HookStatusReport), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn hook_status(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<HookStatusReport>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let session = load_owned_session(&state, &principal, id).await?;
+    let config: SessionConfig = serde_json::from_value(session.config)
+        .map_err(|_| ApiError::new(crate::error::ErrorCode::Internal, "internal error"))?;
+    let (_, hooks) = HookRunner::from_config(&config.hooks, &HookCatalog::new())
+        .map_err(|error| ApiError::invalid(error.to_string()))?;
+    Ok(Json(HookStatusReport { hooks }))
+}

@@ -1,0 +1,118 @@
+//! Prompts and runs: `POST …/prompts` starts (or queues) a run; runs can be cancelled.
+
+use crate::api::extract::AppJson;
+use crate::app::AppState;
+use crate::auth::{Principal, scopes};
+use crate::error::{ApiError, ApiResult, ErrorBody, ErrorCode};
+use crate::ids::{RunId, SessionId};
+use crate::runtime::{BusyPolicy, PromptStatus, RuntimeError};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptRequest {
+    /// The user's message (1..=200,000 characters).
+    pub text: String,
+    /// What to do when the session is already running (default `reject`).
+    #[serde(default)]
+    pub busy: BusyPolicy,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PromptAccepted {
+    pub run_id: String,
+    pub status: PromptStatus,
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(error: RuntimeError) -> Self {
+        match error {
+            RuntimeError::Busy(run) => ApiError::new(
+                ErrorCode::SessionBusy,
+                "the session is running another prompt",
+            )
+            .with_details(serde_json::json!({ "run_id": run })),
+            RuntimeError::Closed => {
+                ApiError::new(ErrorCode::SessionClosed, "the session is closed")
+            }
+            RuntimeError::NoSuchRun => ApiError::not_found("run"),
+            RuntimeError::Store(error) => error.into(),
+            RuntimeError::Setup(reason) => {
+                tracing::error!(%reason, "cannot prepare run");
+                ApiError::new(ErrorCode::Internal, "internal error")
+            }
+        }
+    }
+}
+
+pub(crate) async fn load_owned_session(
+    state: &AppState,
+    principal: &Principal,
+    id: String,
+) -> ApiResult<crate::store::SessionRecord> {
+    let id = SessionId::from_string(id);
+    tracing::Span::current().record("session_id", id.as_str());
+    state
+        .store
+        .get_session(&principal.tenant, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("session"))
+}
+
+/// Sends a prompt. `202` with the run id; the run's progress is in the session's events.
+#[utoipa::path(post, path = "/v1/sessions/{id}/prompts", tag = "runs",
+    params(("id" = String, Path, description = "Session id")),
+    request_body = PromptRequest,
+    responses((status = 202, body = PromptAccepted),
+              (status = 404, body = ErrorBody),
+              (status = 409, description = "SESSION_BUSY or SESSION_CLOSED", body = ErrorBody),
+              (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn post_prompt(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    AppJson(request): AppJson<PromptRequest>,
+) -> ApiResult<(StatusCode, Json<PromptAccepted>)> {
+    principal.require(scopes::SESSIONS_WRITE)?;
+    let chars = request.text.chars().count();
+    if chars == 0 || chars > 200_000 {
+        return Err(ApiError::invalid("text must have 1 to 200000 characters")
+            .with_details(serde_json::json!({ "field": "text" })));
+    }
+    let session = load_owned_session(&state, &principal, id).await?;
+    let (run_id, status) = state
+        .runtime
+        .submit(&session, request.text, request.busy)
+        .await?;
+    tracing::info!(run_id = %run_id, ?status, "prompt accepted");
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(PromptAccepted {
+            run_id: run_id.to_string(),
+            status,
+        }),
+    ))
+}
+
+/// Cancels a running or queued run. Every unfinished tool call gets a `CANCELLED` result.
+#[utoipa::path(post, path = "/v1/sessions/{id}/runs/{run_id}/cancel", tag = "runs",
+    params(("id" = String, Path, description = "Session id"), ("run_id" = String, Path, description = "Run id")),
+    responses((status = 202, description = "cancellation requested"), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn cancel_run(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((id, run_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    principal.require(scopes::SESSIONS_WRITE)?;
+    let session = load_owned_session(&state, &principal, id).await?;
+    state
+        .runtime
+        .cancel(&session.id, &RunId::from_string(run_id))?;
+    Ok(StatusCode::ACCEPTED)
+}

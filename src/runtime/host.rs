@@ -1,0 +1,238 @@
+//! The store-backed [`LoopHost`]: persist-then-publish with group commit.
+//!
+//! Transient events (text deltas, tool progress) are buffered and written by a flusher task;
+//! while one write is in flight the next ones accumulate, so a burst of deltas costs one
+//! transaction, not one per delta. `commit` drains the buffer first, so order is kept.
+//! Spilled outputs are written in the transaction that carries the first event pointing at them.
+
+use super::bus::EventBus;
+use crate::harness::engine::{HistoryAppend, HostError, LoopEvent, LoopHost};
+use crate::harness::scheduler::PendingCall;
+use crate::ids::{OutputId, RunId, SessionId, TenantId};
+use crate::llm::ToolSpec;
+use crate::message::{Message, ToolResultBlock};
+use crate::store::{AppendBatch, NewEvent, NewMessage, NewOutput, Store};
+use crate::tools::ToolContext;
+use crate::tools::pipeline::Pipeline;
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Default)]
+struct Pending {
+    events: Vec<NewEvent>,
+    outputs: Vec<NewOutput>,
+}
+
+/// Writes one session's events and history in order.
+pub struct SessionWriter {
+    store: Arc<dyn Store>,
+    bus: Arc<EventBus>,
+    tenant: TenantId,
+    session: SessionId,
+    pending: Mutex<Pending>,
+    /// Serialises writes so sequence order equals emit order.
+    write_lock: tokio::sync::Mutex<()>,
+    wake: Notify,
+}
+
+impl SessionWriter {
+    pub fn new(
+        store: Arc<dyn Store>,
+        bus: Arc<EventBus>,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            bus,
+            tenant,
+            session,
+            pending: Mutex::new(Pending::default()),
+            write_lock: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+        })
+    }
+
+    fn push_event(&self, event: NewEvent) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .events
+            .push(event);
+        self.wake.notify_one();
+    }
+
+    fn push_output(&self, output: NewOutput) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .outputs
+            .push(output);
+    }
+
+    /// Writes everything pending plus `messages` and `events` in one transaction, then publishes.
+    pub async fn write(
+        &self,
+        messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
+    ) -> Result<(), HostError> {
+        let _guard = self.write_lock.lock().await;
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut batch = AppendBatch {
+            messages,
+            events: pending.events,
+            outputs: pending.outputs,
+        };
+        batch.events.extend(events);
+        if batch.events.is_empty() && batch.messages.is_empty() && batch.outputs.is_empty() {
+            return Ok(());
+        }
+        let written = self
+            .store
+            .append(&self.tenant, &self.session, batch)
+            .await
+            .map_err(|error| HostError(error.to_string()))?;
+        self.bus.publish(&self.session, &written.events);
+        Ok(())
+    }
+
+    /// Flushes buffered events until `stop` is cancelled (then flushes once more).
+    pub async fn run_flusher(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = stop.cancelled() => {
+                    let _ = self.write(vec![], vec![]).await;
+                    return;
+                }
+            }
+            if let Err(error) = self.write(vec![], vec![]).await {
+                tracing::warn!(%error, "event flush failed");
+            }
+        }
+    }
+}
+
+/// The host of one run.
+pub struct StoreHost {
+    pub writer: Arc<SessionWriter>,
+    pub pipeline: Pipeline,
+    pub tenant: TenantId,
+    pub session: SessionId,
+    pub run_id: RunId,
+    pub workspace: Option<PathBuf>,
+    pub unlocked: HashSet<String>,
+    pub notifications: Mutex<Vec<String>>,
+}
+
+fn event(kind: &str, payload: Value, run: &RunId) -> NewEvent {
+    NewEvent {
+        kind: kind.to_owned(),
+        payload,
+        run_id: Some(run.to_string()),
+    }
+}
+
+#[async_trait]
+impl LoopHost for StoreHost {
+    fn emit(&self, loop_event: LoopEvent) {
+        self.writer
+            .push_event(event(loop_event.kind, loop_event.payload, &self.run_id));
+    }
+
+    async fn commit(
+        &self,
+        messages: Vec<HistoryAppend>,
+        events: Vec<LoopEvent>,
+    ) -> Result<(), HostError> {
+        let run = Some(self.run_id.to_string());
+        let messages = messages
+            .into_iter()
+            .map(|append| NewMessage {
+                message: append.message,
+                run_id: run.clone(),
+                compaction_boundary: append.compaction_boundary,
+            })
+            .collect();
+        let events = events
+            .into_iter()
+            .map(|e| event(e.kind, e.payload, &self.run_id))
+            .collect();
+        self.writer.write(messages, events).await
+    }
+
+    fn tool_specs(&self) -> Vec<ToolSpec> {
+        self.pipeline
+            .registry()
+            .provider_tools()
+            .into_iter()
+            .map(|tool| ToolSpec {
+                name: tool.name,
+                description: tool.description,
+                input_schema: tool.input_schema,
+            })
+            .collect()
+    }
+
+    fn is_concurrency_safe(&self, name: &str, input: &Value) -> bool {
+        self.pipeline
+            .registry()
+            .lookup(name)
+            .is_some_and(|tool| tool.tool.is_concurrency_safe(input))
+    }
+
+    async fn execute_tool(&self, call: PendingCall, cancel: CancellationToken) -> ToolResultBlock {
+        let ctx = ToolContext {
+            tenant: self.tenant.clone(),
+            session_id: self.session.clone(),
+            tool_use_id: call.tool_use_id.clone(),
+            workspace: self.workspace.clone(),
+            cancel,
+            progress: None,
+        };
+        let outcome = self
+            .pipeline
+            .call(&call.name, call.input, &ctx, &self.unlocked)
+            .await;
+        if let Some(spill) = outcome.spill {
+            self.writer.push_output(NewOutput {
+                id: OutputId::from_string(spill.id.to_string()),
+                tool_use_id: spill.tool_use_id,
+                tool_name: spill.tool_name,
+                sha256: spill.sha256_hex,
+                content: spill.content,
+            });
+        }
+        self.writer.push_event(event(
+            "permission_decision",
+            json!({ "tool_use_id": call.tool_use_id, "tool": call.name, "decision": outcome.decision }),
+            &self.run_id,
+        ));
+        outcome.result
+    }
+
+    fn pending_task_notifications(&self) -> u32 {
+        self.notifications.lock().map_or(0, |n| n.len() as u32)
+    }
+
+    fn take_task_notifications(&self) -> Vec<String> {
+        self.notifications
+            .lock()
+            .map(|mut n| std::mem::take(&mut *n))
+            .unwrap_or_default()
+    }
+}
+
+/// Builds the history message list and the index of the last compaction boundary.
+pub fn history_of(records: &[crate::store::MessageRecord]) -> (Vec<Message>, usize) {
+    let boundary = records
+        .iter()
+        .rposition(|r| r.compaction_boundary)
+        .unwrap_or(0);
+    (records.iter().map(|r| r.to_message()).collect(), boundary)
+}

@@ -1,0 +1,465 @@
+//! The session runtime: turns prompts into runs of the agent loop.
+//!
+//! A session costs a row while idle. When a prompt arrives, the runtime builds the session's
+//! run (provider, tools, pipeline, store-backed host) and drives the loop in a task; the run's
+//! events are persisted before they are published to live subscribers. A busy session follows
+//! the policy the client chose: reject, enqueue, or interrupt.
+
+pub mod bus;
+pub mod host;
+
+use crate::harness::engine::{Engine, EngineConfig, RunHistory};
+use crate::harness::ledger::RunLedger;
+use crate::harness::turn::TurnLimits;
+use crate::hooks::runner::{HookCatalog, HookRunner};
+use crate::ids::{RunId, SessionId, TenantId};
+use crate::llm::{self, Provider, ProviderConfig};
+use crate::message::Message;
+use crate::permission::RuleSet;
+use crate::sandbox::{Sandbox, SandboxConfig};
+use crate::session_config::SessionConfig;
+use crate::store::{NewEvent, NewMessage, SessionRecord, Store, StoreError};
+use crate::tools::builtin::{self, SessionShells};
+use crate::tools::gate::RulesGate;
+use crate::tools::pipeline::Pipeline;
+use crate::tools::registry::ToolRegistry;
+use crate::workspace::Workspace;
+use bus::EventBus;
+use host::{SessionWriter, StoreHost, history_of};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
+
+/// What a prompt does when the session is already running.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BusyPolicy {
+    /// Answer `409 SESSION_BUSY`.
+    #[default]
+    Reject,
+    /// Run after the current (and already queued) runs.
+    Enqueue,
+    /// Cancel the current run, then start.
+    Interrupt,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("the session is busy with run {0}")]
+    Busy(String),
+    #[error("the session is closed")]
+    Closed,
+    #[error("no such run")]
+    NoSuchRun,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot prepare the run: {0}")]
+    Setup(String),
+}
+
+/// Whether a prompt started now or waits in the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptStatus {
+    Started,
+    Queued,
+}
+
+struct QueuedPrompt {
+    run_id: RunId,
+    text: String,
+}
+
+/// A session that has a run in flight (or queued).
+struct Active {
+    current: RunId,
+    cancel: CancellationToken,
+    queue: VecDeque<QueuedPrompt>,
+}
+
+/// Server-wide runtime settings.
+#[derive(Clone, Debug)]
+pub struct RuntimeSettings {
+    pub provider: ProviderConfig,
+    pub workspaces_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub sandbox_launcher: PathBuf,
+}
+
+/// Per-session resources that outlive one run (background tasks, PTY shells).
+struct SessionEnv {
+    shells: SessionShells,
+    workspace: PathBuf,
+}
+
+pub struct SessionRuntime {
+    store: Arc<dyn Store>,
+    bus: Arc<EventBus>,
+    settings: RuntimeSettings,
+    http: reqwest::Client,
+    sandbox: Arc<Sandbox>,
+    hook_catalog: HookCatalog,
+    active: Mutex<HashMap<SessionId, Active>>,
+    envs: Mutex<HashMap<SessionId, Arc<SessionEnv>>>,
+}
+
+impl SessionRuntime {
+    pub fn new(store: Arc<dyn Store>, settings: RuntimeSettings) -> Arc<Self> {
+        let sandbox = Arc::new(Sandbox::probe(SandboxConfig::new(
+            settings.sandbox_launcher.clone(),
+        )));
+        Arc::new(Self {
+            store,
+            bus: Arc::new(EventBus::default()),
+            settings,
+            http: reqwest::Client::new(),
+            sandbox,
+            hook_catalog: HookCatalog::new(),
+            active: Mutex::new(HashMap::new()),
+            envs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn bus(&self) -> &Arc<EventBus> {
+        &self.bus
+    }
+
+    pub fn sandbox(&self) -> &Arc<Sandbox> {
+        &self.sandbox
+    }
+
+    /// Accepts a prompt for `session` (already loaded for the caller's tenant).
+    pub async fn submit(
+        self: &Arc<Self>,
+        session: &SessionRecord,
+        text: String,
+        policy: BusyPolicy,
+    ) -> Result<(RunId, PromptStatus), RuntimeError> {
+        if session.status == crate::store::SessionStatus::Closed {
+            return Err(RuntimeError::Closed);
+        }
+        let run_id = RunId::generate();
+        {
+            let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(current) = active.get_mut(&session.id) {
+                match policy {
+                    BusyPolicy::Reject => {
+                        return Err(RuntimeError::Busy(current.current.to_string()));
+                    }
+                    BusyPolicy::Enqueue => {
+                        current.queue.push_back(QueuedPrompt {
+                            run_id: run_id.clone(),
+                            text,
+                        });
+                        return Ok((run_id, PromptStatus::Queued));
+                    }
+                    BusyPolicy::Interrupt => {
+                        current.cancel.cancel();
+                        current.queue.push_front(QueuedPrompt {
+                            run_id: run_id.clone(),
+                            text,
+                        });
+                        return Ok((run_id, PromptStatus::Queued));
+                    }
+                }
+            }
+            active.insert(
+                session.id.clone(),
+                Active {
+                    current: run_id.clone(),
+                    cancel: CancellationToken::new(),
+                    queue: VecDeque::new(),
+                },
+            );
+        }
+        self.spawn_run(
+            session.tenant.clone(),
+            session.id.clone(),
+            run_id.clone(),
+            text,
+        );
+        Ok((run_id, PromptStatus::Started))
+    }
+
+    /// Cancels a running or queued run of `session`.
+    pub fn cancel(&self, session: &SessionId, run: &RunId) -> Result<(), RuntimeError> {
+        let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = active.get_mut(session).ok_or(RuntimeError::NoSuchRun)?;
+        if &entry.current == run {
+            entry.cancel.cancel();
+            return Ok(());
+        }
+        let before = entry.queue.len();
+        entry.queue.retain(|queued| &queued.run_id != run);
+        if entry.queue.len() == before {
+            return Err(RuntimeError::NoSuchRun);
+        }
+        Ok(())
+    }
+
+    /// Stops everything of a closed session: its run, background tasks and shells.
+    pub fn close(&self, session: &SessionId) {
+        if let Some(active) = self
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(session)
+        {
+            active.queue.clear();
+            active.cancel.cancel();
+        }
+        if let Some(env) = self
+            .envs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(session)
+        {
+            env.shells.tasks.shutdown();
+            env.shells.shells.shutdown();
+        }
+    }
+
+    /// Whether the session has a run in flight.
+    pub fn is_busy(&self, session: &SessionId) -> bool {
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(session)
+    }
+
+    fn spawn_run(
+        self: &Arc<Self>,
+        tenant: TenantId,
+        session: SessionId,
+        run_id: RunId,
+        text: String,
+    ) {
+        let runtime = self.clone();
+        let span =
+            tracing::info_span!("run", tenant = %tenant, session_id = %session, run_id = %run_id);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                if let Err(error) = runtime.run_one(&tenant, &session, &run_id, text).await {
+                    tracing::error!(%error, "run failed");
+                    let writer = SessionWriter::new(
+                        runtime.store.clone(),
+                        runtime.bus.clone(),
+                        tenant.clone(),
+                        session.clone(),
+                    );
+                    let _ = writer
+                        .write(vec![], vec![NewEvent {
+                            kind: "terminal".into(),
+                            payload: json!({ "reason": "error", "code": "RUN_FAILED", "message": error.to_string() }),
+                            run_id: Some(run_id.to_string()),
+                        }])
+                        .await;
+                }
+                runtime.next_or_idle(tenant, session);
+            },
+            span,
+        ));
+    }
+
+    /// Starts the next queued prompt, or marks the session idle.
+    fn next_or_idle(self: &Arc<Self>, tenant: TenantId, session: SessionId) {
+        let next = {
+            let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+            match active.get_mut(&session) {
+                Some(entry) => match entry.queue.pop_front() {
+                    Some(next) => {
+                        entry.current = next.run_id.clone();
+                        entry.cancel = CancellationToken::new();
+                        Some(next)
+                    }
+                    None => {
+                        active.remove(&session);
+                        None
+                    }
+                },
+                None => None,
+            }
+        };
+        if let Some(next) = next {
+            self.spawn_run(tenant, session, next.run_id, next.text);
+        }
+    }
+
+    fn cancel_token(&self, session: &SessionId) -> CancellationToken {
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(session)
+            .map(|a| a.cancel.clone())
+            .unwrap_or_default()
+    }
+
+    fn env_for(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Arc<SessionEnv>, RuntimeError> {
+        let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(env) = envs.get(session) {
+            return Ok(env.clone());
+        }
+        let workspace = Workspace::create(&self.settings.workspaces_dir, tenant, session)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let tasks = builtin::tasks::TaskRegistry::new(&self.settings.data_dir, session)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let env = Arc::new(SessionEnv {
+            shells: SessionShells {
+                sandbox: self.sandbox.clone(),
+                tasks,
+                shells: builtin::pty::ShellRegistry::new(),
+            },
+            workspace: workspace.root().to_owned(),
+        });
+        envs.insert(session.clone(), env.clone());
+        Ok(env)
+    }
+
+    fn provider_for(&self, config: &SessionConfig) -> Result<Arc<dyn Provider>, RuntimeError> {
+        let mut provider = self.settings.provider.clone();
+        if let Some(script) = &config.model.script {
+            provider = ProviderConfig {
+                kind: llm::ProviderKind::Scripted,
+                script: Some(script.clone()),
+                ..provider
+            };
+        }
+        if let Some(name) = &config.model.name {
+            provider.model = name.clone();
+        }
+        llm::build_provider(&provider, self.http.clone())
+            .map_err(|error| RuntimeError::Setup(error.to_string()))
+    }
+
+    async fn run_one(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run_id: &RunId,
+        text: String,
+    ) -> Result<(), RuntimeError> {
+        let record = self
+            .store
+            .get_session(tenant, session)
+            .await?
+            .ok_or(RuntimeError::Closed)?;
+        let config: SessionConfig = serde_json::from_value(record.config)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let writer = SessionWriter::new(
+            self.store.clone(),
+            self.bus.clone(),
+            tenant.clone(),
+            session.clone(),
+        );
+        let prompt = Message::user_text(text.clone());
+        writer
+            .write(
+                vec![NewMessage {
+                    message: prompt,
+                    run_id: Some(run_id.to_string()),
+                    compaction_boundary: false,
+                }],
+                vec![NewEvent {
+                    kind: "run_started".into(),
+                    payload: json!({ "run_id": run_id, "prompt": text }),
+                    run_id: Some(run_id.to_string()),
+                }],
+            )
+            .await
+            .map_err(|error| RuntimeError::Setup(error.0))?;
+
+        let env = self.env_for(tenant, session)?;
+        let mut registry = ToolRegistry::new();
+        let enabled: Option<HashSet<&str>> = config
+            .tools
+            .as_ref()
+            .map(|t| t.iter().map(String::as_str).collect());
+        for tool in builtin::file_tools()
+            .into_iter()
+            .chain(builtin::shell_tools(&env.shells))
+        {
+            if enabled
+                .as_ref()
+                .is_none_or(|names| names.contains(tool.name()))
+            {
+                registry
+                    .register(tool)
+                    .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+            }
+        }
+        let rules = RuleSet::parse(&config.permission.allow, &config.permission.deny)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let gate = RulesGate {
+            mode: config.permission.mode,
+            rules,
+            grants: Vec::new(),
+            workspace: Some(env.workspace.clone()),
+        };
+        let (hooks, _statuses) = HookRunner::from_config(&config.hooks, &self.hook_catalog)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let pipeline = Pipeline::new(registry, Arc::new(gate)).with_hooks(hooks);
+
+        let flusher_stop = CancellationToken::new();
+        let flusher = tokio::spawn(writer.clone().run_flusher(flusher_stop.clone()));
+        let host = Arc::new(StoreHost {
+            writer: writer.clone(),
+            pipeline,
+            tenant: tenant.clone(),
+            session: session.clone(),
+            run_id: run_id.clone(),
+            workspace: Some(env.workspace.clone()),
+            unlocked: HashSet::new(),
+            notifications: Mutex::new(Vec::new()),
+        });
+        let provider = self.provider_for(&config)?;
+        let engine = Engine {
+            provider,
+            host,
+            config: EngineConfig {
+                model: config
+                    .model
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| self.settings.provider.model.clone()),
+                system: config.system_prompt.clone(),
+                max_tokens: config
+                    .model
+                    .max_tokens
+                    .unwrap_or(self.settings.provider.max_tokens),
+                limits: TurnLimits {
+                    max_turns: config.budgets.max_turns,
+                    token_budget: config.budgets.max_tokens,
+                    ..TurnLimits::default()
+                },
+                ..EngineConfig::default()
+            },
+            policy: None,
+        };
+        let records = self
+            .store
+            .list_messages(tenant, session, 0, u32::MAX)
+            .await?;
+        let (messages, boundary) = history_of(&records);
+        let mut ledger = RunLedger::new(tenant.clone(), session.clone(), run_id.clone());
+        let outcome = engine
+            .run(
+                RunHistory { messages, boundary },
+                &mut ledger,
+                self.cancel_token(session),
+            )
+            .await;
+        flusher_stop.cancel();
+        let _ = flusher.await;
+        outcome
+            .map(|_| ())
+            .map_err(|error| RuntimeError::Setup(error.0))
+    }
+}

@@ -1,0 +1,303 @@
+//! Prompts drive real runs of the agent loop (scripted provider, real tools in the session
+//! workspace); events are persisted, paged, and streamed over SSE with replay.
+
+use crate::helpers::{Backend, TestApp, error_code};
+use crate::on_both_backends;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+on_both_backends! {
+    prompt_runs_tools_and_records_everything => prompt_runs_tools_and_records_everything;
+    sse_replays_from_last_event_id_exactly_once => sse_replays_from_last_event_id_exactly_once;
+}
+
+fn write_then_read_script() -> Value {
+    json!({
+        "title": "files",
+        "permission": {"mode": "acceptEdits"},
+        "model": {"script": {"turns": [
+            {"text": "Writing.", "tool_calls": [{"name": "Write", "input": {"file_path": "notes.txt", "content": "hello from the tool"}}]},
+            {"tool_calls": [{"name": "Read", "input": {"file_path": "notes.txt"}}]},
+            {"text": "The file says: {{last_tool_result}}"}
+        ]}}
+    })
+}
+
+/// Reads SSE events until one of type `terminal` arrives (bounded by a timeout).
+async fn collect_until_terminal(
+    app: &TestApp,
+    token: &str,
+    id: &str,
+    last_event_id: Option<i64>,
+) -> Vec<(i64, String, Value)> {
+    let mut request = app
+        .client
+        .get(app.url(&format!("/v1/sessions/{id}/stream")))
+        .bearer_auth(token);
+    if let Some(last) = last_event_id {
+        request = request.header("last-event-id", last.to_string());
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream().eventsource();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while let Ok(Some(Ok(event))) = tokio::time::timeout_at(deadline, stream.next()).await {
+        let data: Value = serde_json::from_str(&event.data).unwrap();
+        let seq: i64 = event.id.parse().unwrap();
+        seen.push((seq, event.event.clone(), data));
+        if event.event == "terminal" {
+            return seen;
+        }
+    }
+    panic!("no terminal event within 30 s; saw {seen:?}");
+}
+
+async fn wait_idle(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let page: Value = app
+            .get(&format!("/v1/sessions/{id}/events?limit=1000"), token)
+            .await
+            .json()
+            .await
+            .unwrap();
+        let events = page["events"].as_array().unwrap().clone();
+        if events.iter().filter(|e| e["type"] == "terminal").count() >= 1 {
+            return events;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run did not finish: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn prompt_runs_tools_and_records_everything(app: TestApp) {
+    let token = app.token("acme");
+    let id = app.create_session("acme", &write_then_read_script()).await;
+    let accepted = app
+        .post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "make a note"}),
+        )
+        .await;
+    assert_eq!(accepted.status(), 202);
+    let accepted: Value = accepted.json().await.unwrap();
+    assert!(accepted["run_id"].as_str().unwrap().starts_with("run_"));
+    assert_eq!(accepted["status"], "started");
+
+    let events = collect_until_terminal(&app, &token, &id, None).await;
+    let seqs: Vec<i64> = events.iter().map(|e| e.0).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "contiguous from 1"
+    );
+    let kinds: Vec<&str> = events.iter().map(|e| e.1.as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"run_started"));
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "continue").count(),
+        2,
+        "two tool turns: {kinds:?}"
+    );
+    assert_eq!(kinds.iter().filter(|k| **k == "tool_result").count(), 2);
+    assert!(kinds.contains(&"assistant_delta"));
+    let terminal = &events.last().unwrap().2;
+    assert_eq!(terminal["payload"]["reason"], "end_turn");
+
+    // The tool really ran in the session workspace, and the model saw its output.
+    let messages: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let messages = messages["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.len(),
+        6,
+        "prompt, 2x(assistant, results), final answer"
+    );
+    let last_text = messages[5]["content"][0]["text"].as_str().unwrap();
+    assert!(last_text.contains("hello from the tool"), "{last_text}");
+    // Every tool_use is paired with a tool_result in the next message.
+    for (index, message) in messages.iter().enumerate() {
+        for block in message["content"].as_array().unwrap() {
+            if block["type"] == "tool_use" {
+                let next = &messages[index + 1]["content"];
+                assert!(
+                    next.as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|b| b["tool_use_id"] == block["id"]),
+                    "unpaired {block}"
+                );
+            }
+        }
+    }
+    let decisions: Vec<&(i64, String, Value)> = events
+        .iter()
+        .filter(|e| e.1 == "permission_decision")
+        .collect();
+    assert_eq!(
+        decisions[0].2["payload"]["decision"]["stage"],
+        "accept_edits"
+    );
+    assert_eq!(decisions[1].2["payload"]["decision"]["stage"], "read_only");
+
+    // Another tenant can neither prompt, stream, page events nor read messages.
+    let other = app.token("intruder");
+    for path in ["events", "messages", "stream", "hooks"] {
+        assert_eq!(
+            error_code(app.get(&format!("/v1/sessions/{id}/{path}"), &other).await)
+                .await
+                .0,
+            404,
+            "{path}"
+        );
+    }
+    let foreign = app
+        .post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &other,
+            &json!({"text": "hi"}),
+        )
+        .await;
+    assert_eq!(error_code(foreign).await, (404, "NOT_FOUND".into()));
+}
+
+async fn sse_replays_from_last_event_id_exactly_once(app: TestApp) {
+    let token = app.token("acme");
+    let id = app.create_session("acme", &write_then_read_script()).await;
+    app.post_json(
+        &format!("/v1/sessions/{id}/prompts"),
+        &token,
+        &json!({"text": "go"}),
+    )
+    .await;
+    let all = wait_idle(&app, &token, &id).await;
+    let total = all.len() as i64;
+    // Reconnect from the middle: exactly the rest, in order, once.
+    let rest = collect_until_terminal(&app, &token, &id, Some(total / 2)).await;
+    let seqs: Vec<i64> = rest.iter().map(|e| e.0).collect();
+    assert_eq!(seqs, ((total / 2 + 1)..=total).collect::<Vec<_>>());
+    // A bad Last-Event-ID is a client error.
+    let bad = app
+        .client
+        .get(app.url(&format!("/v1/sessions/{id}/stream")))
+        .bearer_auth(&token)
+        .header("last-event-id", "x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_code(bad).await, (422, "INVALID_REQUEST".into()));
+}
+
+#[tokio::test]
+async fn busy_session_follows_the_declared_policy() {
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    // A slow tool keeps the first run busy.
+    let id = app
+        .create_session(
+            "acme",
+            &json!({
+                "permission": {"mode": "bypass"},
+                "model": {"script": {"turns": [
+                    {"tool_calls": [{"name": "Bash", "input": {"command": "sleep 5"}}]},
+                    {"text": "done"}
+                ]}}
+            }),
+        )
+        .await;
+    let first: Value = app
+        .post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "one"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let busy = app
+        .post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "two"}),
+        )
+        .await;
+    assert_eq!(error_code(busy).await, (409, "SESSION_BUSY".into()));
+    let queued: Value = app
+        .post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "three", "busy": "enqueue"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(queued["status"], "queued");
+    // Cancel the first run: its pending tool gets CANCELLED, then the queued run runs.
+    let run = first["run_id"].as_str().unwrap();
+    let cancel = app
+        .client
+        .post(app.url(&format!("/v1/sessions/{id}/runs/{run}/cancel")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), 202);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let events = loop {
+        let page: Value = app
+            .get(&format!("/v1/sessions/{id}/events?limit=1000"), &token)
+            .await
+            .json()
+            .await
+            .unwrap();
+        let events = page["events"].as_array().unwrap().clone();
+        if events.iter().filter(|e| e["type"] == "terminal").count() == 2 {
+            break events;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "runs did not finish: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let terminals: Vec<&Value> = events.iter().filter(|e| e["type"] == "terminal").collect();
+    assert_eq!(terminals[0]["payload"]["reason"], "cancelled");
+    assert_eq!(terminals[0]["run_id"], run);
+    assert_eq!(terminals[1]["run_id"], queued["run_id"]);
+    let messages: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let cancelled = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap().clone())
+        .find(|b| b["type"] == "tool_result")
+        .unwrap();
+    assert_eq!(cancelled["code"], "CANCELLED");
+    // Closing stops the session for good.
+    app.delete(&format!("/v1/sessions/{id}"), &token).await;
+    let closed = app
+        .post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "again"}),
+        )
+        .await;
+    assert_eq!(error_code(closed).await, (409, "SESSION_CLOSED".into()));
+}
