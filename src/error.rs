@@ -41,6 +41,10 @@ pub enum ErrorCode {
     SessionBusy,
     /// The session is closed.
     SessionClosed,
+    /// The approval was already answered (or settled by expiry or cancel).
+    ApprovalAlreadyDecided,
+    /// The approval request expired before the answer arrived.
+    ApprovalExpired,
     StoreUnavailable,
     Internal,
 }
@@ -62,7 +66,11 @@ impl ErrorCode {
             Self::InvalidJson => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Conflict | Self::SessionBusy | Self::SessionClosed => StatusCode::CONFLICT,
+            Self::Conflict
+            | Self::SessionBusy
+            | Self::SessionClosed
+            | Self::ApprovalAlreadyDecided
+            | Self::ApprovalExpired => StatusCode::CONFLICT,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -87,6 +95,8 @@ impl ErrorCode {
             Self::Conflict => "CONFLICT",
             Self::SessionBusy => "SESSION_BUSY",
             Self::SessionClosed => "SESSION_CLOSED",
+            Self::ApprovalAlreadyDecided => "APPROVAL_ALREADY_DECIDED",
+            Self::ApprovalExpired => "APPROVAL_EXPIRED",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::Internal => "INTERNAL",
         }

@@ -48,6 +48,8 @@ pub struct SessionConfig {
     pub hooks: Vec<crate::hooks::runner::HookConfig>,
     #[serde(default)]
     pub budgets: Budgets,
+    #[serde(default)]
+    pub approvals: ApprovalConfig,
     /// Free-form client data kept with the session (at most 16 KiB as JSON).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schema(value_type = Object)]
@@ -82,6 +84,31 @@ pub struct PermissionConfig {
     /// Deny rules; they beat every mode, including bypass.
     #[serde(default)]
     pub deny: Vec<String>,
+}
+
+/// How approval requests of this session behave.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalConfig {
+    /// Seconds an approval request waits for an answer (1..=86400, default 600).
+    #[serde(default = "default_approval_timeout")]
+    pub timeout_seconds: u64,
+    /// The decision when nobody answers in time (default `deny`, reported as `APPROVAL_EXPIRED`).
+    #[serde(default)]
+    pub on_timeout: crate::runtime::approvals::TimeoutDecision,
+}
+
+fn default_approval_timeout() -> u64 {
+    600
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        Self {
+            timeout_seconds: default_approval_timeout(),
+            on_timeout: Default::default(),
+        }
+    }
 }
 
 /// Limits of one run.

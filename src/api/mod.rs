@@ -1,5 +1,6 @@
 //! The HTTP API: one router per resource, merged here, plus the OpenAPI document.
 
+pub mod approvals;
 pub mod events;
 pub mod extract;
 pub mod health;
@@ -40,9 +41,13 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         events::list_messages,
         events::stream,
         events::hook_status,
+        approvals::list_approvals,
+        approvals::answer_approval,
+        approvals::list_grants,
+        approvals::revoke_grant,
     ),
     modifiers(&BearerAuth),
-    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "outputs"), (name = "health"))
+    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -101,7 +106,17 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{id}/events", get(events::list_events))
         .route("/sessions/{id}/messages", get(events::list_messages))
         .route("/sessions/{id}/stream", get(events::stream))
-        .route("/sessions/{id}/hooks", get(events::hook_status));
+        .route("/sessions/{id}/hooks", get(events::hook_status))
+        .route("/sessions/{id}/approvals", get(approvals::list_approvals))
+        .route(
+            "/sessions/{id}/approvals/{approval_id}",
+            axum::routing::post(approvals::answer_approval),
+        )
+        .route("/sessions/{id}/grants", get(approvals::list_grants))
+        .route(
+            "/sessions/{id}/grants/{grant_id}",
+            axum::routing::delete(approvals::revoke_grant),
+        );
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

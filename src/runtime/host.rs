@@ -128,6 +128,8 @@ pub struct StoreHost {
     pub workspace: Option<PathBuf>,
     pub unlocked: HashSet<String>,
     pub notifications: Mutex<Vec<String>>,
+    pub store: Arc<dyn Store>,
+    pub grants: Arc<super::approvals::LiveGrants>,
 }
 
 fn event(kind: &str, payload: Value, run: &RunId) -> NewEvent {

@@ -5,6 +5,7 @@
 //! events are persisted before they are published to live subscribers. A busy session follows
 //! the policy the client chose: reject, enqueue, or interrupt.
 
+pub mod approvals;
 pub mod bus;
 pub mod host;
 
@@ -20,7 +21,6 @@ use crate::sandbox::{Sandbox, SandboxConfig};
 use crate::session_config::SessionConfig;
 use crate::store::{NewEvent, NewMessage, SessionRecord, Store, StoreError};
 use crate::tools::builtin::{self, SessionShells};
-use crate::tools::gate::RulesGate;
 use crate::tools::pipeline::Pipeline;
 use crate::tools::registry::ToolRegistry;
 use crate::workspace::Workspace;
@@ -104,6 +104,8 @@ pub struct SessionRuntime {
     sandbox: Arc<Sandbox>,
     hook_catalog: HookCatalog,
     active: Mutex<HashMap<SessionId, Active>>,
+    hub: Arc<approvals::ApprovalHub>,
+    live_grants: Mutex<HashMap<SessionId, Arc<approvals::LiveGrants>>>,
     envs: Mutex<HashMap<SessionId, Arc<SessionEnv>>>,
 }
 
@@ -120,6 +122,8 @@ impl SessionRuntime {
             sandbox,
             hook_catalog: HookCatalog::new(),
             active: Mutex::new(HashMap::new()),
+            hub: Arc::new(approvals::ApprovalHub::default()),
+            live_grants: Mutex::new(HashMap::new()),
             envs: Mutex::new(HashMap::new()),
         })
     }
@@ -130,6 +134,41 @@ impl SessionRuntime {
 
     pub fn sandbox(&self) -> &Arc<Sandbox> {
         &self.sandbox
+    }
+
+    /// Wakes the run waiting for approval `id`, if it runs in this process.
+    pub fn approval_decided(&self, id: &str) {
+        self.hub.wake(id);
+    }
+
+    /// Makes a new grant visible to a running session at once.
+    pub fn grant_added(
+        &self,
+        session: &SessionId,
+        id: &str,
+        rule: &str,
+        scope: crate::store::GrantScope,
+    ) {
+        if let Some(grants) = self
+            .live_grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(session)
+        {
+            grants.add(id, rule, scope);
+        }
+    }
+
+    /// Withdraws a revoked grant from every running session.
+    pub fn grant_revoked(&self, id: &str) {
+        for grants in self
+            .live_grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            grants.remove(id);
+        }
     }
 
     /// Accepts a prompt for `session` (already loaded for the caller's tenant).
@@ -397,15 +436,38 @@ impl SessionRuntime {
         }
         let rules = RuleSet::parse(&config.permission.allow, &config.permission.deny)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
-        let gate = RulesGate {
+        let grants = Arc::new(approvals::LiveGrants::default());
+        for grant in self.store.list_grants(tenant, session).await? {
+            grants.add(&grant.id, &grant.rule, grant.scope);
+        }
+        self.live_grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.clone(), grants.clone());
+        let gate = approvals::LiveGate {
             mode: config.permission.mode,
             rules,
-            grants: Vec::new(),
+            grants: grants.clone(),
             workspace: Some(env.workspace.clone()),
         };
         let (hooks, _statuses) = HookRunner::from_config(&config.hooks, &self.hook_catalog)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
-        let pipeline = Pipeline::new(registry, Arc::new(gate)).with_hooks(hooks);
+        let cancel = self.cancel_token(session);
+        let approver = approvals::RunApprover {
+            store: self.store.clone(),
+            writer: writer.clone(),
+            hub: self.hub.clone(),
+            tenant: tenant.clone(),
+            session: session.clone(),
+            run_id: run_id.clone(),
+            timeout: std::time::Duration::from_secs(config.approvals.timeout_seconds),
+            on_timeout: config.approvals.on_timeout,
+            grants: grants.clone(),
+            cancel: cancel.clone(),
+        };
+        let pipeline = Pipeline::new(registry, Arc::new(gate))
+            .with_hooks(hooks)
+            .with_approver(Arc::new(approver));
 
         let flusher_stop = CancellationToken::new();
         let flusher = tokio::spawn(writer.clone().run_flusher(flusher_stop.clone()));
@@ -418,6 +480,8 @@ impl SessionRuntime {
             workspace: Some(env.workspace.clone()),
             unlocked: HashSet::new(),
             notifications: Mutex::new(Vec::new()),
+            store: self.store.clone(),
+            grants: grants.clone(),
         });
         let provider = self.provider_for(&config)?;
         let engine = Engine {
@@ -450,12 +514,12 @@ impl SessionRuntime {
         let (messages, boundary) = history_of(&records);
         let mut ledger = RunLedger::new(tenant.clone(), session.clone(), run_id.clone());
         let outcome = engine
-            .run(
-                RunHistory { messages, boundary },
-                &mut ledger,
-                self.cancel_token(session),
-            )
+            .run(RunHistory { messages, boundary }, &mut ledger, cancel)
             .await;
+        self.live_grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(session);
         flusher_stop.cancel();
         let _ = flusher.await;
         outcome

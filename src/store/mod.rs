@@ -11,7 +11,7 @@ pub mod sqlite;
 
 pub use models::*;
 
-use crate::ids::{OutputId, SessionId, TenantId};
+use crate::ids::{ApprovalId, GrantId, OutputId, SessionId, TenantId};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,6 +134,55 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes spilled outputs older than `older_than`; returns how many were deleted.
     async fn purge_outputs(&self, older_than: Duration) -> StoreResult<u64>;
+
+    // --- approvals and grants ---
+
+    async fn create_approval(
+        &self,
+        tenant: &TenantId,
+        approval: NewApproval,
+    ) -> StoreResult<ApprovalRecord>;
+
+    /// Decides a pending approval exactly once: a single conditional update (`status =
+    /// 'pending'`, and for allow/deny not yet expired). `None` when it was not pending any
+    /// more (decided or expired) — the caller then reads it to tell which. A grant in the
+    /// decision is stored in the same transaction.
+    async fn decide_approval(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &ApprovalId,
+        decision: ApprovalDecision,
+    ) -> StoreResult<Option<ApprovalRecord>>;
+
+    async fn get_approval(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &ApprovalId,
+    ) -> StoreResult<Option<ApprovalRecord>>;
+
+    /// The session's approvals, oldest first, optionally of one status.
+    async fn list_approvals(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        status: Option<ApprovalStatus>,
+    ) -> StoreResult<Vec<ApprovalRecord>>;
+
+    /// Grants in force for the session: its own (once, session) and the tenant's, not
+    /// revoked, consumed or expired.
+    async fn list_grants(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Vec<GrantRecord>>;
+
+    /// Revokes a grant; false when there was no such active grant.
+    async fn revoke_grant(&self, tenant: &TenantId, id: &GrantId) -> StoreResult<bool>;
+
+    /// Marks a `once` grant used; false when it was already used or revoked.
+    async fn consume_grant(&self, tenant: &TenantId, id: &GrantId) -> StoreResult<bool>;
 }
 
 /// Opens the store named by `url` (`postgres://…` or `sqlite://…`) and applies migrations.

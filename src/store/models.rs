@@ -208,3 +208,151 @@ mod tests {
         assert!(SessionCursor::decode(&URL_SAFE_NO_PAD.encode("nopipe")).is_err());
     }
 }
+
+/// The state of an approval request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Allowed,
+    Denied,
+    Expired,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::Expired => "expired",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "pending" => Some(Self::Pending),
+            "allowed" => Some(Self::Allowed),
+            "denied" => Some(Self::Denied),
+            "expired" => Some(Self::Expired),
+            _ => None,
+        }
+    }
+}
+
+/// An approval request to persist.
+#[derive(Clone, Debug)]
+pub struct NewApproval {
+    pub id: crate::ids::ApprovalId,
+    pub session: SessionId,
+    pub run_id: Option<String>,
+    pub tool_use_id: String,
+    pub tool_name: String,
+    pub input: Value,
+    /// SHA-256 of the canonical JSON of `input`: the approval covers exactly this input.
+    pub input_sha256: String,
+    pub reason: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A stored approval request with its audit trail.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct ApprovalRecord {
+    pub id: String,
+    pub session_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub tool_use_id: String,
+    pub tool_name: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+    pub input_sha256: String,
+    pub reason: String,
+    pub status: ApprovalStatus,
+    /// The token subject that decided (audit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub updated_input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grant_id: Option<String>,
+    pub expires_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// How a pending approval is decided.
+#[derive(Clone, Debug)]
+pub struct ApprovalDecision {
+    /// `Allowed`, `Denied` or `Expired`.
+    pub status: ApprovalStatus,
+    pub decided_by: String,
+    pub reason: Option<String>,
+    pub updated_input: Option<Value>,
+    /// A grant created together with an allow, in the same transaction.
+    pub grant: Option<NewGrant>,
+}
+
+/// Where a grant applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantScope {
+    /// The next matching call of the session only.
+    Once,
+    /// Every later matching call of the session.
+    Session,
+    /// Every later matching call of every session of the tenant.
+    Tenant,
+}
+
+impl GrantScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Once => "once",
+            Self::Session => "session",
+            Self::Tenant => "tenant",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "once" => Some(Self::Once),
+            "session" => Some(Self::Session),
+            "tenant" => Some(Self::Tenant),
+            _ => None,
+        }
+    }
+}
+
+/// A grant to store.
+#[derive(Clone, Debug)]
+pub struct NewGrant {
+    pub id: crate::ids::GrantId,
+    /// The session it was granted in (always set; `Tenant` grants apply beyond it).
+    pub session: SessionId,
+    pub scope: GrantScope,
+    /// A permission rule (`Bash(git push:*)`), validated before it is stored.
+    pub rule: String,
+    pub created_by: String,
+    pub approval_id: Option<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A stored grant.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct GrantRecord {
+    pub id: String,
+    pub session_id: Option<String>,
+    pub scope: GrantScope,
+    pub rule: String,
+    pub created_by: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}

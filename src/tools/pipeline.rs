@@ -83,6 +83,10 @@ pub enum ApprovalAnswer {
     Deny {
         reason: String,
     },
+    /// Nobody answered in time: denied with `APPROVAL_EXPIRED`.
+    Expired {
+        reason: String,
+    },
 }
 
 /// The approval callback consulted when the ladder answers `Ask`.
@@ -434,6 +438,11 @@ impl Pipeline {
                 let text = format!("permission denied by the approver: {reason}");
                 callback(decision, reason);
                 Err(Failure::new(codes::PERMISSION_DENIED, text))
+            }
+            ApprovalAnswer::Expired { reason } => {
+                let text = format!("the approval request expired: {reason}");
+                callback(decision, reason);
+                Err(Failure::new(codes::APPROVAL_EXPIRED, text))
             }
             ApprovalAnswer::Allow {
                 updated_input: None,

@@ -1,6 +1,7 @@
 //! Black-box tests of the HTTP API: the real application on a random port, against SQLite and
 //! Postgres (a fresh database per test). One test binary, so it links once.
 
+mod approvals;
 mod auth;
 mod errors;
 mod health;

@@ -1,0 +1,250 @@
+//! Approvals (answered by a policy service or a person) and the grants they add.
+
+use crate::api::extract::{AppJson, AppQuery};
+use crate::api::runs::load_owned_session;
+use crate::app::AppState;
+use crate::auth::{Principal, scopes};
+use crate::error::{ApiError, ApiResult, ErrorBody, ErrorCode};
+use crate::ids::{ApprovalId, GrantId};
+use crate::permission::Rule;
+use crate::store::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, GrantRecord, GrantScope, NewGrant,
+};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalFilter {
+    /// Only approvals in this state (e.g. `pending`).
+    pub status: Option<ApprovalStatus>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApprovalList {
+    pub approvals: Vec<ApprovalRecord>,
+}
+
+/// Allow or deny.
+#[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Allow,
+    Deny,
+}
+
+/// A grant to add with an `allow`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrantRequest {
+    pub scope: GrantScope,
+    /// A permission rule the grant allows (default: exactly this tool's name).
+    pub rule: Option<String>,
+    /// Lifetime in seconds (default: no expiry; `once` grants end when used).
+    pub ttl_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAnswerRequest {
+    pub decision: Verdict,
+    /// Human reason, kept in the audit record.
+    pub reason: Option<String>,
+    /// Replaces the tool input; it is validated and permission-checked again and cannot widen
+    /// the call.
+    #[schema(value_type = Option<Object>)]
+    pub updated_input: Option<Value>,
+    pub grant: Option<GrantRequest>,
+}
+
+/// The session's approval requests, so a reconnecting client sees what is waiting.
+#[utoipa::path(get, path = "/v1/sessions/{id}/approvals", tag = "approvals",
+    params(("id" = String, Path, description = "Session id"), ApprovalFilter),
+    responses((status = 200, body = ApprovalList), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_approvals(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    AppQuery(filter): AppQuery<ApprovalFilter>,
+) -> ApiResult<Json<ApprovalList>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let session = load_owned_session(&state, &principal, id).await?;
+    let approvals = state
+        .store
+        .list_approvals(&principal.tenant, &session.id, filter.status)
+        .await?;
+    Ok(Json(ApprovalList { approvals }))
+}
+
+/// Answers an approval request, exactly once: a second answer gets `409
+/// APPROVAL_ALREADY_DECIDED`, an answer after expiry `409 APPROVAL_EXPIRED`.
+#[utoipa::path(post, path = "/v1/sessions/{id}/approvals/{approval_id}", tag = "approvals",
+    params(("id" = String, Path, description = "Session id"), ("approval_id" = String, Path, description = "Approval id")),
+    request_body = ApprovalAnswerRequest,
+    responses((status = 200, body = ApprovalRecord), (status = 404, body = ErrorBody),
+              (status = 409, description = "APPROVAL_ALREADY_DECIDED or APPROVAL_EXPIRED", body = ErrorBody),
+              (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn answer_approval(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((id, approval_id)): Path<(String, String)>,
+    AppJson(answer): AppJson<ApprovalAnswerRequest>,
+) -> ApiResult<Json<ApprovalRecord>> {
+    principal.require(scopes::APPROVALS_WRITE)?;
+    let session = load_owned_session(&state, &principal, id).await?;
+    let approval_id = ApprovalId::from_string(approval_id);
+    let existing = state
+        .store
+        .get_approval(&principal.tenant, &session.id, &approval_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("approval"))?;
+    if answer
+        .updated_input
+        .as_ref()
+        .is_some_and(|input| !input.is_object())
+    {
+        return Err(ApiError::invalid("updated_input must be a JSON object")
+            .with_details(json!({ "field": "updated_input" })));
+    }
+    let grant = match (&answer.decision, &answer.grant) {
+        (Verdict::Allow, Some(grant)) => {
+            let rule = grant
+                .rule
+                .clone()
+                .unwrap_or_else(|| existing.tool_name.clone());
+            Rule::parse(&rule).map_err(|error| {
+                ApiError::invalid(format!("invalid grant rule: {error}"))
+                    .with_details(json!({ "field": "grant.rule" }))
+            })?;
+            let expires_at = match grant.ttl_seconds {
+                Some(0) => return Err(ApiError::invalid("grant.ttl_seconds must be positive")),
+                Some(secs) => Some(
+                    chrono::Utc::now()
+                        + chrono::Duration::seconds(
+                            i64::try_from(secs)
+                                .unwrap_or(i64::MAX / 2)
+                                .min(365 * 86_400),
+                        ),
+                ),
+                None => None,
+            };
+            Some(NewGrant {
+                id: GrantId::generate(),
+                session: session.id.clone(),
+                scope: grant.scope,
+                rule,
+                created_by: principal.subject.clone(),
+                approval_id: Some(approval_id.to_string()),
+                expires_at,
+            })
+        }
+        (Verdict::Deny, Some(_)) => {
+            return Err(ApiError::invalid("a grant can only come with an allow"));
+        }
+        (_, None) => None,
+    };
+    let decision = ApprovalDecision {
+        status: match answer.decision {
+            Verdict::Allow => ApprovalStatus::Allowed,
+            Verdict::Deny => ApprovalStatus::Denied,
+        },
+        decided_by: principal.subject.clone(),
+        reason: answer.reason.clone(),
+        updated_input: answer.updated_input.clone(),
+        grant: grant.clone(),
+    };
+    match state
+        .store
+        .decide_approval(&principal.tenant, &session.id, &approval_id, decision)
+        .await?
+    {
+        Some(record) => {
+            if let Some(grant) = grant {
+                state
+                    .runtime
+                    .grant_added(&session.id, grant.id.as_str(), &grant.rule, grant.scope);
+            }
+            state.runtime.approval_decided(&record.id);
+            tracing::info!(approval_id = %record.id, status = ?record.status, "approval decided");
+            Ok(Json(record))
+        }
+        None => {
+            let current = state
+                .store
+                .get_approval(&principal.tenant, &session.id, &approval_id)
+                .await?;
+            let expired = current.as_ref().is_some_and(|a| {
+                a.status == ApprovalStatus::Expired
+                    || (a.status == ApprovalStatus::Pending && a.expires_at <= chrono::Utc::now())
+            });
+            Err(if expired {
+                ApiError::new(ErrorCode::ApprovalExpired, "the approval request expired")
+            } else {
+                ApiError::new(
+                    ErrorCode::ApprovalAlreadyDecided,
+                    "the approval was already decided",
+                )
+            })
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GrantList {
+    pub grants: Vec<GrantRecord>,
+}
+
+/// Grants in force for the session (its own and the tenant's).
+#[utoipa::path(get, path = "/v1/sessions/{id}/grants", tag = "approvals",
+    params(("id" = String, Path, description = "Session id")),
+    responses((status = 200, body = GrantList), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_grants(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<GrantList>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let session = load_owned_session(&state, &principal, id).await?;
+    let grants = state
+        .store
+        .list_grants(&principal.tenant, &session.id)
+        .await?;
+    Ok(Json(GrantList { grants }))
+}
+
+/// Revokes a grant; later calls no longer match it.
+#[utoipa::path(delete, path = "/v1/sessions/{id}/grants/{grant_id}", tag = "approvals",
+    params(("id" = String, Path, description = "Session id"), ("grant_id" = String, Path, description = "Grant id")),
+    responses((status = 204, description = "revoked"), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn revoke_grant(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((id, grant_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    principal.require(scopes::APPROVALS_WRITE)?;
+    let session = load_owned_session(&state, &principal, id).await?;
+    let in_force = state
+        .store
+        .list_grants(&principal.tenant, &session.id)
+        .await?;
+    if !in_force.iter().any(|g| g.id == grant_id) {
+        return Err(ApiError::not_found("grant"));
+    }
+    if !state
+        .store
+        .revoke_grant(&principal.tenant, &GrantId::from_string(grant_id.clone()))
+        .await?
+    {
+        return Err(ApiError::not_found("grant"));
+    }
+    state.runtime.grant_revoked(&grant_id);
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,320 @@
+//! Durable approvals and live grants.
+//!
+//! When the permission ladder says "ask", the run's [`RunApprover`] persists an approval
+//! request (bound to the SHA-256 of the exact input), publishes an `approval_requested`
+//! event and waits — bounded by the request's expiry — for the answer that arrives over REST.
+//! The answer is a single conditional update in the store, so it is decided exactly once
+//! however many answers race. Grants added by an answer are visible to the running session at
+//! once through [`LiveGrants`].
+
+use super::host::SessionWriter;
+use crate::ids::{ApprovalId, GrantId, RunId, SessionId, TenantId};
+use crate::permission::{DecisionInput, GrantRule, PermissionMode, Rule, RuleSet, Verdict, decide};
+use crate::store::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, GrantScope, NewApproval, NewEvent, Store,
+};
+use crate::tools::Tool;
+use crate::tools::pipeline::{
+    ApprovalAnswer, ApprovalRequest, Approver, PermissionGate, tool_facts,
+};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// Wakes runs waiting for an approval answer.
+#[derive(Default)]
+pub struct ApprovalHub {
+    waiters: Mutex<HashMap<String, oneshot::Sender<()>>>,
+}
+
+impl ApprovalHub {
+    fn register(&self, id: &ApprovalId) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string(), tx);
+        rx
+    }
+
+    fn forget(&self, id: &ApprovalId) {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id.as_str());
+    }
+
+    /// Tells the waiting run (if it lives in this process) that its approval was decided.
+    pub fn wake(&self, id: &str) {
+        if let Some(tx) = self
+            .waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+        {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// The grants in force for one running session, shared by its gate and the REST answers.
+#[derive(Default)]
+pub struct LiveGrants {
+    grants: RwLock<Vec<(GrantRule, GrantScope)>>,
+}
+
+impl LiveGrants {
+    pub fn add(&self, id: &str, rule: &str, scope: GrantScope) {
+        if let Ok(rule) = Rule::parse(rule) {
+            self.grants
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((
+                    GrantRule {
+                        grant_id: id.to_owned(),
+                        rule,
+                    },
+                    scope,
+                ));
+        }
+    }
+
+    pub fn remove(&self, id: &str) {
+        self.grants
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(g, _)| g.grant_id != id);
+    }
+
+    pub fn scope_of(&self, id: &str) -> Option<GrantScope> {
+        self.grants
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(g, _)| g.grant_id == id)
+            .map(|(_, scope)| *scope)
+    }
+
+    fn snapshot(&self) -> Vec<GrantRule> {
+        self.grants
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(g, _)| g.clone())
+            .collect()
+    }
+}
+
+/// The session's permission gate: mode, rules, live grants, workspace.
+pub struct LiveGate {
+    pub mode: PermissionMode,
+    pub rules: RuleSet,
+    pub grants: Arc<LiveGrants>,
+    pub workspace: Option<PathBuf>,
+}
+
+impl PermissionGate for LiveGate {
+    fn evaluate(&self, tool: &dyn Tool, input: &Value) -> Verdict {
+        let facts = tool_facts(tool, input);
+        let grants = self.grants.snapshot();
+        decide(&DecisionInput {
+            mode: self.mode,
+            rules: &self.rules,
+            grants: &grants,
+            tool: &facts,
+            input,
+            workspace: self.workspace.as_deref(),
+        })
+    }
+}
+
+/// The SHA-256 of an input's JSON text (serde_json keeps object keys sorted).
+pub fn input_digest(input: &Value) -> String {
+    hex::encode(Sha256::digest(input.to_string().as_bytes()))
+}
+
+/// What to do when nobody answers in time.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutDecision {
+    #[default]
+    Deny,
+    Allow,
+}
+
+/// The approval callback of one run.
+pub struct RunApprover {
+    pub store: Arc<dyn Store>,
+    pub writer: Arc<SessionWriter>,
+    pub hub: Arc<ApprovalHub>,
+    pub tenant: TenantId,
+    pub session: SessionId,
+    pub run_id: RunId,
+    pub timeout: Duration,
+    pub on_timeout: TimeoutDecision,
+    pub grants: Arc<LiveGrants>,
+    pub cancel: CancellationToken,
+}
+
+impl RunApprover {
+    async fn record_event(&self, kind: &str, payload: Value) {
+        let event = NewEvent {
+            kind: kind.into(),
+            payload,
+            run_id: Some(self.run_id.to_string()),
+        };
+        if let Err(error) = self.writer.write(vec![], vec![event]).await {
+            tracing::warn!(%error, "cannot record approval event");
+        }
+    }
+
+    async fn settle(
+        &self,
+        id: &ApprovalId,
+        status: ApprovalStatus,
+        reason: &str,
+    ) -> Option<ApprovalRecord> {
+        let decision = ApprovalDecision {
+            status,
+            decided_by: "system".into(),
+            reason: Some(reason.into()),
+            updated_input: None,
+            grant: None,
+        };
+        match self
+            .store
+            .decide_approval(&self.tenant, &self.session, id, decision)
+            .await
+        {
+            Ok(Some(record)) => Some(record),
+            // Someone answered first: their decision stands.
+            _ => self
+                .store
+                .get_approval(&self.tenant, &self.session, id)
+                .await
+                .ok()
+                .flatten(),
+        }
+    }
+
+    fn answer_of(&self, record: &ApprovalRecord) -> ApprovalAnswer {
+        match record.status {
+            ApprovalStatus::Allowed => ApprovalAnswer::Allow {
+                updated_input: record.updated_input.clone(),
+            },
+            ApprovalStatus::Denied => ApprovalAnswer::Deny {
+                reason: record
+                    .decision_reason
+                    .clone()
+                    .unwrap_or_else(|| "denied".into()),
+            },
+            ApprovalStatus::Expired => ApprovalAnswer::Expired {
+                reason: "no answer before the approval request expired".into(),
+            },
+            ApprovalStatus::Pending => ApprovalAnswer::Deny {
+                reason: "the approval is still pending".into(),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl Approver for RunApprover {
+    async fn decide(&self, request: ApprovalRequest) -> ApprovalAnswer {
+        let id = ApprovalId::generate();
+        let expires_at = chrono::Utc::now()
+            + chrono::Duration::from_std(self.timeout)
+                .unwrap_or_else(|_| chrono::Duration::minutes(10));
+        let woken = self.hub.register(&id);
+        let created = self
+            .store
+            .create_approval(
+                &self.tenant,
+                NewApproval {
+                    id: id.clone(),
+                    session: self.session.clone(),
+                    run_id: Some(self.run_id.to_string()),
+                    tool_use_id: request.tool_use_id.clone(),
+                    tool_name: request.tool_name.clone(),
+                    input_sha256: input_digest(&request.input),
+                    input: request.input.clone(),
+                    reason: request.reason.clone(),
+                    expires_at,
+                },
+            )
+            .await;
+        let record = match created {
+            Ok(record) => record,
+            Err(error) => {
+                self.hub.forget(&id);
+                tracing::error!(%error, "cannot persist approval request");
+                return ApprovalAnswer::Deny {
+                    reason: "the approval request could not be recorded".into(),
+                };
+            }
+        };
+        self.record_event("approval_requested", json!({ "approval": record }))
+            .await;
+        let settled = tokio::select! {
+            _ = woken => self.store.get_approval(&self.tenant, &self.session, &id).await.ok().flatten(),
+            () = tokio::time::sleep(self.timeout) => {
+                let status = match self.on_timeout {
+                    TimeoutDecision::Deny => ApprovalStatus::Expired,
+                    TimeoutDecision::Allow => ApprovalStatus::Allowed,
+                };
+                self.settle(&id, status, "expired").await
+            }
+            () = self.cancel.cancelled() => self.settle(&id, ApprovalStatus::Denied, "the run was cancelled").await,
+        };
+        self.hub.forget(&id);
+        let Some(record) = settled else {
+            return ApprovalAnswer::Deny {
+                reason: "the approval could not be read back".into(),
+            };
+        };
+        if let Some(grant) = &record.grant_id {
+            if let Ok(grants) = self.store.list_grants(&self.tenant, &self.session).await {
+                if let Some(found) = grants.iter().find(|g| &g.id == grant) {
+                    self.grants.add(&found.id, &found.rule, found.scope);
+                }
+            }
+        }
+        self.record_event("approval_decided", json!({ "approval": record }))
+            .await;
+        self.answer_of(&record)
+    }
+}
+
+/// Consumes a `once` grant after it allowed a call.
+pub async fn consume_if_once(
+    store: &Arc<dyn Store>,
+    tenant: &TenantId,
+    grants: &LiveGrants,
+    grant_id: &str,
+) {
+    if grants.scope_of(grant_id) == Some(GrantScope::Once) {
+        grants.remove(grant_id);
+        if let Err(error) = store
+            .consume_grant(tenant, &GrantId::from_string(grant_id))
+            .await
+        {
+            tracing::warn!(%error, "cannot consume grant");
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! Approvals over REST: persisted, listed, decided exactly once, expiring, adding grants.
+
+use crate::helpers::{Backend, TestApp, error_code};
+use crate::on_both_backends;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+on_both_backends! {
+    concurrent_answers_decide_once_and_grants_apply_later => concurrent_answers_decide_once;
+}
+
+async fn events(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
+    let page: Value = app
+        .get(&format!("/v1/sessions/{id}/events?limit=1000"), token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    page["events"].as_array().unwrap().clone()
+}
+
+async fn wait_for(
+    app: &TestApp,
+    token: &str,
+    id: &str,
+    what: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let all = events(app, token, id).await;
+        if what(&all) {
+            return all;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not reached: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+}
+
+fn count(events: &[Value], kind: &str) -> usize {
+    events.iter().filter(|e| e["type"] == kind).count()
+}
+
+fn tool_results(messages: &Value) -> Vec<Value> {
+    messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap().clone())
+        .filter(|b| b["type"] == "tool_result")
+        .collect()
+}
+
+async fn concurrent_answers_decide_once(app: TestApp) {
+    let token = app.token("acme");
+    let id = app
+        .create_session("acme", &json!({
+            "model": {"script": {"turns": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": "echo first-$((20+1))"}}]},
+                {"tool_calls": [{"name": "Bash", "input": {"command": "echo second"}}]},
+                {"text": "done"}
+            ]}}
+        }))
+        .await;
+    app.post_json(
+        &format!("/v1/sessions/{id}/prompts"),
+        &token,
+        &json!({"text": "go"}),
+    )
+    .await;
+    wait_for(&app, &token, &id, |e| count(e, "approval_requested") == 1).await;
+    let pending: Value = app
+        .get(
+            &format!("/v1/sessions/{id}/approvals?status=pending"),
+            &token,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let approval = pending["approvals"][0].clone();
+    assert_eq!(approval["tool_name"], "Bash");
+    assert_eq!(approval["input"]["command"], "echo first-$((20+1))");
+    assert_eq!(approval["input_sha256"].as_str().unwrap().len(), 64);
+    let approval_id = approval["id"].as_str().unwrap().to_owned();
+
+    // Another tenant cannot see or answer it; a token without approvals:write cannot answer.
+    let other = app.token("intruder");
+    assert_eq!(
+        error_code(
+            app.get(&format!("/v1/sessions/{id}/approvals"), &other)
+                .await
+        )
+        .await
+        .0,
+        404
+    );
+    let path = format!("/v1/sessions/{id}/approvals/{approval_id}");
+    assert_eq!(
+        error_code(
+            app.post_json(&path, &other, &json!({"decision": "allow"}))
+                .await
+        )
+        .await
+        .0,
+        404
+    );
+    let reader = app.token_with_scopes("acme", &["sessions:read", "sessions:write"]);
+    assert_eq!(
+        error_code(
+            app.post_json(&path, &reader, &json!({"decision": "allow"}))
+                .await
+        )
+        .await,
+        (403, "FORBIDDEN_SCOPE".into())
+    );
+    let bad_rule = app
+        .post_json(
+            &path,
+            &token,
+            &json!({"decision": "allow", "grant": {"scope": "session", "rule": "Bash(echo"}}),
+        )
+        .await;
+    assert_eq!(error_code(bad_rule).await, (422, "INVALID_REQUEST".into()));
+
+    // Eight concurrent answers on separate connections: exactly one wins.
+    let mut answers = Vec::new();
+    for i in 0..8 {
+        let client = reqwest::Client::new();
+        let url = app.url(&path);
+        let token = token.clone();
+        let body = if i % 2 == 0 {
+            json!({"decision": "allow", "reason": "looks fine", "grant": {"scope": "session", "rule": "Bash(echo:*)"}})
+        } else {
+            json!({"decision": "deny", "reason": "no"})
+        };
+        answers.push(tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }));
+    }
+    let mut won = 0;
+    for answer in answers {
+        let response = answer.await.unwrap();
+        if response.status() == 200 {
+            won += 1;
+        } else {
+            assert_eq!(
+                error_code(response).await,
+                (409, "APPROVAL_ALREADY_DECIDED".into())
+            );
+        }
+    }
+    assert_eq!(won, 1, "exactly one answer decides");
+
+    let all = wait_for(&app, &token, &id, |e| {
+        count(e, "terminal") == 1 || count(e, "approval_requested") == 2
+    })
+    .await;
+    if count(&all, "approval_requested") == 2 {
+        // The deny won, so the second call asks again: deny it too.
+        let pending: Value = app
+            .get(
+                &format!("/v1/sessions/{id}/approvals?status=pending"),
+                &token,
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        let second = pending["approvals"][0]["id"].as_str().unwrap().to_owned();
+        let response = app
+            .post_json(
+                &format!("/v1/sessions/{id}/approvals/{second}"),
+                &token,
+                &json!({"decision": "deny"}),
+            )
+            .await;
+        assert_eq!(response.status(), 200);
+    }
+    let all = wait_for(&app, &token, &id, |e| count(e, "terminal") == 1).await;
+    let decided: Vec<&Value> = all
+        .iter()
+        .filter(|e| e["type"] == "approval_decided")
+        .collect();
+    let record = &decided[0]["payload"]["approval"];
+    assert_eq!(record["decided_by"], "user-of-acme");
+    let messages: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let results = tool_results(&messages);
+    assert_eq!(results.len(), 2);
+    if record["status"] == "allowed" {
+        assert!(
+            results[0]["content"].as_str().unwrap().contains("first-21"),
+            "{results:?}"
+        );
+        {
+            // The session grant allowed the second echo without a new approval.
+            assert!(record["grant_id"].is_string());
+            assert_eq!(count(&all, "approval_requested"), 1);
+            let stages: Vec<&Value> = all
+                .iter()
+                .filter(|e| e["type"] == "permission_decision")
+                .map(|e| &e["payload"]["decision"]["stage"])
+                .collect();
+            assert_eq!(stages, [&json!("callback"), &json!("grant")]);
+            assert!(results[1]["content"].as_str().unwrap().contains("second"));
+            let grants: Value = app
+                .get(&format!("/v1/sessions/{id}/grants"), &token)
+                .await
+                .json()
+                .await
+                .unwrap();
+            let grant_id = grants["grants"][0]["id"].as_str().unwrap().to_owned();
+            assert_eq!(grants["grants"][0]["rule"], "Bash(echo:*)");
+            let revoke = app
+                .delete(&format!("/v1/sessions/{id}/grants/{grant_id}"), &token)
+                .await;
+            assert_eq!(revoke.status(), 204);
+            let grants: Value = app
+                .get(&format!("/v1/sessions/{id}/grants"), &token)
+                .await
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(grants["grants"], json!([]));
+        }
+    } else {
+        assert_eq!(results[0]["code"], "PERMISSION_DENIED");
+    }
+    // The exactly-once answer also holds afterwards.
+    let late = app
+        .post_json(&path, &token, &json!({"decision": "deny"}))
+        .await;
+    assert_eq!(
+        error_code(late).await,
+        (409, "APPROVAL_ALREADY_DECIDED".into())
+    );
+}
+
+#[tokio::test]
+async fn unanswered_approvals_expire_with_a_code() {
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    let id = app
+        .create_session("acme", &json!({
+            "approvals": {"timeout_seconds": 1},
+            "model": {"script": {"turns": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": "touch should-not-exist"}}]},
+                {"text": "ok"}
+            ]}}
+        }))
+        .await;
+    app.post_json(
+        &format!("/v1/sessions/{id}/prompts"),
+        &token,
+        &json!({"text": "go"}),
+    )
+    .await;
+    wait_for(&app, &token, &id, |e| count(e, "terminal") == 1).await;
+    let messages: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(tool_results(&messages)[0]["code"], "APPROVAL_EXPIRED");
+    let approvals: Value = app
+        .get(&format!("/v1/sessions/{id}/approvals"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let approval = &approvals["approvals"][0];
+    assert_eq!(approval["status"], "expired");
+    let late = app
+        .post_json(
+            &format!(
+                "/v1/sessions/{id}/approvals/{}",
+                approval["id"].as_str().unwrap()
+            ),
+            &token,
+            &json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(error_code(late).await, (409, "APPROVAL_EXPIRED".into()));
+}
