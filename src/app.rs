@@ -103,10 +103,31 @@ impl App {
     }
 
     /// Serves until `shutdown` completes, then finishes in-flight requests.
+    /// Deletes spilled outputs past the retention period, hourly (and once at start-up).
+    fn spawn_retention(&self) {
+        let hours = self.state.settings.output_retention_hours;
+        if hours == 0 {
+            return;
+        }
+        let store = self.state.store.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
+            loop {
+                tick.tick().await;
+                match store.purge_outputs(std::time::Duration::from_secs(hours * 3600)).await {
+                    Ok(0) => {}
+                    Ok(purged) => tracing::info!(purged, "spilled outputs past retention deleted"),
+                    Err(error) => tracing::warn!(%error, "output retention sweep failed"),
+                }
+            }
+        });
+    }
+
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        self.spawn_retention();
         let router = crate::api::router(self.state);
         axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)

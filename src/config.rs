@@ -40,6 +40,8 @@ pub struct Settings {
     pub database_acquire_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Spilled tool outputs older than this many hours are deleted (0 keeps them forever).
+    pub output_retention_hours: u64,
     pub auth: AuthSettings,
     pub log: LogSettings,
     /// The default model provider (kind, endpoint, model, key, retries). Sessions may
@@ -59,6 +61,7 @@ impl Default for Settings {
             database_max_connections: 16,
             database_acquire_timeout_ms: 3_000,
             max_body_bytes: 1024 * 1024,
+            output_retention_hours: 24 * 30,
             auth: AuthSettings::default(),
             log: LogSettings::default(),
             provider: crate::llm::ProviderConfig::default(),
