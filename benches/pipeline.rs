@@ -31,7 +31,10 @@ fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     runtime.block_on(async {
         let noop: DynTool = Arc::new(
             ToolBuilder::new("Noop")

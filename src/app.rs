@@ -114,7 +114,10 @@ impl App {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
             loop {
                 tick.tick().await;
-                match store.purge_outputs(std::time::Duration::from_secs(hours * 3600)).await {
+                match store
+                    .purge_outputs(std::time::Duration::from_secs(hours * 3600))
+                    .await
+                {
                     Ok(0) => {}
                     Ok(purged) => tracing::info!(purged, "spilled outputs past retention deleted"),
                     Err(error) => tracing::warn!(%error, "output retention sweep failed"),

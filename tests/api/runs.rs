@@ -315,24 +315,56 @@ async fn large_outputs_are_capped_and_spilled_as_evidence() {
             ]}}
         }))
         .await;
-    app.post_json(&format!("/v1/sessions/{id}/prompts"), &token, &json!({"text": "go"})).await;
+    app.post_json(
+        &format!("/v1/sessions/{id}/prompts"),
+        &token,
+        &json!({"text": "go"}),
+    )
+    .await;
     wait_idle(&app, &token, &id).await;
-    let messages: Value = app.get(&format!("/v1/sessions/{id}/messages"), &token).await.json().await.unwrap();
+    let messages: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
     let result = messages["messages"][2]["content"][0].clone();
     assert_eq!(result["type"], "tool_result");
     assert_eq!(result["capped"], true, "{result}");
     let head = result["content"].as_str().unwrap();
-    assert!(head.chars().count() < 31_000, "the model sees only the head");
+    assert!(
+        head.chars().count() < 31_000,
+        "the model sees only the head"
+    );
     let output_id = result["output_id"].as_str().unwrap();
-    let output: Value = app.get(&format!("/v1/sessions/{id}/outputs/{output_id}"), &token).await.json().await.unwrap();
+    let output: Value = app
+        .get(&format!("/v1/sessions/{id}/outputs/{output_id}"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
     let content = output["content"].as_str().unwrap();
-    assert!(content.starts_with("[output truncated: fake marker]"), "marker-like text is still just text");
+    assert!(
+        content.starts_with("[output truncated: fake marker]"),
+        "marker-like text is still just text"
+    );
     assert!(content.matches('a').count() >= 40_000);
     use sha2::Digest;
-    assert_eq!(output["sha256"], hex::encode(sha2::Sha256::digest(content.as_bytes())));
+    assert_eq!(
+        output["sha256"],
+        hex::encode(sha2::Sha256::digest(content.as_bytes()))
+    );
     assert_eq!(output["tool_name"], "Bash");
     assert_eq!(output["tool_use_id"], result["tool_use_id"]);
     // Another tenant gets 404 for the same output.
     let other = app.token("intruder");
-    assert_eq!(error_code(app.get(&format!("/v1/sessions/{id}/outputs/{output_id}"), &other).await).await.0, 404);
+    assert_eq!(
+        error_code(
+            app.get(&format!("/v1/sessions/{id}/outputs/{output_id}"), &other)
+                .await
+        )
+        .await
+        .0,
+        404
+    );
 }
