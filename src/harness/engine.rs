@@ -571,3 +571,7 @@ fn text_of(message: &Message) -> String {
         .collect::<Vec<_>>()
         .join("")
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;
