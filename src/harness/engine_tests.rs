@@ -595,7 +595,10 @@ async fn max_output_recovery_resumes_with_the_recovery_limit() {
     assert_eq!(continue_reasons(&run.host), vec!["max_output_recovery"]);
     let requests = provider.requests();
     assert_eq!(requests[0].max_tokens, 1000);
-    assert_eq!(requests[1].max_tokens, 8000, "the recovery request escalates");
+    assert_eq!(
+        requests[1].max_tokens, 8000,
+        "the recovery request escalates"
+    );
     let history = run.host.messages();
     assert_eq!(history.len(), 3);
     assert!(text_in(&history[1]).contains("cut off at the output limit"));
@@ -673,7 +676,10 @@ async fn token_budget_continuation_nudges_once() {
     config.limits.token_budget = Some(12); // the first answer uses 15
     let run = run(provider.clone(), TestHost::new(), config).await;
 
-    assert_eq!(continue_reasons(&run.host), vec!["token_budget_continuation"]);
+    assert_eq!(
+        continue_reasons(&run.host),
+        vec!["token_budget_continuation"]
+    );
     assert_eq!(
         run.host.committed(),
         vec![
@@ -801,7 +807,10 @@ async fn budget_exhausted_keeps_the_budget_reason_over_pending_notifications() {
         run.host.payloads("terminal"),
         vec![json!({"reason": "budget_exhausted", "budget": "tokens"})]
     );
-    assert_eq!(continue_reasons(&run.host), vec!["token_budget_continuation"]);
+    assert_eq!(
+        continue_reasons(&run.host),
+        vec!["token_budget_continuation"]
+    );
     assert_eq!(
         run.host.committed(),
         vec![
@@ -851,27 +860,18 @@ async fn cancelled_mid_tools_pairs_every_call() {
         ("trigger", "Bash"),
         ("queued", "Read"),
     ])]);
-    let host = TestHost::new()
-        .tool("Read", ToolBehavior::ok("read"))
-        .tool(
-            "Bash",
-            ToolBehavior {
-                latency: Duration::from_secs(3600),
-                result: Ok("never".into()),
-                safe: false,
-                cancels: Some(cancel.clone()),
-            },
-        );
+    let host = TestHost::new().tool("Read", ToolBehavior::ok("read")).tool(
+        "Bash",
+        ToolBehavior {
+            latency: Duration::from_secs(3600),
+            result: Ok("never".into()),
+            safe: false,
+            cancels: Some(cancel.clone()),
+        },
+    );
     let run = tokio::time::timeout(
         Duration::from_secs(10),
-        run_with(
-            provider.clone(),
-            host,
-            config(),
-            None,
-            prompt("go"),
-            cancel,
-        ),
+        run_with(provider.clone(), host, config(), None, prompt("go"), cancel),
     )
     .await
     .expect("cancel stops the hour-long tool");
@@ -980,7 +980,11 @@ async fn error_when_the_stream_fails_mid_body() {
     }
     assert_eq!(run.host.committed(), vec!["usage", "terminal"]);
     assert!(run.host.messages().is_empty());
-    assert_eq!(provider.requests().len(), 1, "a dropped stream is not retried");
+    assert_eq!(
+        provider.requests().len(),
+        1,
+        "a dropped stream is not retried"
+    );
     assert_eq!(run.outcome.usage.model_calls, 0, "no completed model call");
     assert_eq!(*run.host.stop_hook_calls.lock().unwrap(), 0);
 }
@@ -1082,7 +1086,10 @@ async fn built_in_compaction_triggers_past_the_threshold() {
     let compaction = &run.host.payloads("compaction")[0];
     assert_eq!(compaction["summarized_messages"], json!(4));
     assert!(compaction["tokens_after"].as_u64() < compaction["tokens_before"].as_u64());
-    assert_eq!(run.outcome.usage.model_calls, 2, "the summary call is counted");
+    assert_eq!(
+        run.outcome.usage.model_calls, 2,
+        "the summary call is counted"
+    );
 }
 
 #[tokio::test]
@@ -1220,15 +1227,13 @@ async fn usage_comes_from_the_ledger_not_turn_counters() {
         text("cut", StopReason::MaxTokens),
         text("rest", StopReason::EndTurn),
     ]);
-    let host = TestHost::new()
-        .tool("Read", ToolBehavior::ok("ok"))
-        .tool(
-            "Fail",
-            ToolBehavior {
-                result: Err((codes::TOOL_FAILED, "boom".into())),
-                ..ToolBehavior::ok("")
-            },
-        );
+    let host = TestHost::new().tool("Read", ToolBehavior::ok("ok")).tool(
+        "Fail",
+        ToolBehavior {
+            result: Err((codes::TOOL_FAILED, "boom".into())),
+            ..ToolBehavior::ok("")
+        },
+    );
     let run = run(provider, host, config()).await;
 
     assert_eq!(run.outcome.terminal, TerminalReason::EndTurn);
@@ -1294,4 +1299,70 @@ async fn tool_events_and_safe_calls_run_concurrently() {
         .map(|r| r.tool_use_id)
         .collect();
     assert_eq!(paired, vec!["x", "y", "z"], "results in arrival order");
+}
+
+#[tokio::test]
+async fn a_run_larger_than_the_threshold_is_not_recompacted_every_request() {
+    // After one compaction, the current run alone (prompt, a big tool result) stays over the
+    // threshold. Nothing older than the prompt is left but the summary itself, so no further
+    // summary request may be made.
+    let provider = Turns::new(vec![
+        text("THE SUMMARY", StopReason::EndTurn),
+        tools(&[("t1", "Big")]),
+        tools(&[("t2", "Big")]),
+        text("done", StopReason::EndTurn),
+    ]);
+    let host = TestHost::new().tool("Big", ToolBehavior::ok(&"big output ".repeat(100)));
+    let mut config = config();
+    config.compaction_threshold = Some(100);
+    let run = run_with(
+        provider.clone(),
+        host,
+        config,
+        None,
+        long_history(),
+        CancellationToken::new(),
+    )
+    .await;
+
+    assert_eq!(run.outcome.terminal, TerminalReason::EndTurn);
+    assert_eq!(run.host.payloads("compaction").len(), 1);
+    assert_eq!(provider.requests().len(), 4);
+    assert_eq!(run.outcome.usage.model_calls, 4);
+    // The view still starts at the summary.
+    assert_eq!(
+        provider.requests()[3].messages[0],
+        summary_message("THE SUMMARY")
+    );
+}
+
+#[tokio::test]
+async fn the_summary_call_counts_cached_prompt_tokens_like_any_model_call() {
+    let cached = |text: &str| {
+        Response::Items(vec![
+            Ok(StreamItem::TextDelta(text.to_owned())),
+            Ok(StreamItem::Usage(TokenUsage {
+                input_tokens: 1,
+                output_tokens: 2,
+                cache_read_tokens: 40,
+                cache_write_tokens: 8,
+            })),
+            Ok(StreamItem::Stop(StopReason::EndTurn)),
+        ])
+    };
+    let provider = Turns::new(vec![cached("SUMMARY"), cached("answer")]);
+    let mut config = config();
+    config.compaction_threshold = Some(100);
+    let run = run_with(
+        provider,
+        TestHost::new(),
+        config,
+        None,
+        long_history(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(run.host.payloads("compaction").len(), 1);
+    assert_eq!(run.outcome.usage.model_calls, 2);
+    assert_eq!(run.outcome.usage.input_tokens, 2 * 49);
 }
