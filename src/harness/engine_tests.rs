@@ -1269,7 +1269,7 @@ async fn cached_prompt_tokens_count_as_input() {
     assert_eq!(run.outcome.usage.output_tokens, 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn tool_events_and_safe_calls_run_concurrently() {
     let slow = ToolBehavior {
         latency: Duration::from_millis(200),
@@ -1280,10 +1280,12 @@ async fn tool_events_and_safe_calls_run_concurrently() {
         text("done", StopReason::EndTurn),
     ]);
     let host = TestHost::new().tool("Slow", slow);
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let run = run(provider, host, config()).await;
-    assert!(
-        started.elapsed() < Duration::from_millis(550),
+    // Paused clock: overlapping calls take 200 ms of virtual time, sequential ones 600 ms.
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(200),
         "three safe 200 ms calls overlap"
     );
     let ids: Vec<Value> = run
