@@ -1368,3 +1368,70 @@ async fn the_summary_call_counts_cached_prompt_tokens_like_any_model_call() {
     assert_eq!(run.outcome.usage.model_calls, 2);
     assert_eq!(run.outcome.usage.input_tokens, 2 * 49);
 }
+
+#[tokio::test]
+async fn a_failed_summary_request_sends_the_request_uncompacted() {
+    let provider = Turns::new(vec![
+        Response::Fail(ProviderError::Status {
+            status: 400,
+            body: "no".into(),
+        }),
+        text("answer", StopReason::EndTurn),
+    ]);
+    let mut config = config();
+    config.compaction_threshold = Some(100);
+    let run = run_with(
+        provider.clone(),
+        TestHost::new(),
+        config,
+        None,
+        long_history(),
+        CancellationToken::new(),
+    )
+    .await;
+
+    assert_eq!(run.outcome.terminal, TerminalReason::EndTurn);
+    assert_eq!(
+        run.host.all(),
+        vec![
+            "compaction_failed",
+            "model_request",
+            "assistant_delta",
+            "assistant_message",
+            "usage",
+            "terminal"
+        ]
+    );
+    assert_eq!(provider.requests()[1].messages, long_history().messages);
+    assert!(run.host.boundaries().is_empty());
+}
+
+/// A policy whose `pre` drops every message but the last from the in-memory history.
+struct KeepLast;
+
+impl ContextPolicy for KeepLast {
+    fn pre(&self, history: &mut Vec<Message>) {
+        let keep = history.len().saturating_sub(1);
+        history.drain(..keep);
+    }
+}
+
+#[tokio::test]
+async fn a_policy_pre_rewrites_history_before_each_request() {
+    let provider = Turns::new(vec![text("answer", StopReason::EndTurn)]);
+    let run = run_with(
+        provider.clone(),
+        TestHost::new(),
+        config(),
+        Some(Arc::new(KeepLast)),
+        long_history(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(run.outcome.terminal, TerminalReason::EndTurn);
+    // Without a `view`, the default view of the rewritten history is sent.
+    assert_eq!(
+        provider.requests()[0].messages,
+        vec![Message::user_text("new question")]
+    );
+}
