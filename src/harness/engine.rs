@@ -399,7 +399,14 @@ impl Engine {
             return Ok(());
         }
         let cut = last_safe_cut(&history.messages).max(history.boundary);
-        if cut <= history.boundary {
+        // A non-zero boundary points at the previous summary: summarising it alone gains
+        // nothing and would repeat (and re-append the run) on every request.
+        let floor = if history.boundary > 0 {
+            history.boundary + 1
+        } else {
+            0
+        };
+        if cut <= floor {
             return Ok(()); // nothing before the current run to summarise
         }
         let mut older = context::default_view(&history.messages[..cut], history.boundary);
@@ -418,7 +425,12 @@ impl Engine {
         };
         let summary = match summary {
             Ok(turn) => {
-                ledger.record_model_call(turn.usage.input_tokens, turn.usage.output_tokens);
+                ledger.record_model_call(
+                    turn.usage.input_tokens
+                        + turn.usage.cache_read_tokens
+                        + turn.usage.cache_write_tokens,
+                    turn.usage.output_tokens,
+                );
                 text_of(&turn.message)
             }
             Err(error) => {
@@ -571,3 +583,7 @@ fn text_of(message: &Message) -> String {
         .collect::<Vec<_>>()
         .join("")
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;
