@@ -73,6 +73,7 @@ impl App {
                 workspaces_dir: settings.data_dir.join("workspaces"),
                 data_dir: settings.data_dir.clone(),
                 sandbox_launcher: launcher,
+                max_concurrent_runs_per_tenant: settings.max_concurrent_runs_per_tenant,
             },
         );
         let listener =

@@ -40,6 +40,10 @@ pub struct Settings {
     pub database_acquire_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Open (not closed) sessions a tenant may have (`429 TENANT_LIMIT` beyond).
+    pub max_sessions_per_tenant: u32,
+    /// Runs a tenant may have in flight at once in this process (`429 TENANT_LIMIT` beyond).
+    pub max_concurrent_runs_per_tenant: u32,
     /// Spilled tool outputs older than this many hours are deleted (0 keeps them forever).
     pub output_retention_hours: u64,
     pub auth: AuthSettings,
@@ -62,6 +66,8 @@ impl Default for Settings {
             database_acquire_timeout_ms: 3_000,
             max_body_bytes: 1024 * 1024,
             output_retention_hours: 24 * 30,
+            max_sessions_per_tenant: 10_000,
+            max_concurrent_runs_per_tenant: 64,
             auth: AuthSettings::default(),
             log: LogSettings::default(),
             provider: crate::llm::ProviderConfig::default(),

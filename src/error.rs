@@ -45,6 +45,8 @@ pub enum ErrorCode {
     ApprovalAlreadyDecided,
     /// The approval request expired before the answer arrived.
     ApprovalExpired,
+    /// A per-tenant limit (open sessions, concurrent runs) is reached.
+    TenantLimit,
     StoreUnavailable,
     Internal,
 }
@@ -66,6 +68,7 @@ impl ErrorCode {
             Self::InvalidJson => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TenantLimit => StatusCode::TOO_MANY_REQUESTS,
             Self::Conflict
             | Self::SessionBusy
             | Self::SessionClosed
@@ -97,6 +100,7 @@ impl ErrorCode {
             Self::SessionClosed => "SESSION_CLOSED",
             Self::ApprovalAlreadyDecided => "APPROVAL_ALREADY_DECIDED",
             Self::ApprovalExpired => "APPROVAL_EXPIRED",
+            Self::TenantLimit => "TENANT_LIMIT",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::Internal => "INTERNAL",
         }

@@ -34,6 +34,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         sessions::list_sessions,
         sessions::get_session,
         sessions::close_session,
+        sessions::fork_session,
         outputs::get_output,
         runs::post_prompt,
         runs::cancel_run,
@@ -107,6 +108,10 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{id}/messages", get(events::list_messages))
         .route("/sessions/{id}/stream", get(events::stream))
         .route("/sessions/{id}/hooks", get(events::hook_status))
+        .route(
+            "/sessions/{id}/fork",
+            axum::routing::post(sessions::fork_session),
+        )
         .route("/sessions/{id}/approvals", get(approvals::list_approvals))
         .route(
             "/sessions/{id}/approvals/{approval_id}",

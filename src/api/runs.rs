@@ -39,6 +39,10 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Closed => {
                 ApiError::new(ErrorCode::SessionClosed, "the session is closed")
             }
+            RuntimeError::TenantLimit(limit) => ApiError::new(
+                ErrorCode::TenantLimit,
+                format!("the tenant already has {limit} runs in flight"),
+            ),
             RuntimeError::NoSuchRun => ApiError::not_found("run"),
             RuntimeError::Store(error) => error.into(),
             RuntimeError::Setup(reason) => {

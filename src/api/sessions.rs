@@ -84,6 +84,13 @@ pub async fn create_session(
         ApiError::invalid(format!("invalid session config: {violation}"))
             .with_details(json!({ "field": violation.field }))
     })?;
+    let limit = state.settings.max_sessions_per_tenant;
+    if state.store.count_open_sessions(&principal.tenant).await? >= i64::from(limit) {
+        return Err(ApiError::new(
+            crate::error::ErrorCode::TenantLimit,
+            format!("the tenant already has {limit} open sessions"),
+        ));
+    }
     let id = SessionId::generate();
     tracing::Span::current().record("session_id", id.as_str());
     let stored = serde_json::to_value(&config).map_err(|error| {
@@ -190,4 +197,101 @@ pub async fn close_session(
     state.runtime.close(&record.id);
     tracing::info!("session closed");
     Ok(Json(SessionResponse::from_record(record)?))
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// Copy history up to and including this message `seq` (default: all of it).
+    pub up_to_seq: Option<i64>,
+}
+
+/// Forks a session: a new session of the same tenant and configuration whose history is a
+/// copy of this one's up to a message. The cut may not split a tool call from its result.
+#[utoipa::path(post, path = "/v1/sessions/{id}/fork", tag = "sessions",
+    params(("id" = String, Path, description = "Session id")),
+    request_body = ForkRequest,
+    responses((status = 201, body = SessionResponse), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody), (status = 429, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn fork_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    AppJson(request): AppJson<ForkRequest>,
+) -> ApiResult<(StatusCode, Json<SessionResponse>)> {
+    principal.require(scopes::SESSIONS_WRITE)?;
+    let source = crate::api::runs::load_owned_session(&state, &principal, id).await?;
+    let mut messages = state
+        .store
+        .list_messages(&principal.tenant, &source.id, 0, u32::MAX)
+        .await?;
+    if let Some(up_to) = request.up_to_seq {
+        if up_to < 0 || !messages.iter().any(|m| m.seq == up_to) {
+            return Err(
+                ApiError::invalid("up_to_seq names no message of this session")
+                    .with_details(json!({ "field": "up_to_seq" })),
+            );
+        }
+        messages.retain(|m| m.seq <= up_to);
+    }
+    if messages.last().is_some_and(|m| {
+        m.content
+            .iter()
+            .any(|b| matches!(b, crate::message::ContentBlock::ToolUse { .. }))
+    }) {
+        return Err(
+            ApiError::invalid("the cut would split a tool call from its result")
+                .with_details(json!({ "field": "up_to_seq" })),
+        );
+    }
+    let limit = state.settings.max_sessions_per_tenant;
+    if state.store.count_open_sessions(&principal.tenant).await? >= i64::from(limit) {
+        return Err(ApiError::new(
+            crate::error::ErrorCode::TenantLimit,
+            format!("the tenant already has {limit} open sessions"),
+        ));
+    }
+    let id = SessionId::generate();
+    let record = state
+        .store
+        .create_session(NewSession {
+            id: id.clone(),
+            tenant: principal.tenant.clone(),
+            config: source.config.clone(),
+        })
+        .await?;
+    let copied = messages.len();
+    state
+        .store
+        .append(
+            &principal.tenant,
+            &id,
+            crate::store::AppendBatch {
+                messages: messages
+                    .into_iter()
+                    .map(|m| crate::store::NewMessage {
+                        message: m.to_message(),
+                        run_id: None,
+                        compaction_boundary: m.compaction_boundary,
+                    })
+                    .collect(),
+                events: vec![crate::store::NewEvent {
+                    kind: "forked".into(),
+                    payload: json!({ "from_session": source.id, "messages_copied": copied }),
+                    run_id: None,
+                }],
+                outputs: vec![],
+            },
+        )
+        .await?;
+    let record = state
+        .store
+        .get_session(&principal.tenant, &record.id)
+        .await?
+        .unwrap_or(record);
+    Ok((
+        StatusCode::CREATED,
+        Json(SessionResponse::from_record(record)?),
+    ))
 }

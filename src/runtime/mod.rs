@@ -53,6 +53,8 @@ pub enum RuntimeError {
     Busy(String),
     #[error("the session is closed")]
     Closed,
+    #[error("the tenant already has {0} runs in flight")]
+    TenantLimit(u32),
     #[error("no such run")]
     NoSuchRun,
     #[error(transparent)]
@@ -76,6 +78,7 @@ struct QueuedPrompt {
 
 /// A session that has a run in flight (or queued).
 struct Active {
+    tenant: TenantId,
     current: RunId,
     cancel: CancellationToken,
     queue: VecDeque<QueuedPrompt>,
@@ -88,6 +91,7 @@ pub struct RuntimeSettings {
     pub workspaces_dir: PathBuf,
     pub data_dir: PathBuf,
     pub sandbox_launcher: PathBuf,
+    pub max_concurrent_runs_per_tenant: u32,
 }
 
 /// Per-session resources that outlive one run (background tasks, PTY shells).
@@ -206,9 +210,18 @@ impl SessionRuntime {
                     }
                 }
             }
+            let limit = self.settings.max_concurrent_runs_per_tenant;
+            let running = active
+                .values()
+                .filter(|a| a.tenant == session.tenant)
+                .count();
+            if running >= limit as usize {
+                return Err(RuntimeError::TenantLimit(limit));
+            }
             active.insert(
                 session.id.clone(),
                 Active {
+                    tenant: session.tenant.clone(),
                     current: run_id.clone(),
                     cancel: CancellationToken::new(),
                     queue: VecDeque::new(),

@@ -135,6 +135,9 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes spilled outputs older than `older_than`; returns how many were deleted.
     async fn purge_outputs(&self, older_than: Duration) -> StoreResult<u64>;
 
+    /// How many of the tenant's sessions are not closed.
+    async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64>;
+
     // --- approvals and grants ---
 
     async fn create_approval(

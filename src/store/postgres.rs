@@ -403,6 +403,18 @@ impl Store for PgStore {
         Ok(done.rows_affected())
     }
 
+    async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let count: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sessions WHERE tenant_id = $1 AND status = 'active'",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(count)
+    }
+
     // --- approvals and grants ---
 
     async fn create_approval(

@@ -376,6 +376,16 @@ impl Store for SqliteStore {
         Ok(done.rows_affected())
     }
 
+    async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sessions WHERE tenant_id = ? AND status = 'active'",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(count)
+    }
+
     // --- approvals and grants ---
 
     async fn create_approval(

@@ -244,7 +244,30 @@ async fn busy_session_follows_the_declared_policy() {
         .await
         .unwrap();
     assert_eq!(queued["status"], "queued");
-    // Cancel the first run: its pending tool gets CANCELLED, then the queued run runs.
+    // Once the slow tool runs, cancel the first run: the tool gets CANCELLED, then the queued
+    // run runs.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let page: Value = app
+            .get(&format!("/v1/sessions/{id}/events?limit=1000"), &token)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "tool_started")
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tool never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let run = first["run_id"].as_str().unwrap();
     let cancel = app
         .client
@@ -366,5 +389,122 @@ async fn large_outputs_are_capped_and_spilled_as_evidence() {
         .await
         .0,
         404
+    );
+}
+
+#[tokio::test]
+async fn fork_copies_history_up_to_a_message_and_stays_in_the_tenant() {
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    let id = app.create_session("acme", &write_then_read_script()).await;
+    app.post_json(
+        &format!("/v1/sessions/{id}/prompts"),
+        &token,
+        &json!({"text": "note"}),
+    )
+    .await;
+    wait_idle(&app, &token, &id).await;
+    // Cutting right after a tool_use would split the pair.
+    let split = app
+        .post_json(
+            &format!("/v1/sessions/{id}/fork"),
+            &token,
+            &json!({"up_to_seq": 2}),
+        )
+        .await;
+    assert_eq!(error_code(split).await, (422, "INVALID_REQUEST".into()));
+    let fork = app
+        .post_json(
+            &format!("/v1/sessions/{id}/fork"),
+            &token,
+            &json!({"up_to_seq": 3}),
+        )
+        .await;
+    assert_eq!(fork.status(), 201);
+    let fork: Value = fork.json().await.unwrap();
+    let fork_id = fork["id"].as_str().unwrap();
+    assert_ne!(fork_id, id);
+    assert_eq!(fork["config"]["title"], "files");
+    let copied: Value = app
+        .get(&format!("/v1/sessions/{fork_id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let original: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let content = |v: &Value| {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(content(&copied), content(&original)[..3].to_vec());
+    // Another tenant cannot fork it.
+    let other = app
+        .post_json(
+            &format!("/v1/sessions/{id}/fork"),
+            &app.token("intruder"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(error_code(other).await, (404, "NOT_FOUND".into()));
+}
+
+#[tokio::test]
+async fn tenant_limits_answer_429() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.max_sessions_per_tenant = 2;
+        s.max_concurrent_runs_per_tenant = 1;
+    })
+    .await
+    .unwrap();
+    let token = app.token("small");
+    let slow = json!({"permission": {"mode": "bypass"}, "model": {"script": {"turns": [
+        {"tool_calls": [{"name": "Bash", "input": {"command": "sleep 3"}}]}, {"text": "ok"}]}}});
+    let a = app.create_session("small", &slow).await;
+    let b = app.create_session("small", &slow).await;
+    let third = app.post_json("/v1/sessions", &token, &json!({})).await;
+    assert_eq!(error_code(third).await, (429, "TENANT_LIMIT".into()));
+    // Another tenant is not affected.
+    app.create_session("other", &json!({})).await;
+    let first: Value = app
+        .post_json(
+            &format!("/v1/sessions/{a}/prompts"),
+            &token,
+            &json!({"text": "1"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let second = app
+        .post_json(
+            &format!("/v1/sessions/{b}/prompts"),
+            &token,
+            &json!({"text": "2"}),
+        )
+        .await;
+    assert_eq!(error_code(second).await, (429, "TENANT_LIMIT".into()));
+    let run = first["run_id"].as_str().unwrap();
+    app.client
+        .post(app.url(&format!("/v1/sessions/{a}/runs/{run}/cancel")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    // Closing a session frees a slot.
+    app.delete(&format!("/v1/sessions/{b}"), &token).await;
+    assert_eq!(
+        app.post_json("/v1/sessions", &token, &json!({}))
+            .await
+            .status(),
+        201
     );
 }
