@@ -45,6 +45,8 @@ pub enum ErrorCode {
     ApprovalAlreadyDecided,
     /// The approval request expired before the answer arrived.
     ApprovalExpired,
+    /// A hook refused the request (e.g. a UserPromptSubmit hook).
+    HookBlocked,
     /// A per-tenant limit (open sessions, concurrent runs) is reached.
     TenantLimit,
     StoreUnavailable,
@@ -69,6 +71,7 @@ impl ErrorCode {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::TenantLimit => StatusCode::TOO_MANY_REQUESTS,
+            Self::HookBlocked => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Conflict
             | Self::SessionBusy
             | Self::SessionClosed
@@ -101,6 +104,7 @@ impl ErrorCode {
             Self::ApprovalAlreadyDecided => "APPROVAL_ALREADY_DECIDED",
             Self::ApprovalExpired => "APPROVAL_EXPIRED",
             Self::TenantLimit => "TENANT_LIMIT",
+            Self::HookBlocked => "HOOK_BLOCKED",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::Internal => "INTERNAL",
         }

@@ -43,6 +43,10 @@ impl From<RuntimeError> for ApiError {
                 ErrorCode::TenantLimit,
                 format!("the tenant already has {limit} runs in flight"),
             ),
+            RuntimeError::PromptBlocked(reason) => ApiError::new(
+                ErrorCode::HookBlocked,
+                format!("a UserPromptSubmit hook blocked the prompt: {reason}"),
+            ),
             RuntimeError::NoSuchRun => ApiError::not_found("run"),
             RuntimeError::Store(error) => error.into(),
             RuntimeError::Setup(reason) => {

@@ -105,6 +105,15 @@ pub async fn create_session(
             config: stored,
         })
         .await?;
+    state
+        .runtime
+        .session_hooks(
+            &record,
+            crate::hooks::HookPayload::SessionStart {
+                source: "create".into(),
+            },
+        )
+        .await;
     tracing::info!("session created");
     Ok((
         StatusCode::CREATED,
@@ -195,6 +204,19 @@ pub async fn close_session(
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
     state.runtime.close(&record.id);
+    // SessionEnd hooks really run (D4), once, on the close that closed it; the close stands
+    // whatever they answer.
+    if record.closed_at == Some(record.updated_at) {
+        state
+            .runtime
+            .session_hooks(
+                &record,
+                crate::hooks::HookPayload::SessionEnd {
+                    reason: "closed".into(),
+                },
+            )
+            .await;
+    }
     tracing::info!("session closed");
     Ok(Json(SessionResponse::from_record(record)?))
 }

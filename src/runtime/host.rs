@@ -218,6 +218,29 @@ impl LoopHost for StoreHost {
         outcome.result
     }
 
+    async fn stop_hooks(&self, _last: &Message) -> crate::harness::turn::StopHookOutcome {
+        use crate::harness::turn::StopHookOutcome;
+        use crate::hooks::runner::StopOutcome;
+        let hooks = self.pipeline.hooks();
+        if !hooks.has_hooks(crate::hooks::HookEventName::Stop, None) {
+            return StopHookOutcome::None;
+        }
+        let outcome = hooks
+            .run(crate::hooks::HookEvent {
+                session_id: self.session.clone(),
+                tenant: self.tenant.clone(),
+                payload: crate::hooks::HookPayload::Stop {
+                    stop_hook_active: false,
+                },
+            })
+            .await;
+        match outcome.stop_outcome() {
+            StopOutcome::Stop => StopHookOutcome::None,
+            StopOutcome::Continue { reason, .. } => StopHookOutcome::Block { reason },
+            StopOutcome::Prevent { reason, .. } => StopHookOutcome::Prevent { reason },
+        }
+    }
+
     fn pending_task_notifications(&self) -> u32 {
         self.notifications.lock().map_or(0, |n| n.len() as u32)
     }

@@ -55,6 +55,8 @@ pub enum RuntimeError {
     Closed,
     #[error("the tenant already has {0} runs in flight")]
     TenantLimit(u32),
+    #[error("a UserPromptSubmit hook blocked the prompt: {0}")]
+    PromptBlocked(String),
     #[error("no such run")]
     NoSuchRun,
     #[error(transparent)]
@@ -175,6 +177,31 @@ impl SessionRuntime {
         }
     }
 
+    /// Runs the session's hooks for a session-level event (SessionStart, SessionEnd,
+    /// UserPromptSubmit) and returns what they decided.
+    pub async fn session_hooks(
+        &self,
+        session: &SessionRecord,
+        payload: crate::hooks::HookPayload,
+    ) -> crate::hooks::runner::HookOutcome {
+        let Ok(config) = serde_json::from_value::<SessionConfig>(session.config.clone()) else {
+            return Default::default();
+        };
+        let Ok((hooks, _)) = HookRunner::from_config(&config.hooks, &self.hook_catalog) else {
+            return Default::default();
+        };
+        if !hooks.has_hooks(payload.event_name(), None) {
+            return Default::default();
+        }
+        hooks
+            .run(crate::hooks::HookEvent {
+                session_id: session.id.clone(),
+                tenant: session.tenant.clone(),
+                payload,
+            })
+            .await
+    }
+
     /// Accepts a prompt for `session` (already loaded for the caller's tenant).
     pub async fn submit(
         self: &Arc<Self>,
@@ -184,6 +211,18 @@ impl SessionRuntime {
     ) -> Result<(RunId, PromptStatus), RuntimeError> {
         if session.status == crate::store::SessionStatus::Closed {
             return Err(RuntimeError::Closed);
+        }
+        // UserPromptSubmit hooks run before anything else happens.
+        let outcome = self
+            .session_hooks(
+                session,
+                crate::hooks::HookPayload::UserPromptSubmit {
+                    prompt: text.clone(),
+                },
+            )
+            .await;
+        if let Some(block) = outcome.block {
+            return Err(RuntimeError::PromptBlocked(block.reason));
         }
         let run_id = RunId::generate();
         {

@@ -6,6 +6,7 @@ mod auth;
 mod errors;
 mod health;
 mod helpers;
+mod hooks;
 mod openapi;
 mod pg_outage;
 mod runs;

@@ -1,0 +1,173 @@
+//! Session-level hooks over real HTTP: SessionStart, UserPromptSubmit (can block), Stop and
+//! SessionEnd reach a remote hook signed like a webhook; the status report names every hook.
+
+use crate::helpers::{Backend, TestApp, error_code};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const SECRET: &str = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0";
+
+type Seen = Arc<Mutex<Vec<Value>>>;
+
+async fn hook(State(seen): State<Seen>, headers: HeaderMap, body: String) -> axum::Json<Value> {
+    let secret = norma::signing::WebhookSecret::parse(SECRET).unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let verified = norma::signing::verify(
+        &secret,
+        &headers,
+        body.as_bytes(),
+        now,
+        norma::signing::DEFAULT_TOLERANCE,
+    )
+    .is_ok();
+    let event: Value = serde_json::from_str(&body).unwrap();
+    seen.lock()
+        .unwrap()
+        .push(json!({"event": event, "verified": verified}));
+    let blocked = event["hook_event_name"] == "UserPromptSubmit"
+        && event["prompt"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("forbidden");
+    axum::Json(if blocked {
+        json!({"decision": "block", "reason": "no forbidden prompts"})
+    } else {
+        json!({})
+    })
+}
+
+#[tokio::test]
+async fn session_hooks_run_signed_and_can_block_prompts() {
+    let seen: Seen = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(
+        axum::serve(
+            listener,
+            axum::Router::new()
+                .route("/hook", axum::routing::post(hook))
+                .with_state(seen.clone()),
+        )
+        .into_future(),
+    );
+
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    let remote = |name: &str, event: &str| json!({"name": name, "event": event, "handler": {"type": "remote", "url": url, "secret": SECRET}});
+    let id = app
+        .create_session("acme", &json!({
+            "hooks": [remote("start", "SessionStart"), remote("prompt", "UserPromptSubmit"), remote("stop", "Stop"), remote("end", "SessionEnd"),
+                      {"name": "missing", "event": "PreToolUse", "handler": {"type": "in_process", "hook": "not-registered"}},
+                      {"name": "off", "event": "PreToolUse", "enabled": false, "handler": {"type": "in_process", "hook": "x"}}],
+            "model": {"script": {"turns": [{"text": "hi"}]}}
+        }))
+        .await;
+    let session: Value = app
+        .get(&format!("/v1/sessions/{id}"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        session["config"]["hooks"][0]["handler"]["secret"], "<redacted>",
+        "secrets are never returned"
+    );
+
+    let status: Value = app
+        .get(&format!("/v1/sessions/{id}/hooks"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let tokens: Vec<(&str, &str)> = status["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["name"].as_str().unwrap(),
+                h["status_token"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tokens,
+        [
+            ("start", "HOOK_INSTALLED_OK"),
+            ("prompt", "HOOK_INSTALLED_OK"),
+            ("stop", "HOOK_INSTALLED_OK"),
+            ("end", "HOOK_INSTALLED_OK"),
+            ("missing", "HOOK_MISSING"),
+            ("off", "HOOK_CONFIG_DISABLED")
+        ]
+    );
+    assert_eq!(status["hooks"][4]["missing_reason"], "not_registered");
+
+    let blocked = app
+        .post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "something forbidden"}),
+        )
+        .await;
+    assert_eq!(error_code(blocked).await, (422, "HOOK_BLOCKED".into()));
+    let messages: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        messages["messages"],
+        json!([]),
+        "a blocked prompt never reaches history"
+    );
+
+    let ok = app
+        .post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "hello"}),
+        )
+        .await;
+    assert_eq!(ok.status(), 202);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| e["event"]["hook_event_name"] == "Stop")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Stop hook never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    app.delete(&format!("/v1/sessions/{id}"), &token).await;
+    app.delete(&format!("/v1/sessions/{id}"), &token).await;
+    let seen = seen.lock().unwrap().clone();
+    let names: Vec<&str> = seen
+        .iter()
+        .map(|e| e["event"]["hook_event_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "SessionStart",
+            "UserPromptSubmit",
+            "UserPromptSubmit",
+            "Stop",
+            "SessionEnd"
+        ],
+        "SessionEnd once"
+    );
+    assert!(
+        seen.iter().all(|e| e["verified"] == true),
+        "every hook call is signed"
+    );
+    assert!(seen.iter().all(|e| e["event"]["session_id"] == id.as_str()));
+}
