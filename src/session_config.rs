@@ -137,7 +137,8 @@ impl Default for Budgets {
 }
 
 /// Names of the built-in tools a session may enable.
-pub const BUILTIN_TOOLS: [&str; 18] = [
+pub const BUILTIN_TOOLS: [&str; 19] = [
+    "AskUserQuestion",
     "Read",
     "Write",
     "Edit",

@@ -476,6 +476,7 @@ impl SessionRuntime {
         for tool in builtin::file_tools()
             .into_iter()
             .chain(builtin::shell_tools(&env.shells))
+            .chain([builtin::ask_user::ask_user_tool()])
         {
             if enabled
                 .as_ref()

@@ -296,3 +296,58 @@ async fn unanswered_approvals_expire_with_a_code() {
         .await;
     assert_eq!(error_code(late).await, (409, "APPROVAL_EXPIRED".into()));
 }
+
+#[tokio::test]
+async fn ask_user_questions_travel_the_durable_approval_channel() {
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    let questions = json!([{"question": "Which colour?", "options": ["red", "blue"]}]);
+    let id = app
+        .create_session("acme", &json!({
+            "model": {"script": {"turns": [
+                {"tool_calls": [{"name": "AskUserQuestion", "input": {"questions": questions}}]},
+                {"text": "You said: {{last_tool_result}}"}
+            ]}}
+        }))
+        .await;
+    app.post_json(
+        &format!("/v1/sessions/{id}/prompts"),
+        &token,
+        &json!({"text": "ask me"}),
+    )
+    .await;
+    wait_for(&app, &token, &id, |e| count(e, "approval_requested") == 1).await;
+    let pending: Value = app
+        .get(
+            &format!("/v1/sessions/{id}/approvals?status=pending"),
+            &token,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let approval = &pending["approvals"][0];
+    assert_eq!(approval["tool_name"], "AskUserQuestion");
+    assert_eq!(approval["input"]["questions"], questions);
+    let path = format!(
+        "/v1/sessions/{id}/approvals/{}",
+        approval["id"].as_str().unwrap()
+    );
+    let answered = app.post_json(&path, &token, &json!({"decision": "allow", "updated_input": {"questions": questions, "answers": ["blue"]}})).await;
+    assert_eq!(answered.status(), 200);
+    wait_for(&app, &token, &id, |e| count(e, "terminal") == 1).await;
+    let messages: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let last = messages["messages"].as_array().unwrap().last().unwrap()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        last.contains("Q: Which colour?") && last.contains("A: blue"),
+        "{last}"
+    );
+}

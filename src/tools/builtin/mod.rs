@@ -5,6 +5,7 @@
 //! File tools are stateless and work on `ToolContext.workspace`. Bash, task and shell tools are
 //! built per session around that session's [`tasks::TaskRegistry`] and [`pty::ShellRegistry`].
 
+pub mod ask_user;
 pub mod bash;
 pub mod edit;
 pub mod glob;
