@@ -769,37 +769,6 @@ async fn pre_hook_context_is_appended_after_the_result() {
     );
 }
 
-#[tokio::test]
-#[ignore = "timing report; run with --ignored --nocapture"]
-async fn overhead_of_an_allowed_noop_call() {
-    let noop: DynTool = Arc::new(
-        ToolBuilder::new("Noop")
-            .schema(json!({"type": "object", "properties": {"a": {"type": "string"}}}))
-            .handler(|_, _| async { Ok(ToolOutput::text("ok")) })
-            .build()
-            .unwrap(),
-    );
-    let plain = Pipeline::new(registry(vec![noop]), allow_everything());
-    let hooked = plain
-        .clone()
-        .with_hooks(hooks(vec![Ok(HookResponse::proceed())]));
-    let ctx = ctx();
-    let unlocked = HashSet::new();
-    for (label, pipeline) in [("no hooks", &plain), ("one PreToolUse hook", &hooked)] {
-        let mut samples = Vec::new();
-        for _ in 0..2_000 {
-            let started = std::time::Instant::now();
-            let outcome = pipeline
-                .call("Noop", json!({"a": "b"}), &ctx, &unlocked)
-                .await;
-            samples.push(started.elapsed());
-            assert!(!outcome.result.is_error);
-        }
-        samples.sort();
-        println!("{label}: median {:?}", samples[samples.len() / 2]);
-    }
-}
-
 // ---------------------------------------------------------------- property
 
 #[derive(Clone, Debug)]
