@@ -127,11 +127,34 @@ impl App {
         });
     }
 
+    /// Closes sessions idle past `session_idle_expiry_seconds`, emitting SessionEnd.
+    fn spawn_idle_expiry(&self) {
+        let seconds = self.state.settings.session_idle_expiry_seconds;
+        if seconds == 0 {
+            return;
+        }
+        let state = self.state.clone();
+        let period = std::time::Duration::from_millis((seconds * 500).clamp(200, 60_000));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            loop {
+                tick.tick().await;
+                if let Err(error) =
+                    crate::runtime::expire_idle_sessions(&state.store, &state.runtime, seconds)
+                        .await
+                {
+                    tracing::warn!(%error, "idle-expiry sweep failed");
+                }
+            }
+        });
+    }
+
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         self.spawn_retention();
+        self.spawn_idle_expiry();
         let router = crate::api::router(self.state);
         axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)

@@ -40,6 +40,9 @@ pub struct Settings {
     pub database_acquire_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Open sessions with no activity for this many seconds are closed (SessionEnd hooks run
+    /// with reason `expired`); 0 disables expiry.
+    pub session_idle_expiry_seconds: u64,
     /// Open (not closed) sessions a tenant may have (`429 TENANT_LIMIT` beyond).
     pub max_sessions_per_tenant: u32,
     /// Runs a tenant may have in flight at once in this process (`429 TENANT_LIMIT` beyond).
@@ -67,6 +70,7 @@ impl Default for Settings {
             max_body_bytes: 1024 * 1024,
             output_retention_hours: 24 * 30,
             max_sessions_per_tenant: 10_000,
+            session_idle_expiry_seconds: 7 * 24 * 3600,
             max_concurrent_runs_per_tenant: 64,
             auth: AuthSettings::default(),
             log: LogSettings::default(),

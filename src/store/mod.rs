@@ -135,6 +135,14 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes spilled outputs older than `older_than`; returns how many were deleted.
     async fn purge_outputs(&self, older_than: Duration) -> StoreResult<u64>;
 
+    /// Open sessions of every tenant with no activity since `idle_before` (system-level: used
+    /// by the idle-expiry sweep only).
+    async fn list_idle_sessions(
+        &self,
+        idle_before: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<SessionRecord>>;
+
     /// How many of the tenant's sessions are not closed.
     async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64>;
 

@@ -403,6 +403,23 @@ impl Store for PgStore {
         Ok(done.rows_affected())
     }
 
+    async fn list_idle_sessions(
+        &self,
+        idle_before: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<SessionRecord>> {
+        // Runs as the login role (the schema owner), outside any tenant's row-level security.
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'active' AND updated_at < $1 \
+             ORDER BY updated_at LIMIT $2"
+        ))
+        .bind(idle_before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
     async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64> {
         let mut tx = self.tenant_tx(tenant).await?;
         let count: i64 = sqlx::query_scalar(

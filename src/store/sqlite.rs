@@ -376,6 +376,22 @@ impl Store for SqliteStore {
         Ok(done.rows_affected())
     }
 
+    async fn list_idle_sessions(
+        &self,
+        idle_before: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<SessionRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'active' AND updated_at < ? \
+             ORDER BY updated_at LIMIT ?"
+        ))
+        .bind(ts(idle_before))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
     async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64> {
         let count: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM sessions WHERE tenant_id = ? AND status = 'active'",

@@ -171,3 +171,37 @@ async fn session_hooks_run_signed_and_can_block_prompts() {
     );
     assert!(seen.iter().all(|e| e["event"]["session_id"] == id.as_str()));
 }
+
+#[tokio::test]
+async fn session_end_hooks_run_on_idle_expiry() {
+    let seen: Seen = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(
+        axum::serve(
+            listener,
+            axum::Router::new()
+                .route("/hook", axum::routing::post(hook))
+                .with_state(seen.clone()),
+        )
+        .into_future(),
+    );
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.session_idle_expiry_seconds = 1)
+        .await
+        .unwrap();
+    app.create_session("acme", &json!({"hooks": [{"name": "end", "event": "SessionEnd", "handler": {"type": "remote", "url": url, "secret": SECRET}}]})).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(event) = seen.lock().unwrap().first().cloned() {
+            assert_eq!(event["event"]["hook_event_name"], "SessionEnd");
+            assert_eq!(event["event"]["reason"], "expired");
+            assert_eq!(event["verified"], true);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "SessionEnd never ran on expiry"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -508,3 +508,44 @@ async fn tenant_limits_answer_429() {
         201
     );
 }
+
+#[tokio::test]
+async fn idle_sessions_expire_and_stop_accepting_prompts() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.session_idle_expiry_seconds = 1)
+        .await
+        .unwrap();
+    let token = app.token("acme");
+    let id = app.create_session("acme", &json!({})).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let session: Value = app
+            .get(&format!("/v1/sessions/{id}"), &token)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if session["status"] == "closed" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the idle session never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let events: Value = app
+        .get(&format!("/v1/sessions/{id}/events"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(events["events"][0]["type"], "session_expired");
+    let prompt = app
+        .post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "hi"}),
+        )
+        .await;
+    assert_eq!(error_code(prompt).await, (409, "SESSION_CLOSED".into()));
+}
