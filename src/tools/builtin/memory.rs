@@ -54,7 +54,7 @@ impl Default for MemoryLimits {
 }
 
 /// How many times a read-modify-write retries after losing a compare-and-set race.
-const CAS_ATTEMPTS: usize = 3;
+const CAS_ATTEMPTS: usize = 5;
 
 /// Normalizes a note path: an optional leading `/memories/` or `/` is dropped; segments of
 /// `[A-Za-z0-9._-]`, none empty, `.` or `..`. `allow_root` accepts the empty path (listing).
