@@ -8,8 +8,10 @@
 mod models;
 pub mod postgres;
 pub mod sqlite;
+mod tool_state;
 
 pub use models::*;
+pub use tool_state::*;
 
 use crate::ids::{ApprovalId, GrantId, OutputId, SessionId, TenantId};
 use async_trait::async_trait;
@@ -194,6 +196,58 @@ pub trait Store: Send + Sync + 'static {
 
     /// Marks a `once` grant used; false when it was already used or revoked.
     async fn consume_grant(&self, tenant: &TenantId, id: &GrantId) -> StoreResult<bool>;
+
+    // --- tool state (todos, memory, permission mode) ---
+
+    /// The session's todo list (empty when never written or the session is not `tenant`'s).
+    async fn get_todos(&self, tenant: &TenantId, session: &SessionId)
+    -> StoreResult<Vec<TodoItem>>;
+
+    /// Replaces the session's todo list; `NotFound` when the session is not `tenant`'s.
+    async fn put_todos(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        items: &[TodoItem],
+    ) -> StoreResult<()>;
+
+    /// The session's permission-mode override, if one was set.
+    async fn get_mode_override(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Option<ModeOverride>>;
+
+    /// Sets the session's permission-mode override; `NotFound` when the session is not
+    /// `tenant`'s.
+    async fn set_mode_override(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        state: ModeOverride,
+    ) -> StoreResult<()>;
+
+    /// One of the tenant's memory notes.
+    async fn memory_get(&self, tenant: &TenantId, path: &str) -> StoreResult<Option<MemoryNote>>;
+
+    /// The tenant's notes whose path starts with `prefix` (empty: all), ordered by path.
+    async fn memory_list(&self, tenant: &TenantId, prefix: &str) -> StoreResult<Vec<MemoryEntry>>;
+
+    /// Writes a note if it is in the `expect`ed state; `Conflict` otherwise. Returns the note
+    /// as written (version 1 when created, previous version + 1 when updated).
+    async fn memory_put(
+        &self,
+        tenant: &TenantId,
+        path: &str,
+        content: &str,
+        expect: MemoryExpect,
+    ) -> StoreResult<MemoryNote>;
+
+    /// Deletes a note; false when it did not exist.
+    async fn memory_delete(&self, tenant: &TenantId, path: &str) -> StoreResult<bool>;
+
+    /// How many notes and bytes the tenant keeps.
+    async fn memory_usage(&self, tenant: &TenantId) -> StoreResult<MemoryUsage>;
 }
 
 /// Opens the store named by `url` (`postgres://…` or `sqlite://…`) and applies migrations.

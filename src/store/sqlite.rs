@@ -3,7 +3,9 @@
 //! NORMAL` gives group-commit-like throughput; every write transaction starts with a write so
 //! it takes the write lock up front.
 
-use super::postgres::{build_append_result, parse_role, role_str};
+use super::postgres::{
+    build_append_result, memory_conflict, mode_override_from, parse_role, role_str,
+};
 use super::*;
 use crate::ids::{ApprovalId, GrantId, OutputId, SessionId, TenantId};
 use crate::message::ContentBlock;
@@ -582,6 +584,205 @@ impl Store for SqliteStore {
         .await?;
         Ok(done.rows_affected() == 1)
     }
+
+    // --- tool state (todos, memory, permission mode) ---
+
+    async fn get_todos(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Vec<TodoItem>> {
+        let row =
+            sqlx::query("SELECT items FROM session_todos WHERE session_id = ? AND tenant_id = ?")
+                .bind(session.as_str())
+                .bind(tenant.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        match row {
+            Some(row) => parse_json(&row.try_get::<String, _>("items")?),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn put_todos(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        items: &[TodoItem],
+    ) -> StoreResult<()> {
+        let items = serde_json::to_string(items)
+            .map_err(|error| StoreError::Internal(error.to_string()))?;
+        let done = sqlx::query(
+            "INSERT INTO session_todos (session_id, tenant_id, items, updated_at) \
+             SELECT id, tenant_id, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
+             ON CONFLICT (session_id) DO UPDATE SET items = excluded.items, \
+                 updated_at = excluded.updated_at",
+        )
+        .bind(items)
+        .bind(ts(now()))
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    async fn get_mode_override(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Option<ModeOverride>> {
+        let row = sqlx::query(
+            "SELECT mode, previous_mode FROM session_modes WHERE session_id = ? AND tenant_id = ?",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| mode_override_from(row.try_get("mode")?, row.try_get("previous_mode")?))
+            .transpose()
+    }
+
+    async fn set_mode_override(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        state: ModeOverride,
+    ) -> StoreResult<()> {
+        let done = sqlx::query(
+            "INSERT INTO session_modes (session_id, tenant_id, mode, previous_mode, updated_at) \
+             SELECT id, tenant_id, ?, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
+             ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, \
+                 previous_mode = excluded.previous_mode, updated_at = excluded.updated_at",
+        )
+        .bind(mode_str(state.mode))
+        .bind(state.previous.map(mode_str))
+        .bind(ts(now()))
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    async fn memory_get(&self, tenant: &TenantId, path: &str) -> StoreResult<Option<MemoryNote>> {
+        let row = sqlx::query(
+            "SELECT path, content, version, created_at, updated_at FROM memory_notes \
+             WHERE tenant_id = ? AND path = ?",
+        )
+        .bind(tenant.as_str())
+        .bind(path)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(sqlite_memory_note).transpose()
+    }
+
+    async fn memory_list(&self, tenant: &TenantId, prefix: &str) -> StoreResult<Vec<MemoryEntry>> {
+        let rows = sqlx::query(
+            "SELECT path, size_bytes, version, updated_at FROM memory_notes \
+             WHERE tenant_id = ? AND substr(path, 1, length(?)) = ? ORDER BY path",
+        )
+        .bind(tenant.as_str())
+        .bind(prefix)
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(MemoryEntry {
+                    path: row.try_get("path")?,
+                    size_bytes: row.try_get("size_bytes")?,
+                    version: row.try_get("version")?,
+                    updated_at: parse_ts(&row.try_get::<String, _>("updated_at")?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn memory_put(
+        &self,
+        tenant: &TenantId,
+        path: &str,
+        content: &str,
+        expect: MemoryExpect,
+    ) -> StoreResult<MemoryNote> {
+        let at = ts(now());
+        let row = match expect {
+            MemoryExpect::Absent => {
+                sqlx::query(
+                    "INSERT INTO memory_notes (tenant_id, path, content, size_bytes, version, \
+                         created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?) \
+                     ON CONFLICT (tenant_id, path) DO NOTHING \
+                     RETURNING path, content, version, created_at, updated_at",
+                )
+                .bind(tenant.as_str())
+                .bind(path)
+                .bind(content)
+                .bind(content.len() as i64)
+                .bind(&at)
+                .bind(&at)
+                .fetch_optional(&self.pool)
+                .await?
+            }
+            MemoryExpect::Version(version) => {
+                sqlx::query(
+                    "UPDATE memory_notes SET content = ?, size_bytes = ?, \
+                         version = version + 1, updated_at = ? \
+                     WHERE tenant_id = ? AND path = ? AND version = ? \
+                     RETURNING path, content, version, created_at, updated_at",
+                )
+                .bind(content)
+                .bind(content.len() as i64)
+                .bind(&at)
+                .bind(tenant.as_str())
+                .bind(path)
+                .bind(version)
+                .fetch_optional(&self.pool)
+                .await?
+            }
+        };
+        let row = row.ok_or_else(|| memory_conflict(path, expect))?;
+        sqlite_memory_note(&row)
+    }
+
+    async fn memory_delete(&self, tenant: &TenantId, path: &str) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM memory_notes WHERE tenant_id = ? AND path = ?")
+            .bind(tenant.as_str())
+            .bind(path)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn memory_usage(&self, tenant: &TenantId) -> StoreResult<MemoryUsage> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS notes, COALESCE(SUM(size_bytes), 0) AS bytes \
+             FROM memory_notes WHERE tenant_id = ?",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(MemoryUsage {
+            notes: row.try_get("notes")?,
+            bytes: row.try_get("bytes")?,
+        })
+    }
+}
+
+fn sqlite_memory_note(row: &SqliteRow) -> StoreResult<MemoryNote> {
+    Ok(MemoryNote {
+        path: row.try_get("path")?,
+        content: row.try_get("content")?,
+        version: row.try_get("version")?,
+        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+        updated_at: parse_ts(&row.try_get::<String, _>("updated_at")?)?,
+    })
 }
 
 const APPROVAL_COLUMNS: &str = "id, session_id, run_id, tool_use_id, tool_name, input, input_sha256, \

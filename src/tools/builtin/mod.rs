@@ -1,6 +1,7 @@
 //! The built-in tools: confined file tools (Read, Write, Edit, MultiEdit, NotebookEdit, LS,
 //! Glob, Grep), sandboxed Bash, background tasks (TaskOutput, TaskStop, TaskList, Monitor) and
-//! PTY shells (ShellStart, ShellWrite, ShellRead, ShellResize, ShellClose).
+//! PTY shells (ShellStart, ShellWrite, ShellRead, ShellResize, ShellClose), and the store-backed
+//! state tools (TodoWrite, EnterPlanMode, ExitPlanMode, Memory).
 //!
 //! File tools are stateless and work on `ToolContext.workspace`. Bash, task and shell tools are
 //! built per session around that session's [`tasks::TaskRegistry`] and [`pty::ShellRegistry`].
@@ -11,13 +12,18 @@ pub mod edit;
 pub mod glob;
 pub mod grep;
 pub mod ls;
+pub mod memory;
 pub mod notebook;
+pub mod plan;
 pub mod pty;
 pub mod read;
 pub mod tasks;
+pub mod todo;
 pub mod write;
 
+use crate::ids::{SessionId, TenantId};
 use crate::sandbox::Sandbox;
+use crate::store::{Store, StoreError};
 use crate::tools::{DynTool, ToolError, codes as tool_codes};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -79,6 +85,43 @@ pub fn shell_tools(env: &SessionShells) -> Vec<DynTool> {
         Arc::new(pty::ShellResizeTool::new(env.shells.clone())),
         Arc::new(pty::ShellCloseTool::new(env.shells.clone())),
     ]
+}
+
+/// TodoWrite, EnterPlanMode, ExitPlanMode and Memory for `session` of `tenant`, keeping their
+/// state in `store`.
+pub fn state_tools(store: Arc<dyn Store>, tenant: TenantId, session: SessionId) -> Vec<DynTool> {
+    vec![
+        Arc::new(todo::TodoWriteTool::new(
+            store.clone(),
+            tenant.clone(),
+            session.clone(),
+        )),
+        Arc::new(plan::EnterPlanModeTool::new(
+            store.clone(),
+            tenant.clone(),
+            session.clone(),
+        )),
+        Arc::new(plan::ExitPlanModeTool::new(
+            store.clone(),
+            tenant.clone(),
+            session,
+        )),
+        Arc::new(memory::MemoryTool::new(store, tenant)),
+    ]
+}
+
+/// Code of a tool error caused by the store being unreachable.
+pub const STORE_UNAVAILABLE: &str = "STORE_UNAVAILABLE";
+
+/// A store failure as a model-visible tool error.
+pub(crate) fn store_error(error: StoreError) -> ToolError {
+    match error {
+        StoreError::Unavailable(message) => ToolError::new(STORE_UNAVAILABLE, message),
+        StoreError::NotFound => {
+            ToolError::new(plan::codes::SESSION_NOT_FOUND, "the session does not exist")
+        }
+        other => ToolError::failed(other.to_string()),
+    }
 }
 
 /// Deserializes a tool input; tools validate centrally too, this guards direct calls.
