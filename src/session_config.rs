@@ -137,8 +137,12 @@ impl Default for Budgets {
 }
 
 /// Names of the built-in tools a session may enable.
-pub const BUILTIN_TOOLS: [&str; 19] = [
+pub const BUILTIN_TOOLS: [&str; 23] = [
     "AskUserQuestion",
+    "TodoWrite",
+    "EnterPlanMode",
+    "ExitPlanMode",
+    "Memory",
     "Read",
     "Write",
     "Edit",

@@ -113,7 +113,8 @@ impl LiveGrants {
 
 /// The session's permission gate: mode, rules, live grants, workspace.
 pub struct LiveGate {
-    pub mode: PermissionMode,
+    /// The effective mode; plan-mode tools change it during a run.
+    pub mode: Arc<RwLock<PermissionMode>>,
     pub rules: RuleSet,
     pub grants: Arc<LiveGrants>,
     pub workspace: Option<PathBuf>,
@@ -123,8 +124,9 @@ impl PermissionGate for LiveGate {
     fn evaluate(&self, tool: &dyn Tool, input: &Value) -> Verdict {
         let facts = tool_facts(tool, input);
         let grants = self.grants.snapshot();
+        let mode = *self.mode.read().unwrap_or_else(|e| e.into_inner());
         decide(&DecisionInput {
-            mode: self.mode,
+            mode,
             rules: &self.rules,
             grants: &grants,
             tool: &facts,

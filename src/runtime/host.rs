@@ -12,8 +12,8 @@ use crate::ids::{OutputId, RunId, SessionId, TenantId};
 use crate::llm::ToolSpec;
 use crate::message::{Message, ToolResultBlock};
 use crate::store::{AppendBatch, NewEvent, NewMessage, NewOutput, Store};
-use crate::tools::ToolContext;
 use crate::tools::pipeline::Pipeline;
+use crate::tools::{ToolContext, ToolProgress};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -130,6 +130,9 @@ pub struct StoreHost {
     pub notifications: Mutex<Vec<String>>,
     pub store: Arc<dyn Store>,
     pub grants: Arc<super::approvals::LiveGrants>,
+    /// The run's effective permission mode, shared with its gate.
+    pub mode: Arc<std::sync::RwLock<crate::permission::PermissionMode>>,
+    pub configured_mode: crate::permission::PermissionMode,
 }
 
 fn event(kind: &str, payload: Value, run: &RunId) -> NewEvent {
@@ -189,18 +192,52 @@ impl LoopHost for StoreHost {
     }
 
     async fn execute_tool(&self, call: PendingCall, cancel: CancellationToken) -> ToolResultBlock {
+        // Progress (e.g. TodoWrite's list) becomes `tool_progress` events as it happens.
+        let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel::<ToolProgress>();
+        let writer = self.writer.clone();
+        let run = self.run_id.clone();
+        let forward = tokio::spawn(async move {
+            while let Some(report) = reports.recv().await {
+                writer.push_event(event(
+                    "tool_progress",
+                    json!({ "tool_use_id": report.tool_use_id, "data": report.data }),
+                    &run,
+                ));
+            }
+        });
         let ctx = ToolContext {
             tenant: self.tenant.clone(),
             session_id: self.session.clone(),
             tool_use_id: call.tool_use_id.clone(),
             workspace: self.workspace.clone(),
             cancel,
-            progress: None,
+            progress: Some(progress),
         };
         let outcome = self
             .pipeline
             .call(&call.name, call.input, &ctx, &self.unlocked)
             .await;
+        drop(ctx);
+        let _ = forward.await;
+        if let Some(grant) = &outcome.decision.grant_id {
+            super::approvals::consume_if_once(&self.store, &self.tenant, &self.grants, grant).await;
+        }
+        if !outcome.result.is_error
+            && matches!(call.name.as_str(), "EnterPlanMode" | "ExitPlanMode")
+        {
+            // The mode changed durably; later calls of this run see it at once.
+            match crate::tools::builtin::plan::effective_mode(
+                self.store.as_ref(),
+                &self.tenant,
+                &self.session,
+                self.configured_mode,
+            )
+            .await
+            {
+                Ok(mode) => *self.mode.write().unwrap_or_else(|e| e.into_inner()) = mode,
+                Err(error) => tracing::warn!(%error, "cannot refresh the permission mode"),
+            }
+        }
         if let Some(spill) = outcome.spill {
             self.writer.push_output(NewOutput {
                 id: OutputId::from_string(spill.id.to_string()),

@@ -477,6 +477,11 @@ impl SessionRuntime {
             .into_iter()
             .chain(builtin::shell_tools(&env.shells))
             .chain([builtin::ask_user::ask_user_tool()])
+            .chain(builtin::state_tools(
+                self.store.clone(),
+                tenant.clone(),
+                session.clone(),
+            ))
         {
             if enabled
                 .as_ref()
@@ -497,8 +502,13 @@ impl SessionRuntime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(session.clone(), grants.clone());
+        let configured_mode = config.permission.mode;
+        let mode =
+            builtin::plan::effective_mode(self.store.as_ref(), tenant, session, configured_mode)
+                .await?;
+        let mode = Arc::new(std::sync::RwLock::new(mode));
         let gate = approvals::LiveGate {
-            mode: config.permission.mode,
+            mode: mode.clone(),
             rules,
             grants: grants.clone(),
             workspace: Some(env.workspace.clone()),
@@ -535,6 +545,8 @@ impl SessionRuntime {
             notifications: Mutex::new(Vec::new()),
             store: self.store.clone(),
             grants: grants.clone(),
+            mode,
+            configured_mode,
         });
         let provider = self.provider_for(&config)?;
         let engine = Engine {

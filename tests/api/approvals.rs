@@ -351,3 +351,106 @@ async fn ask_user_questions_travel_the_durable_approval_channel() {
         "{last}"
     );
 }
+
+#[tokio::test]
+async fn once_grants_are_used_up_and_plan_mode_applies_mid_run() {
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    let echo = |text: &str| json!({"tool_calls": [{"name": "Bash", "input": {"command": format!("echo {text}")}}]});
+    let id = app
+        .create_session("acme", &json!({
+            "permission": {"allow": ["Write"]},
+            "model": {"script": {"turns": [
+                echo("one"), echo("two"), echo("three"),
+                {"tool_calls": [{"name": "TodoWrite", "input": {"todos": [{"id": "1", "content": "ship it", "status": "pending", "priority": "high"}]}}]},
+                {"tool_calls": [{"name": "EnterPlanMode", "input": {}}]},
+                {"tool_calls": [{"name": "Write", "input": {"file_path": "x.txt", "content": "x"}}]},
+                {"text": "done"}
+            ]}}
+        }))
+        .await;
+    app.post_json(
+        &format!("/v1/sessions/{id}/prompts"),
+        &token,
+        &json!({"text": "go"}),
+    )
+    .await;
+    wait_for(&app, &token, &id, |e| count(e, "approval_requested") == 1).await;
+    let pending: Value = app
+        .get(
+            &format!("/v1/sessions/{id}/approvals?status=pending"),
+            &token,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let first = pending["approvals"][0]["id"].as_str().unwrap().to_owned();
+    let allow = json!({"decision": "allow", "grant": {"scope": "once", "rule": "Bash(echo:*)"}});
+    assert_eq!(
+        app.post_json(
+            &format!("/v1/sessions/{id}/approvals/{first}"),
+            &token,
+            &allow
+        )
+        .await
+        .status(),
+        200
+    );
+    // "two" runs on the once grant; "three" must ask again.
+    wait_for(&app, &token, &id, |e| count(e, "approval_requested") == 2).await;
+    let grants: Value = app
+        .get(&format!("/v1/sessions/{id}/grants"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(grants["grants"], json!([]), "the once grant is used up");
+    let pending: Value = app
+        .get(
+            &format!("/v1/sessions/{id}/approvals?status=pending"),
+            &token,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let third = pending["approvals"][0]["id"].as_str().unwrap().to_owned();
+    app.post_json(
+        &format!("/v1/sessions/{id}/approvals/{third}"),
+        &token,
+        &json!({"decision": "deny"}),
+    )
+    .await;
+    let all = wait_for(&app, &token, &id, |e| count(e, "terminal") == 1).await;
+    let stages: Vec<(String, String)> = all
+        .iter()
+        .filter(|e| e["type"] == "permission_decision")
+        .map(|e| {
+            (
+                e["payload"]["tool"].as_str().unwrap().to_owned(),
+                e["payload"]["decision"]["stage"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("Bash", "callback"),
+        ("Bash", "grant"),
+        ("Bash", "callback"),
+        ("TodoWrite", "tool_allow"),
+        ("EnterPlanMode", "tool_allow"),
+        ("Write", "mode_plan"),
+    ];
+    assert_eq!(stages, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
+    let progress: Vec<&Value> = all
+        .iter()
+        .filter(|e| e["type"] == "tool_progress")
+        .collect();
+    assert_eq!(
+        progress[0]["payload"]["data"]["todos"][0]["content"],
+        "ship it"
+    );
+}
