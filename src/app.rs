@@ -74,6 +74,8 @@ impl App {
                 data_dir: settings.data_dir.clone(),
                 sandbox_launcher: launcher,
                 max_concurrent_runs_per_tenant: settings.max_concurrent_runs_per_tenant,
+                output_head_chars: settings.output_head_chars,
+                tenant_providers: settings.tenant_providers.clone(),
             },
         );
         let listener =

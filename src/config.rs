@@ -47,6 +47,11 @@ pub struct Settings {
     pub max_sessions_per_tenant: u32,
     /// Runs a tenant may have in flight at once in this process (`429 TENANT_LIMIT` beyond).
     pub max_concurrent_runs_per_tenant: u32,
+    /// Characters of a tool output the model reads before it is capped and spilled.
+    pub output_head_chars: usize,
+    /// Provider settings per tenant id, replacing `provider` for that tenant's sessions
+    /// (TOML: `[tenant_providers.acme]`).
+    pub tenant_providers: std::collections::BTreeMap<String, crate::llm::ProviderConfig>,
     /// Spilled tool outputs older than this many hours are deleted (0 keeps them forever).
     pub output_retention_hours: u64,
     pub auth: AuthSettings,
@@ -69,6 +74,8 @@ impl Default for Settings {
             database_acquire_timeout_ms: 3_000,
             max_body_bytes: 1024 * 1024,
             output_retention_hours: 24 * 30,
+            output_head_chars: 30_000,
+            tenant_providers: Default::default(),
             max_sessions_per_tenant: 10_000,
             session_idle_expiry_seconds: 7 * 24 * 3600,
             max_concurrent_runs_per_tenant: 64,
@@ -203,6 +210,11 @@ impl Settings {
         if self.max_body_bytes < 1024 {
             return Err(ConfigError::Invalid(
                 "max_body_bytes must be at least 1024".into(),
+            ));
+        }
+        if self.output_head_chars < 1_000 {
+            return Err(ConfigError::Invalid(
+                "output_head_chars must be at least 1000".into(),
             ));
         }
         if self.auth.issuer.is_empty() || self.auth.audience.is_empty() {

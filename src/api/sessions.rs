@@ -29,10 +29,15 @@ pub struct SessionResponse {
     pub closed_at: Option<DateTime<Utc>>,
     /// The highest event sequence number written so far.
     pub last_event_seq: i64,
+    /// What the command sandbox enforces for this session's Bash, tasks and shells: per part
+    /// (`env`, `filesystem`, `network`, `rlimits`) a `status` of `enforced`, `unavailable`
+    /// (with a `reason`) or `disabled`.
+    #[schema(value_type = Object)]
+    pub sandbox: crate::sandbox::SandboxReport,
 }
 
 impl SessionResponse {
-    pub fn from_record(record: SessionRecord) -> ApiResult<Self> {
+    pub fn from_record(record: SessionRecord, state: &AppState) -> ApiResult<Self> {
         let config: SessionConfig = serde_json::from_value(record.config).map_err(|error| {
             tracing::error!(%error, "stored session config does not parse");
             ApiError::new(crate::error::ErrorCode::Internal, "internal error")
@@ -45,6 +50,7 @@ impl SessionResponse {
             updated_at: record.updated_at,
             closed_at: record.closed_at,
             last_event_seq: record.last_event_seq,
+            sandbox: state.runtime.sandbox().report().clone(),
         })
     }
 }
@@ -117,7 +123,7 @@ pub async fn create_session(
     tracing::info!("session created");
     Ok((
         StatusCode::CREATED,
-        Json(SessionResponse::from_record(record)?),
+        Json(SessionResponse::from_record(record, &state)?),
     ))
 }
 
@@ -156,7 +162,7 @@ pub async fn list_sessions(
     };
     let sessions = records
         .into_iter()
-        .map(SessionResponse::from_record)
+        .map(|record| SessionResponse::from_record(record, &state))
         .collect::<ApiResult<_>>()?;
     Ok(Json(SessionList {
         sessions,
@@ -182,7 +188,7 @@ pub async fn get_session(
         .get_session(&principal.tenant, &id)
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
-    Ok(Json(SessionResponse::from_record(record)?))
+    Ok(Json(SessionResponse::from_record(record, &state)?))
 }
 
 /// Closes a session (idempotent).
@@ -218,7 +224,7 @@ pub async fn close_session(
             .await;
     }
     tracing::info!("session closed");
-    Ok(Json(SessionResponse::from_record(record)?))
+    Ok(Json(SessionResponse::from_record(record, &state)?))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -314,6 +320,6 @@ pub async fn fork_session(
         .unwrap_or(record);
     Ok((
         StatusCode::CREATED,
-        Json(SessionResponse::from_record(record)?),
+        Json(SessionResponse::from_record(record, &state)?),
     ))
 }

@@ -127,7 +127,8 @@ pub struct StoreHost {
     pub run_id: RunId,
     pub workspace: Option<PathBuf>,
     pub unlocked: HashSet<String>,
-    pub notifications: Mutex<Vec<String>>,
+    /// Background-task notifications of the session, filled as tasks end.
+    pub notifications: Arc<Mutex<Vec<String>>>,
     pub store: Arc<dyn Store>,
     pub grants: Arc<super::approvals::LiveGrants>,
     /// The run's effective permission mode, shared with its gate.

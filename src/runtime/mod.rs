@@ -94,12 +94,16 @@ pub struct RuntimeSettings {
     pub data_dir: PathBuf,
     pub sandbox_launcher: PathBuf,
     pub max_concurrent_runs_per_tenant: u32,
+    pub output_head_chars: usize,
+    pub tenant_providers: std::collections::BTreeMap<String, ProviderConfig>,
 }
 
 /// Per-session resources that outlive one run (background tasks, PTY shells).
 struct SessionEnv {
     shells: SessionShells,
     workspace: PathBuf,
+    /// Notifications of finished background tasks, waiting for the loop.
+    notifications: Arc<Mutex<Vec<String>>>,
 }
 
 pub struct SessionRuntime {
@@ -409,13 +413,41 @@ impl SessionRuntime {
                 shells: builtin::pty::ShellRegistry::new(),
             },
             workspace: workspace.root().to_owned(),
+            notifications: Arc::new(Mutex::new(Vec::new())),
         });
+        if let Some(mut finished) = env.shells.tasks.notifications() {
+            let inbox = env.notifications.clone();
+            tokio::spawn(async move {
+                while let Some(note) = finished.recv().await {
+                    let text = format!(
+                        "task {} {:?} (exit code {}): {}",
+                        note.task_id,
+                        note.status,
+                        note.exit_code.map_or("none".to_owned(), |c| c.to_string()),
+                        note.command
+                    );
+                    inbox.lock().unwrap_or_else(|e| e.into_inner()).push(text);
+                }
+            });
+        }
         envs.insert(session.clone(), env.clone());
         Ok(env)
     }
 
-    fn provider_for(&self, config: &SessionConfig) -> Result<Arc<dyn Provider>, RuntimeError> {
-        let mut provider = self.settings.provider.clone();
+    /// The tenant's provider settings (or the server's), with the session's model overrides.
+    fn provider_config(&self, tenant: &TenantId) -> &ProviderConfig {
+        self.settings
+            .tenant_providers
+            .get(tenant.as_str())
+            .unwrap_or(&self.settings.provider)
+    }
+
+    fn provider_for(
+        &self,
+        tenant: &TenantId,
+        config: &SessionConfig,
+    ) -> Result<Arc<dyn Provider>, RuntimeError> {
+        let mut provider = self.provider_config(tenant).clone();
         if let Some(script) = &config.model.script {
             provider = ProviderConfig {
                 kind: llm::ProviderKind::Scripted,
@@ -530,7 +562,11 @@ impl SessionRuntime {
         };
         let pipeline = Pipeline::new(registry, Arc::new(gate))
             .with_hooks(hooks)
-            .with_approver(Arc::new(approver));
+            .with_approver(Arc::new(approver))
+            .with_output_policy(crate::tools::output::OutputPolicy {
+                head_chars: self.settings.output_head_chars,
+                spill: true,
+            });
 
         let flusher_stop = CancellationToken::new();
         let flusher = tokio::spawn(writer.clone().run_flusher(flusher_stop.clone()));
@@ -542,13 +578,13 @@ impl SessionRuntime {
             run_id: run_id.clone(),
             workspace: Some(env.workspace.clone()),
             unlocked: HashSet::new(),
-            notifications: Mutex::new(Vec::new()),
+            notifications: env.notifications.clone(),
             store: self.store.clone(),
             grants: grants.clone(),
             mode,
             configured_mode,
         });
-        let provider = self.provider_for(&config)?;
+        let provider = self.provider_for(tenant, &config)?;
         let engine = Engine {
             provider,
             host,
@@ -557,12 +593,12 @@ impl SessionRuntime {
                     .model
                     .name
                     .clone()
-                    .unwrap_or_else(|| self.settings.provider.model.clone()),
+                    .unwrap_or_else(|| self.provider_config(tenant).model.clone()),
                 system: config.system_prompt.clone(),
                 max_tokens: config
                     .model
                     .max_tokens
-                    .unwrap_or(self.settings.provider.max_tokens),
+                    .unwrap_or(self.provider_config(tenant).max_tokens),
                 limits: TurnLimits {
                     max_turns: config.budgets.max_turns,
                     token_budget: config.budgets.max_tokens,

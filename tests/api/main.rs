@@ -12,3 +12,4 @@ mod pg_outage;
 mod runs;
 mod sessions;
 mod store;
+mod tenant_providers;

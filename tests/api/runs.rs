@@ -549,3 +549,67 @@ async fn idle_sessions_expire_and_stop_accepting_prompts() {
         .await;
     assert_eq!(error_code(prompt).await, (409, "SESSION_CLOSED".into()));
 }
+
+#[tokio::test]
+async fn background_task_completion_reaches_the_loop() {
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    let id = app
+        .create_session("acme", &json!({
+            "permission": {"mode": "bypass"},
+            "model": {"script": {"turns": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": "sleep 0.3; echo bg-done", "run_in_background": true}}]},
+                {"tool_calls": [{"name": "Bash", "input": {"command": "sleep 1.5"}}]},
+                {"text": "waiting for the task"},
+                {"text": "the task finished"}
+            ]}}
+        }))
+        .await;
+    let session: Value = app
+        .get(&format!("/v1/sessions/{id}"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    for part in ["env", "filesystem", "network", "rlimits"] {
+        assert_eq!(
+            session["sandbox"][part]["status"], "enforced",
+            "{part}: {}",
+            session["sandbox"]
+        );
+    }
+    app.post_json(
+        &format!("/v1/sessions/{id}/prompts"),
+        &token,
+        &json!({"text": "go"}),
+    )
+    .await;
+    let events = wait_idle(&app, &token, &id).await;
+    let reasons: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "continue")
+        .map(|e| e["payload"]["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["tool_turn", "tool_turn", "task_notification"]);
+    let messages: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let texts: Vec<String> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"][0]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("Background tasks reported:")
+                && t.contains("Completed")
+                && t.contains("exit code 0")),
+        "{texts:?}"
+    );
+    assert_eq!(texts.last().unwrap(), "the task finished");
+}

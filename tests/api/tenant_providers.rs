@@ -1,0 +1,76 @@
+//! Provider settings per tenant: a tenant's sessions talk to its own endpoint with its own key
+//! (never shown by the API); other tenants keep the server default.
+
+use crate::helpers::{Backend, TestApp};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+#[path = "../support/fake_llm.rs"]
+#[allow(dead_code)]
+mod fake_llm;
+
+#[tokio::test]
+async fn each_tenant_uses_its_configured_provider() {
+    let fake = fake_llm::FakeLlm::start().await;
+    fake.set_fallback(fake_llm::Reply::sse(fake_llm::anthropic::text_turn(
+        "from the acme model",
+    )));
+    let url = fake.url();
+    let app = TestApp::spawn_with(Backend::Sqlite, move |settings| {
+        let mut acme = norma::llm::ProviderConfig::new(norma::llm::ProviderKind::Anthropic);
+        acme.base_url = Some(url);
+        acme.model = "acme-model".into();
+        acme.api_key = Some(secrecy::SecretString::from("sk-acme-secret"));
+        settings.tenant_providers.insert("acme".into(), acme);
+    })
+    .await
+    .unwrap();
+    for tenant in ["acme", "other"] {
+        let token = app.token(tenant);
+        let id = app.create_session(tenant, &json!({})).await;
+        app.post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "hi there"}),
+        )
+        .await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let reply = loop {
+            let messages: Value = app
+                .get(&format!("/v1/sessions/{id}/messages"), &token)
+                .await
+                .json()
+                .await
+                .unwrap();
+            if let Some(text) = messages["messages"]
+                .get(1)
+                .and_then(|m| m["content"][0]["text"].as_str())
+            {
+                break text.to_owned();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no answer for {tenant}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let session = app
+            .get(&format!("/v1/sessions/{id}"), &token)
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            !session.contains("sk-acme-secret"),
+            "the key is never returned"
+        );
+        match tenant {
+            "acme" => assert_eq!(reply, "from the acme model"),
+            _ => assert_eq!(reply, "hi there", "the server default (scripted echo)"),
+        }
+    }
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1, "only acme reached the fake");
+    assert_eq!(requests[0].headers["x-api-key"], "sk-acme-secret");
+    assert_eq!(requests[0].body["model"], "acme-model");
+}
