@@ -6,7 +6,6 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 #[path = "../support/fake_llm.rs"]
-#[allow(dead_code)]
 mod fake_llm;
 
 #[tokio::test]
