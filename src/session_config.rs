@@ -40,6 +40,10 @@ pub struct SessionConfig {
     /// Built-in tools offered to the model (default: every built-in tool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
+    /// Built-in tools whose schemas are hidden from the model; it finds them with
+    /// `SearchExtraTools` and runs them with `ExecuteExtraTool`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deferred_tools: Vec<String>,
     #[serde(default)]
     pub permission: PermissionConfig,
     /// Hooks (in-process by catalog name, or remote signed webhooks).
@@ -264,6 +268,16 @@ impl SessionConfig {
                     format!("unknown tool `{unknown}`"),
                 ));
             }
+        }
+        if let Some(unknown) = self
+            .deferred_tools
+            .iter()
+            .find(|name| !BUILTIN_TOOLS.contains(&name.as_str()))
+        {
+            return Err(ConfigViolation::new(
+                "deferred_tools",
+                format!("unknown tool `{unknown}`"),
+            ));
         }
         crate::hooks::runner::HookRunner::from_config(
             &self.hooks,

@@ -16,7 +16,6 @@ use crate::tools::pipeline::Pipeline;
 use crate::tools::{ToolContext, ToolProgress};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -126,7 +125,8 @@ pub struct StoreHost {
     pub session: SessionId,
     pub run_id: RunId,
     pub workspace: Option<PathBuf>,
-    pub unlocked: HashSet<String>,
+    /// Deferred tools this session may run (N12).
+    pub unlocked: crate::tools::deferred::UnlockSet,
     /// Background-task notifications of the session, filled as tasks end.
     pub notifications: Arc<Mutex<Vec<String>>>,
     pub store: Arc<dyn Store>,
@@ -214,10 +214,34 @@ impl LoopHost for StoreHost {
             cancel,
             progress: Some(progress),
         };
-        let outcome = self
+        let inner = (call.name == crate::tools::deferred::EXECUTE_EXTRA_TOOL).then(|| {
+            (
+                call.input["name"].as_str().unwrap_or_default().to_owned(),
+                call.input["input"].clone(),
+            )
+        });
+        let mut outcome = self
             .pipeline
-            .call(&call.name, call.input, &ctx, &self.unlocked)
+            .call(
+                &call.name,
+                call.input.clone(),
+                &ctx,
+                &self.unlocked.snapshot(),
+            )
             .await;
+        if let (Some((name, input)), false) = (inner, outcome.result.is_error) {
+            // The wrapper passed its own checks; the inner tool runs under its own name
+            // (schema, permission, hooks), and only if it is visible or unlocked (D6).
+            self.writer.push_event(event(
+                "permission_decision",
+                json!({ "tool_use_id": call.tool_use_id, "tool": call.name, "decision": outcome.decision }),
+                &self.run_id,
+            ));
+            outcome = self
+                .pipeline
+                .call(&name, input, &ctx, &self.unlocked.snapshot())
+                .await;
+        }
         drop(ctx);
         let _ = forward.await;
         if let Some(grant) = &outcome.decision.grant_id {
@@ -239,6 +263,11 @@ impl LoopHost for StoreHost {
                 Err(error) => tracing::warn!(%error, "cannot refresh the permission mode"),
             }
         }
+        let decided_tool = if call.name == crate::tools::deferred::EXECUTE_EXTRA_TOOL {
+            call.input["name"].as_str().unwrap_or_default().to_owned()
+        } else {
+            call.name.clone()
+        };
         if let Some(spill) = outcome.spill {
             self.writer.push_output(NewOutput {
                 id: OutputId::from_string(spill.id.to_string()),
@@ -250,7 +279,7 @@ impl LoopHost for StoreHost {
         }
         self.writer.push_event(event(
             "permission_decision",
-            json!({ "tool_use_id": call.tool_use_id, "tool": call.name, "decision": outcome.decision }),
+            json!({ "tool_use_id": call.tool_use_id, "tool": decided_tool, "decision": outcome.decision }),
             &self.run_id,
         ));
         outcome.result

@@ -519,6 +519,21 @@ impl SessionRuntime {
                 .as_ref()
                 .is_none_or(|names| names.contains(tool.name()))
             {
+                let registered = if config.deferred_tools.iter().any(|d| d == tool.name()) {
+                    registry.register_deferred(tool)
+                } else {
+                    registry.register(tool)
+                };
+                registered.map_err(|error| RuntimeError::Setup(error.to_string()))?;
+            }
+        }
+        let unlocked = crate::tools::deferred::UnlockSet::default();
+        let hidden = registry.deferred_tools();
+        if !hidden.is_empty() {
+            for tool in [
+                crate::tools::deferred::search_tool(hidden, unlocked.clone()),
+                crate::tools::deferred::execute_tool(),
+            ] {
                 registry
                     .register(tool)
                     .map_err(|error| RuntimeError::Setup(error.to_string()))?;
@@ -577,7 +592,7 @@ impl SessionRuntime {
             session: session.clone(),
             run_id: run_id.clone(),
             workspace: Some(env.workspace.clone()),
-            unlocked: HashSet::new(),
+            unlocked,
             notifications: env.notifications.clone(),
             store: self.store.clone(),
             grants: grants.clone(),

@@ -153,6 +153,7 @@ pub trait Tool: Send + Sync + 'static {
 pub type DynTool = Arc<dyn Tool>;
 
 pub mod builder;
+pub mod deferred;
 pub mod gate;
 pub mod output;
 pub mod pipeline;

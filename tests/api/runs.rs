@@ -613,3 +613,61 @@ async fn background_task_completion_reaches_the_loop() {
     );
     assert_eq!(texts.last().unwrap(), "the task finished");
 }
+
+#[tokio::test]
+async fn deferred_tools_are_hidden_until_found_and_run_under_their_own_name() {
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    let grep = json!({"pattern": "needle"});
+    let id = app
+        .create_session("acme", &json!({
+            "deferred_tools": ["Grep"],
+            "model": {"script": {"turns": [
+                {"tool_calls": [{"name": "Grep", "input": grep}]},
+                {"tool_calls": [{"name": "ExecuteExtraTool", "input": {"name": "Grep", "input": grep}}]},
+                {"tool_calls": [{"name": "SearchExtraTools", "input": {"query": "grep"}}]},
+                {"tool_calls": [{"name": "ExecuteExtraTool", "input": {"name": "Grep", "input": grep}}]},
+                {"text": "done"}
+            ]}}
+        }))
+        .await;
+    app.post_json(
+        &format!("/v1/sessions/{id}/prompts"),
+        &token,
+        &json!({"text": "go"}),
+    )
+    .await;
+    let events = wait_idle(&app, &token, &id).await;
+    let messages: Value = app
+        .get(&format!("/v1/sessions/{id}/messages"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let results: Vec<Value> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap().clone())
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    assert_eq!(
+        results[0]["code"], "TOOL_NOT_FOUND",
+        "a hidden tool named directly does not exist"
+    );
+    assert_eq!(results[1]["code"], "TOOL_NOT_FOUND", "not unlocked yet");
+    assert!(
+        results[2]["content"].as_str().unwrap().contains("\"Grep\""),
+        "{}",
+        results[2]
+    );
+    assert_eq!(results[3]["is_error"], false, "{}", results[3]);
+    // The inner call was decided under its own name.
+    let last = events
+        .iter()
+        .filter(|e| e["type"] == "permission_decision")
+        .last()
+        .unwrap();
+    assert_eq!(last["payload"]["tool"], "Grep");
+    assert_eq!(last["payload"]["decision"]["stage"], "read_only");
+}

@@ -1,0 +1,101 @@
+//! Deferred tools (N12, D6): tools whose schemas are hidden from the provider. Two tools are
+//! added instead: `SearchExtraTools` finds hidden tools by query (and unlocks what it returns)
+//! and `ExecuteExtraTool` runs one by name. The host runs the inner call through the same
+//! pipeline under the inner tool's own name, so its schema, permission and hooks apply; a
+//! hidden tool named directly is refused unless unlocked.
+
+use crate::permission::SelfDecision;
+use crate::tools::builder::ToolBuilder;
+use crate::tools::registry::ProviderTool;
+use crate::tools::{DynTool, ToolOutput};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+pub const SEARCH_EXTRA_TOOLS: &str = "SearchExtraTools";
+pub const EXECUTE_EXTRA_TOOL: &str = "ExecuteExtraTool";
+
+/// The deferred tool names this session may run (shared by the search tool and the host).
+#[derive(Clone, Debug, Default)]
+pub struct UnlockSet(Arc<Mutex<HashSet<String>>>);
+
+impl UnlockSet {
+    pub fn snapshot(&self) -> HashSet<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn unlock(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned());
+    }
+}
+
+/// `SearchExtraTools` over the hidden tools in `catalog`.
+pub fn search_tool(catalog: Vec<ProviderTool>, unlocked: UnlockSet) -> DynTool {
+    let catalog = Arc::new(catalog);
+    let tool = ToolBuilder::new(SEARCH_EXTRA_TOOLS)
+        .description(
+            "Search the additional tools that are not listed by default. Returns the matching \
+             tools with their input schemas; run one with ExecuteExtraTool.",
+        )
+        .schema(json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "maxLength": 200},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 20}
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        }))
+        .self_decision(SelfDecision::Allow)
+        .handler(move |input: Value, _ctx| {
+            let catalog = catalog.clone();
+            let unlocked = unlocked.clone();
+            async move {
+                let query = input["query"].as_str().unwrap_or_default().to_lowercase();
+                let limit = input["max_results"].as_u64().unwrap_or(5) as usize;
+                let words: Vec<&str> = query.split_whitespace().collect();
+                let found: Vec<Value> = catalog
+                    .iter()
+                    .filter(|tool| {
+                        let haystack = format!("{} {}", tool.name, tool.description).to_lowercase();
+                        words.iter().any(|word| haystack.contains(word))
+                    })
+                    .take(limit)
+                    .map(|tool| {
+                        unlocked.unlock(&tool.name);
+                        json!({"name": tool.name, "description": tool.description, "input_schema": tool.input_schema})
+                    })
+                    .collect();
+                Ok(ToolOutput::text(
+                    serde_json::to_string_pretty(&json!({ "tools": found })).unwrap_or_default(),
+                ))
+            }
+        })
+        .build()
+        .expect("the SearchExtraTools schema is valid");
+    Arc::new(tool)
+}
+
+/// `ExecuteExtraTool`: validated and permission-checked as itself; the host then runs the
+/// inner tool through the pipeline.
+pub fn execute_tool() -> DynTool {
+    let tool = ToolBuilder::new(EXECUTE_EXTRA_TOOL)
+        .description("Run one of the additional tools found with SearchExtraTools.")
+        .schema(json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 128},
+                "input": {"type": "object"}
+            },
+            "required": ["name", "input"],
+            "additionalProperties": false
+        }))
+        .self_decision(SelfDecision::Allow)
+        .handler(|_input: Value, _ctx| async { Ok(ToolOutput::text("")) })
+        .build()
+        .expect("the ExecuteExtraTool schema is valid");
+    Arc::new(tool)
+}
