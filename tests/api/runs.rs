@@ -665,8 +665,7 @@ async fn deferred_tools_are_hidden_until_found_and_run_under_their_own_name() {
     // The inner call was decided under its own name.
     let last = events
         .iter()
-        .filter(|e| e["type"] == "permission_decision")
-        .last()
+        .rfind(|e| e["type"] == "permission_decision")
         .unwrap();
     assert_eq!(last["payload"]["tool"], "Grep");
     assert_eq!(last["payload"]["decision"]["stage"], "read_only");
