@@ -90,13 +90,7 @@ pub async fn create_session(
         ApiError::invalid(format!("invalid session config: {violation}"))
             .with_details(json!({ "field": violation.field }))
     })?;
-    let limit = state.settings.max_sessions_per_tenant;
-    if state.store.count_open_sessions(&principal.tenant).await? >= i64::from(limit) {
-        return Err(ApiError::new(
-            crate::error::ErrorCode::TenantLimit,
-            format!("the tenant already has {limit} open sessions"),
-        ));
-    }
+    ensure_session_quota(&state, &principal).await?;
     let id = SessionId::generate();
     tracing::Span::current().record("session_id", id.as_str());
     let stored = serde_json::to_value(&config).map_err(|error| {
@@ -181,13 +175,7 @@ pub async fn get_session(
     Path(id): Path<String>,
 ) -> ApiResult<Json<SessionResponse>> {
     principal.require(scopes::SESSIONS_READ)?;
-    let id = SessionId::from_string(id);
-    tracing::Span::current().record("session_id", id.as_str());
-    let record = state
-        .store
-        .get_session(&principal.tenant, &id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("session"))?;
+    let record = crate::api::runs::load_owned_session(&state, &principal, id).await?;
     Ok(Json(SessionResponse::from_record(record, &state)?))
 }
 
@@ -273,13 +261,7 @@ pub async fn fork_session(
                 .with_details(json!({ "field": "up_to_seq" })),
         );
     }
-    let limit = state.settings.max_sessions_per_tenant;
-    if state.store.count_open_sessions(&principal.tenant).await? >= i64::from(limit) {
-        return Err(ApiError::new(
-            crate::error::ErrorCode::TenantLimit,
-            format!("the tenant already has {limit} open sessions"),
-        ));
-    }
+    ensure_session_quota(&state, &principal).await?;
     let id = SessionId::generate();
     let record = state
         .store
@@ -322,4 +304,16 @@ pub async fn fork_session(
         StatusCode::CREATED,
         Json(SessionResponse::from_record(record, &state)?),
     ))
+}
+
+/// Refuses a new session when the tenant already has `max_sessions_per_tenant` open ones.
+async fn ensure_session_quota(state: &AppState, principal: &Principal) -> ApiResult<()> {
+    let limit = state.settings.max_sessions_per_tenant;
+    if state.store.count_open_sessions(&principal.tenant).await? >= i64::from(limit) {
+        return Err(ApiError::new(
+            crate::error::ErrorCode::TenantLimit,
+            format!("the tenant already has {limit} open sessions"),
+        ));
+    }
+    Ok(())
 }

@@ -1,46 +1,11 @@
 //! Approvals over REST: persisted, listed, decided exactly once, expiring, adding grants.
 
-use crate::helpers::{Backend, TestApp, error_code};
+use crate::helpers::{Backend, TestApp, count, error_code};
 use crate::on_both_backends;
 use serde_json::{Value, json};
-use std::time::Duration;
 
 on_both_backends! {
     concurrent_answers_decide_once_and_grants_apply_later => concurrent_answers_decide_once;
-}
-
-async fn events(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
-    let page: Value = app
-        .get(&format!("/v1/sessions/{id}/events?limit=1000"), token)
-        .await
-        .json()
-        .await
-        .unwrap();
-    page["events"].as_array().unwrap().clone()
-}
-
-async fn wait_for(
-    app: &TestApp,
-    token: &str,
-    id: &str,
-    what: impl Fn(&[Value]) -> bool,
-) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let all = events(app, token, id).await;
-        if what(&all) {
-            return all;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not reached: {all:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(40)).await;
-    }
-}
-
-fn count(events: &[Value], kind: &str) -> usize {
-    events.iter().filter(|e| e["type"] == kind).count()
 }
 
 fn tool_results(messages: &Value) -> Vec<Value> {
@@ -70,7 +35,8 @@ async fn concurrent_answers_decide_once(app: TestApp) {
         &json!({"text": "go"}),
     )
     .await;
-    wait_for(&app, &token, &id, |e| count(e, "approval_requested") == 1).await;
+    app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 1)
+        .await;
     let pending: Value = app
         .get(
             &format!("/v1/sessions/{id}/approvals?status=pending"),
@@ -160,10 +126,11 @@ async fn concurrent_answers_decide_once(app: TestApp) {
     }
     assert_eq!(won, 1, "exactly one answer decides");
 
-    let all = wait_for(&app, &token, &id, |e| {
-        count(e, "terminal") == 1 || count(e, "approval_requested") == 2
-    })
-    .await;
+    let all = app
+        .wait_for_events(&token, &id, |e| {
+            count(e, "terminal") == 1 || count(e, "approval_requested") == 2
+        })
+        .await;
     if count(&all, "approval_requested") == 2 {
         // The deny won, so the second call asks again: deny it too.
         let pending: Value = app
@@ -185,7 +152,9 @@ async fn concurrent_answers_decide_once(app: TestApp) {
             .await;
         assert_eq!(response.status(), 200);
     }
-    let all = wait_for(&app, &token, &id, |e| count(e, "terminal") == 1).await;
+    let all = app
+        .wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
+        .await;
     let decided: Vec<&Value> = all
         .iter()
         .filter(|e| e["type"] == "approval_decided")
@@ -268,7 +237,8 @@ async fn unanswered_approvals_expire_with_a_code() {
         &json!({"text": "go"}),
     )
     .await;
-    wait_for(&app, &token, &id, |e| count(e, "terminal") == 1).await;
+    app.wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
+        .await;
     let messages: Value = app
         .get(&format!("/v1/sessions/{id}/messages"), &token)
         .await
@@ -316,7 +286,8 @@ async fn ask_user_questions_travel_the_durable_approval_channel() {
         &json!({"text": "ask me"}),
     )
     .await;
-    wait_for(&app, &token, &id, |e| count(e, "approval_requested") == 1).await;
+    app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 1)
+        .await;
     let pending: Value = app
         .get(
             &format!("/v1/sessions/{id}/approvals?status=pending"),
@@ -335,7 +306,8 @@ async fn ask_user_questions_travel_the_durable_approval_channel() {
     );
     let answered = app.post_json(&path, &token, &json!({"decision": "allow", "updated_input": {"questions": questions, "answers": ["blue"]}})).await;
     assert_eq!(answered.status(), 200);
-    wait_for(&app, &token, &id, |e| count(e, "terminal") == 1).await;
+    app.wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
+        .await;
     let messages: Value = app
         .get(&format!("/v1/sessions/{id}/messages"), &token)
         .await
@@ -375,7 +347,8 @@ async fn once_grants_are_used_up_and_plan_mode_applies_mid_run() {
         &json!({"text": "go"}),
     )
     .await;
-    wait_for(&app, &token, &id, |e| count(e, "approval_requested") == 1).await;
+    app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 1)
+        .await;
     let pending: Value = app
         .get(
             &format!("/v1/sessions/{id}/approvals?status=pending"),
@@ -398,7 +371,8 @@ async fn once_grants_are_used_up_and_plan_mode_applies_mid_run() {
         200
     );
     // "two" runs on the once grant; "three" must ask again.
-    wait_for(&app, &token, &id, |e| count(e, "approval_requested") == 2).await;
+    app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 2)
+        .await;
     let grants: Value = app
         .get(&format!("/v1/sessions/{id}/grants"), &token)
         .await
@@ -422,7 +396,9 @@ async fn once_grants_are_used_up_and_plan_mode_applies_mid_run() {
         &json!({"decision": "deny"}),
     )
     .await;
-    let all = wait_for(&app, &token, &id, |e| count(e, "terminal") == 1).await;
+    let all = app
+        .wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
+        .await;
     let stages: Vec<(String, String)> = all
         .iter()
         .filter(|e| e["type"] == "permission_decision")

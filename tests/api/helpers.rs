@@ -192,6 +192,45 @@ impl Drop for TestApp {
     }
 }
 
+impl TestApp {
+    /// The session's events (first 1,000).
+    pub async fn events(&self, token: &str, id: &str) -> Vec<serde_json::Value> {
+        let page: serde_json::Value = self
+            .get(&format!("/v1/sessions/{id}/events?limit=1000"), token)
+            .await
+            .json()
+            .await
+            .expect("events page");
+        page["events"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Polls the session's events until `done` holds (at most 30 s), and returns them.
+    pub async fn wait_for_events(
+        &self,
+        token: &str,
+        id: &str,
+        done: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let events = self.events(token, id).await;
+            if done(&events) {
+                return events;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "condition not reached: {events:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    }
+}
+
+/// How many events of `kind` there are.
+pub fn count(events: &[serde_json::Value], kind: &str) -> usize {
+    events.iter().filter(|e| e["type"] == kind).count()
+}
+
 /// Reads an error response and returns `(status, code)`, asserting the error body shape.
 pub async fn error_code(response: Response) -> (u16, String) {
     let status = response.status().as_u16();

@@ -1,7 +1,7 @@
 //! Prompts drive real runs of the agent loop (scripted provider, real tools in the session
 //! workspace); events are persisted, paged, and streamed over SSE with replay.
 
-use crate::helpers::{Backend, TestApp, error_code};
+use crate::helpers::{Backend, TestApp, count, error_code};
 use crate::on_both_backends;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -56,24 +56,8 @@ async fn collect_until_terminal(
 }
 
 async fn wait_idle(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let page: Value = app
-            .get(&format!("/v1/sessions/{id}/events?limit=1000"), token)
-            .await
-            .json()
-            .await
-            .unwrap();
-        let events = page["events"].as_array().unwrap().clone();
-        if events.iter().filter(|e| e["type"] == "terminal").count() >= 1 {
-            return events;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "run did not finish: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    app.wait_for_events(token, id, |events| count(events, "terminal") >= 1)
+        .await
 }
 
 async fn prompt_runs_tools_and_records_everything(app: TestApp) {
@@ -246,28 +230,8 @@ async fn busy_session_follows_the_declared_policy() {
     assert_eq!(queued["status"], "queued");
     // Once the slow tool runs, cancel the first run: the tool gets CANCELLED, then the queued
     // run runs.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let page: Value = app
-            .get(&format!("/v1/sessions/{id}/events?limit=1000"), &token)
-            .await
-            .json()
-            .await
-            .unwrap();
-        if page["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["type"] == "tool_started")
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the tool never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    app.wait_for_events(&token, &id, |events| count(events, "tool_started") >= 1)
+        .await;
     let run = first["run_id"].as_str().unwrap();
     let cancel = app
         .client
@@ -277,24 +241,9 @@ async fn busy_session_follows_the_declared_policy() {
         .await
         .unwrap();
     assert_eq!(cancel.status(), 202);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let events = loop {
-        let page: Value = app
-            .get(&format!("/v1/sessions/{id}/events?limit=1000"), &token)
-            .await
-            .json()
-            .await
-            .unwrap();
-        let events = page["events"].as_array().unwrap().clone();
-        if events.iter().filter(|e| e["type"] == "terminal").count() == 2 {
-            break events;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "runs did not finish: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let events = app
+        .wait_for_events(&token, &id, |events| count(events, "terminal") == 2)
+        .await;
     let terminals: Vec<&Value> = events.iter().filter(|e| e["type"] == "terminal").collect();
     assert_eq!(terminals[0]["payload"]["reason"], "cancelled");
     assert_eq!(terminals[0]["run_id"], run);
