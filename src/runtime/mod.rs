@@ -316,6 +316,16 @@ impl SessionRuntime {
             env.shells.tasks.shutdown();
             env.shells.shells.shutdown();
         }
+        // Task output files live in a server-owned, id-derived directory; they go with the
+        // session (the workspace stays: it holds what the agent produced).
+        if session.is_well_formed() {
+            let logs = self.settings.data_dir.join("tasks").join(session.as_str());
+            if let Err(error) = std::fs::remove_dir_all(&logs) {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(%error, "cannot remove task output files");
+                }
+            }
+        }
     }
 
     /// Whether the session has a run in flight.

@@ -122,6 +122,11 @@ impl TestApp {
         }
     }
 
+    /// The server's data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._data_dir.path()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }

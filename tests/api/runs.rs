@@ -561,6 +561,11 @@ async fn background_task_completion_reaches_the_loop() {
         "{texts:?}"
     );
     assert_eq!(texts.last().unwrap(), "the task finished");
+    // Closing the session removes the task output files.
+    let logs = app.data_dir().join("tasks").join(&id);
+    assert!(logs.is_dir(), "task output lives under the data dir");
+    app.delete(&format!("/v1/sessions/{id}"), &token).await;
+    assert!(!logs.exists(), "task output files are cleaned up at close");
 }
 
 #[tokio::test]
