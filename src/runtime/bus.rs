@@ -41,3 +41,53 @@ impl EventBus {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+    use serde_json::json;
+    use tokio::sync::broadcast::error::TryRecvError;
+
+    fn event(seq: i64) -> EventRecord {
+        EventRecord {
+            seq,
+            kind: "assistant_delta".into(),
+            payload: json!({ "text": "x" }),
+            run_id: None,
+            created_at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn a_stalled_subscriber_lags_without_slowing_publishers_or_others() {
+        let bus = EventBus::default();
+        let session = SessionId::generate();
+        let mut stalled = bus.subscribe(&session);
+        let mut reader = bus.subscribe(&session);
+        let total = SUBSCRIBER_BUFFER as i64 + 10;
+        let mut received = Vec::new();
+        for seq in 1..=total {
+            // Publishing never waits for the stalled subscriber.
+            bus.publish(&session, &[event(seq)]);
+            received.push(
+                reader
+                    .try_recv()
+                    .expect("the reading subscriber keeps up")
+                    .seq,
+            );
+        }
+        assert_eq!(received, (1..=total).collect::<Vec<_>>());
+        // The stalled one is told it lagged (the SSE handler turns this into `reconnect`).
+        assert!(matches!(stalled.try_recv(), Err(TryRecvError::Lagged(10))));
+    }
+
+    #[test]
+    fn channels_without_subscribers_are_dropped() {
+        let bus = EventBus::default();
+        let session = SessionId::generate();
+        drop(bus.subscribe(&session));
+        bus.publish(&session, &[event(1)]);
+        assert!(bus.channels.lock().unwrap().is_empty());
+    }
+}
