@@ -75,6 +75,7 @@ impl App {
                 sandbox_launcher: launcher,
                 max_concurrent_runs_per_tenant: settings.max_concurrent_runs_per_tenant,
                 output_head_chars: settings.output_head_chars,
+                allow_private_webhooks: settings.allow_private_webhooks,
                 tenant_providers: settings.tenant_providers.clone(),
             },
         );

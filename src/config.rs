@@ -43,6 +43,8 @@ pub struct Settings {
     /// Open sessions with no activity for this many seconds are closed (SessionEnd hooks run
     /// with reason `expired`); 0 disables expiry.
     pub session_idle_expiry_seconds: u64,
+    /// Let approval webhooks reach loopback, private and link-local addresses (tests, labs).
+    pub allow_private_webhooks: bool,
     /// Open (not closed) sessions a tenant may have (`429 TENANT_LIMIT` beyond).
     pub max_sessions_per_tenant: u32,
     /// Runs a tenant may have in flight at once in this process (`429 TENANT_LIMIT` beyond).
@@ -77,6 +79,7 @@ impl Default for Settings {
             output_head_chars: 30_000,
             tenant_providers: Default::default(),
             max_sessions_per_tenant: 10_000,
+            allow_private_webhooks: false,
             session_idle_expiry_seconds: 7 * 24 * 3600,
             max_concurrent_runs_per_tenant: 64,
             auth: AuthSettings::default(),

@@ -100,6 +100,10 @@ pub struct ApprovalConfig {
     /// The decision when nobody answers in time (default `deny`, reported as `APPROVAL_EXPIRED`).
     #[serde(default)]
     pub on_timeout: crate::runtime::approvals::TimeoutDecision,
+    /// The policy service approval requests are POSTed to (signed); answers may come in its
+    /// response or over REST.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<crate::runtime::webhook::WebhookConfig>,
 }
 
 fn default_approval_timeout() -> u64 {
@@ -111,6 +115,7 @@ impl Default for ApprovalConfig {
         Self {
             timeout_seconds: default_approval_timeout(),
             on_timeout: Default::default(),
+            webhook: None,
         }
     }
 }
@@ -170,6 +175,9 @@ pub const BUILTIN_TOOLS: [&str; 23] = [
 impl SessionConfig {
     /// The configuration as clients see it: hook secrets are never returned.
     pub fn redacted(mut self) -> Self {
+        if let Some(webhook) = &mut self.approvals.webhook {
+            webhook.secret = "<redacted>".into();
+        }
         for hook in &mut self.hooks {
             if let crate::hooks::runner::HookHandlerConfig::Remote { secret, .. } =
                 &mut hook.handler

@@ -90,6 +90,16 @@ pub async fn create_session(
         ApiError::invalid(format!("invalid session config: {violation}"))
             .with_details(json!({ "field": violation.field }))
     })?;
+    if let Some(webhook) = &config.approvals.webhook {
+        webhook
+            .validate(state.settings.allow_private_webhooks)
+            .map_err(|message| {
+                ApiError::invalid(format!(
+                    "invalid session config: approvals.webhook: {message}"
+                ))
+                .with_details(json!({ "field": "approvals.webhook" }))
+            })?;
+    }
     ensure_session_quota(&state, &principal).await?;
     let id = SessionId::generate();
     tracing::Span::current().record("session_id", id.as_str());

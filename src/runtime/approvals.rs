@@ -172,6 +172,9 @@ pub struct RunApprover {
     pub on_timeout: TimeoutDecision,
     pub grants: Arc<LiveGrants>,
     pub cancel: CancellationToken,
+    /// The session's policy-service webhook, if any.
+    pub webhook: Option<super::webhook::WebhookConfig>,
+    pub allow_private_webhooks: bool,
 }
 
 impl RunApprover {
@@ -213,6 +216,64 @@ impl RunApprover {
                 .ok()
                 .flatten(),
         }
+    }
+
+    /// Delivers the request to the policy service in the background; a synchronous answer in
+    /// its response decides the approval like a REST answer would (exactly once).
+    fn spawn_webhook(&self, webhook: super::webhook::WebhookConfig, record: &ApprovalRecord) {
+        let body = json!({
+            "type": "approval.requested",
+            "tenant": self.tenant,
+            "session_id": self.session,
+            "approval": record,
+        });
+        let (store, writer, hub) = (self.store.clone(), self.writer.clone(), self.hub.clone());
+        let (tenant, session, run) = (
+            self.tenant.clone(),
+            self.session.clone(),
+            self.run_id.clone(),
+        );
+        let id = ApprovalId::from_string(record.id.clone());
+        let allow_private = self.allow_private_webhooks;
+        tokio::spawn(async move {
+            let outcome = super::webhook::deliver(&webhook, &body, allow_private).await;
+            let note = |kind: &str, payload: Value| NewEvent {
+                kind: kind.into(),
+                payload,
+                run_id: Some(run.to_string()),
+            };
+            match outcome {
+                Ok(Some(answer)) => {
+                    let status = match answer.decision.as_str() {
+                        "allow" => ApprovalStatus::Allowed,
+                        "deny" => ApprovalStatus::Denied,
+                        _ => return,
+                    };
+                    let decision = ApprovalDecision {
+                        status,
+                        decided_by: "webhook".into(),
+                        reason: answer.reason,
+                        updated_input: answer.updated_input.filter(Value::is_object),
+                        grant: None,
+                    };
+                    if let Ok(Some(_)) = store
+                        .decide_approval(&tenant, &session, &id, decision)
+                        .await
+                    {
+                        hub.wake(id.as_str());
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, approval_id = %id, "approval webhook failed");
+                    let event = note(
+                        "approval_webhook_failed",
+                        json!({ "approval_id": id, "error": error.to_string() }),
+                    );
+                    let _ = writer.write(vec![], vec![event]).await;
+                }
+            }
+        });
     }
 
     fn answer_of(&self, record: &ApprovalRecord) -> ApprovalAnswer {
@@ -273,6 +334,9 @@ impl Approver for RunApprover {
         };
         self.record_event("approval_requested", json!({ "approval": record }))
             .await;
+        if let Some(webhook) = self.webhook.clone() {
+            self.spawn_webhook(webhook, &record);
+        }
         let settled = tokio::select! {
             _ = woken => self.store.get_approval(&self.tenant, &self.session, &id).await.ok().flatten(),
             () = tokio::time::sleep(self.timeout) => {

@@ -8,6 +8,7 @@
 pub mod approvals;
 pub mod bus;
 pub mod host;
+pub mod webhook;
 
 use crate::harness::engine::{Engine, EngineConfig, RunHistory};
 use crate::harness::ledger::RunLedger;
@@ -95,6 +96,7 @@ pub struct RuntimeSettings {
     pub sandbox_launcher: PathBuf,
     pub max_concurrent_runs_per_tenant: u32,
     pub output_head_chars: usize,
+    pub allow_private_webhooks: bool,
     pub tenant_providers: std::collections::BTreeMap<String, ProviderConfig>,
 }
 
@@ -584,6 +586,8 @@ impl SessionRuntime {
             on_timeout: config.approvals.on_timeout,
             grants: grants.clone(),
             cancel: cancel.clone(),
+            webhook: config.approvals.webhook.clone(),
+            allow_private_webhooks: self.settings.allow_private_webhooks,
         };
         let pipeline = Pipeline::new(registry, Arc::new(gate))
             .with_hooks(hooks)

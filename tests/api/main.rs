@@ -13,3 +13,4 @@ mod runs;
 mod sessions;
 mod store;
 mod tenant_providers;
+mod webhooks;
