@@ -29,12 +29,7 @@ async fn concurrent_answers_decide_once(app: TestApp) {
             ]}}
         }))
         .await;
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "go"}),
-    )
-    .await;
+    app.prompt(&token, &id, "go").await;
     app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 1)
         .await;
     let pending: Value = app
@@ -133,22 +128,9 @@ async fn concurrent_answers_decide_once(app: TestApp) {
         .await;
     if count(&all, "approval_requested") == 2 {
         // The deny won, so the second call asks again: deny it too.
-        let pending: Value = app
-            .get(
-                &format!("/v1/sessions/{id}/approvals?status=pending"),
-                &token,
-            )
-            .await
-            .json()
-            .await
-            .unwrap();
-        let second = pending["approvals"][0]["id"].as_str().unwrap().to_owned();
+        let second = app.first_pending_approval(&token, &id).await;
         let response = app
-            .post_json(
-                &format!("/v1/sessions/{id}/approvals/{second}"),
-                &token,
-                &json!({"decision": "deny"}),
-            )
+            .answer(&token, &id, &second, &json!({"decision": "deny"}))
             .await;
         assert_eq!(response.status(), 200);
     }
@@ -161,12 +143,7 @@ async fn concurrent_answers_decide_once(app: TestApp) {
         .collect();
     let record = &decided[0]["payload"]["approval"];
     assert_eq!(record["decided_by"], "user-of-acme");
-    let messages: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = app.messages(&token, &id).await;
     let results = tool_results(&messages);
     assert_eq!(results.len(), 2);
     if record["status"] == "allowed" {
@@ -231,20 +208,10 @@ async fn unanswered_approvals_expire_with_a_code() {
             ]}}
         }))
         .await;
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "go"}),
-    )
-    .await;
+    app.prompt(&token, &id, "go").await;
     app.wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
         .await;
-    let messages: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = app.messages(&token, &id).await;
     assert_eq!(tool_results(&messages)[0]["code"], "APPROVAL_EXPIRED");
     let approvals: Value = app
         .get(&format!("/v1/sessions/{id}/approvals"), &token)
@@ -280,12 +247,7 @@ async fn ask_user_questions_travel_the_durable_approval_channel() {
             ]}}
         }))
         .await;
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "ask me"}),
-    )
-    .await;
+    app.prompt(&token, &id, "ask me").await;
     app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 1)
         .await;
     let pending: Value = app
@@ -308,12 +270,7 @@ async fn ask_user_questions_travel_the_durable_approval_channel() {
     assert_eq!(answered.status(), 200);
     app.wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
         .await;
-    let messages: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = app.messages(&token, &id).await;
     let last = messages["messages"].as_array().unwrap().last().unwrap()["content"][0]["text"]
         .as_str()
         .unwrap()
@@ -341,24 +298,10 @@ async fn once_grants_are_used_up_and_plan_mode_applies_mid_run() {
             ]}}
         }))
         .await;
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "go"}),
-    )
-    .await;
+    app.prompt(&token, &id, "go").await;
     app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 1)
         .await;
-    let pending: Value = app
-        .get(
-            &format!("/v1/sessions/{id}/approvals?status=pending"),
-            &token,
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    let first = pending["approvals"][0]["id"].as_str().unwrap().to_owned();
+    let first = app.first_pending_approval(&token, &id).await;
     let allow = json!({"decision": "allow", "grant": {"scope": "once", "rule": "Bash(echo:*)"}});
     assert_eq!(
         app.post_json(
@@ -380,22 +323,9 @@ async fn once_grants_are_used_up_and_plan_mode_applies_mid_run() {
         .await
         .unwrap();
     assert_eq!(grants["grants"], json!([]), "the once grant is used up");
-    let pending: Value = app
-        .get(
-            &format!("/v1/sessions/{id}/approvals?status=pending"),
-            &token,
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    let third = pending["approvals"][0]["id"].as_str().unwrap().to_owned();
-    app.post_json(
-        &format!("/v1/sessions/{id}/approvals/{third}"),
-        &token,
-        &json!({"decision": "deny"}),
-    )
-    .await;
+    let third = app.first_pending_approval(&token, &id).await;
+    app.answer(&token, &id, &third, &json!({"decision": "deny"}))
+        .await;
     let all = app
         .wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
         .await;

@@ -209,6 +209,58 @@ impl TestApp {
         page["events"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Sends a prompt to a session.
+    pub async fn prompt(&self, token: &str, id: &str, text: &str) -> Response {
+        self.post_json(
+            &format!("/v1/sessions/{id}/prompts"),
+            token,
+            &serde_json::json!({ "text": text }),
+        )
+        .await
+    }
+
+    /// The session's history page (first 100 messages).
+    pub async fn messages(&self, token: &str, id: &str) -> serde_json::Value {
+        self.get(&format!("/v1/sessions/{id}/messages"), token)
+            .await
+            .json()
+            .await
+            .expect("messages page")
+    }
+
+    /// The id of the oldest pending approval of the session.
+    pub async fn first_pending_approval(&self, token: &str, id: &str) -> String {
+        let pending: serde_json::Value = self
+            .get(
+                &format!("/v1/sessions/{id}/approvals?status=pending"),
+                token,
+            )
+            .await
+            .json()
+            .await
+            .expect("approvals page");
+        pending["approvals"][0]["id"]
+            .as_str()
+            .expect("a pending approval")
+            .to_owned()
+    }
+
+    /// Answers an approval.
+    pub async fn answer(
+        &self,
+        token: &str,
+        id: &str,
+        approval: &str,
+        body: &serde_json::Value,
+    ) -> Response {
+        self.post_json(
+            &format!("/v1/sessions/{id}/approvals/{approval}"),
+            token,
+            body,
+        )
+        .await
+    }
+
     /// Polls the session's events until `done` holds (at most 30 s), and returns them.
     pub async fn wait_for_events(
         &self,

@@ -106,33 +106,16 @@ async fn session_hooks_run_signed_and_can_block_prompts() {
     );
     assert_eq!(status["hooks"][4]["missing_reason"], "not_registered");
 
-    let blocked = app
-        .post_json(
-            &format!("/v1/sessions/{id}/prompts"),
-            &token,
-            &json!({"text": "something forbidden"}),
-        )
-        .await;
+    let blocked = app.prompt(&token, &id, "something forbidden").await;
     assert_eq!(error_code(blocked).await, (422, "HOOK_BLOCKED".into()));
-    let messages: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = app.messages(&token, &id).await;
     assert_eq!(
         messages["messages"],
         json!([]),
         "a blocked prompt never reaches history"
     );
 
-    let ok = app
-        .post_json(
-            &format!("/v1/sessions/{id}/prompts"),
-            &token,
-            &json!({"text": "hello"}),
-        )
-        .await;
+    let ok = app.prompt(&token, &id, "hello").await;
     assert_eq!(ok.status(), 202);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !seen

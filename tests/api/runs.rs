@@ -63,13 +63,7 @@ async fn wait_idle(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
 async fn prompt_runs_tools_and_records_everything(app: TestApp) {
     let token = app.token("acme");
     let id = app.create_session("acme", &write_then_read_script()).await;
-    let accepted = app
-        .post_json(
-            &format!("/v1/sessions/{id}/prompts"),
-            &token,
-            &json!({"text": "make a note"}),
-        )
-        .await;
+    let accepted = app.prompt(&token, &id, "make a note").await;
     assert_eq!(accepted.status(), 202);
     let accepted: Value = accepted.json().await.unwrap();
     assert!(accepted["run_id"].as_str().unwrap().starts_with("run_"));
@@ -95,12 +89,7 @@ async fn prompt_runs_tools_and_records_everything(app: TestApp) {
     assert_eq!(terminal["payload"]["reason"], "end_turn");
 
     // The tool really ran in the session workspace, and the model saw its output.
-    let messages: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = app.messages(&token, &id).await;
     let messages = messages["messages"].as_array().unwrap();
     assert_eq!(
         messages.len(),
@@ -145,25 +134,14 @@ async fn prompt_runs_tools_and_records_everything(app: TestApp) {
             "{path}"
         );
     }
-    let foreign = app
-        .post_json(
-            &format!("/v1/sessions/{id}/prompts"),
-            &other,
-            &json!({"text": "hi"}),
-        )
-        .await;
+    let foreign = app.prompt(&other, &id, "hi").await;
     assert_eq!(error_code(foreign).await, (404, "NOT_FOUND".into()));
 }
 
 async fn sse_replays_from_last_event_id_exactly_once(app: TestApp) {
     let token = app.token("acme");
     let id = app.create_session("acme", &write_then_read_script()).await;
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "go"}),
-    )
-    .await;
+    app.prompt(&token, &id, "go").await;
     let all = wait_idle(&app, &token, &id).await;
     let total = all.len() as i64;
     // Reconnect from the middle: exactly the rest, in order, once.
@@ -199,23 +177,8 @@ async fn busy_session_follows_the_declared_policy() {
             }),
         )
         .await;
-    let first: Value = app
-        .post_json(
-            &format!("/v1/sessions/{id}/prompts"),
-            &token,
-            &json!({"text": "one"}),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    let busy = app
-        .post_json(
-            &format!("/v1/sessions/{id}/prompts"),
-            &token,
-            &json!({"text": "two"}),
-        )
-        .await;
+    let first: Value = app.prompt(&token, &id, "one").await.json().await.unwrap();
+    let busy = app.prompt(&token, &id, "two").await;
     assert_eq!(error_code(busy).await, (409, "SESSION_BUSY".into()));
     let queued: Value = app
         .post_json(
@@ -248,12 +211,7 @@ async fn busy_session_follows_the_declared_policy() {
     assert_eq!(terminals[0]["payload"]["reason"], "cancelled");
     assert_eq!(terminals[0]["run_id"], run);
     assert_eq!(terminals[1]["run_id"], queued["run_id"]);
-    let messages: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = app.messages(&token, &id).await;
     let cancelled = messages["messages"]
         .as_array()
         .unwrap()
@@ -264,13 +222,7 @@ async fn busy_session_follows_the_declared_policy() {
     assert_eq!(cancelled["code"], "CANCELLED");
     // Closing stops the session for good.
     app.delete(&format!("/v1/sessions/{id}"), &token).await;
-    let closed = app
-        .post_json(
-            &format!("/v1/sessions/{id}/prompts"),
-            &token,
-            &json!({"text": "again"}),
-        )
-        .await;
+    let closed = app.prompt(&token, &id, "again").await;
     assert_eq!(error_code(closed).await, (409, "SESSION_CLOSED".into()));
 }
 
@@ -287,19 +239,9 @@ async fn large_outputs_are_capped_and_spilled_as_evidence() {
             ]}}
         }))
         .await;
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "go"}),
-    )
-    .await;
+    app.prompt(&token, &id, "go").await;
     wait_idle(&app, &token, &id).await;
-    let messages: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = app.messages(&token, &id).await;
     let result = messages["messages"][2]["content"][0].clone();
     assert_eq!(result["type"], "tool_result");
     assert_eq!(result["capped"], true, "{result}");
@@ -346,12 +288,7 @@ async fn fork_copies_history_up_to_a_message_and_stays_in_the_tenant() {
     let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
     let token = app.token("acme");
     let id = app.create_session("acme", &write_then_read_script()).await;
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "note"}),
-    )
-    .await;
+    app.prompt(&token, &id, "note").await;
     wait_idle(&app, &token, &id).await;
     // Cutting right after a tool_use would split the pair.
     let split = app
@@ -380,12 +317,7 @@ async fn fork_copies_history_up_to_a_message_and_stays_in_the_tenant() {
         .json()
         .await
         .unwrap();
-    let original: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let original = app.messages(&token, &id).await;
     let content = |v: &Value| {
         v["messages"]
             .as_array()
@@ -423,23 +355,8 @@ async fn tenant_limits_answer_429() {
     assert_eq!(error_code(third).await, (429, "TENANT_LIMIT".into()));
     // Another tenant is not affected.
     app.create_session("other", &json!({})).await;
-    let first: Value = app
-        .post_json(
-            &format!("/v1/sessions/{a}/prompts"),
-            &token,
-            &json!({"text": "1"}),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    let second = app
-        .post_json(
-            &format!("/v1/sessions/{b}/prompts"),
-            &token,
-            &json!({"text": "2"}),
-        )
-        .await;
+    let first: Value = app.prompt(&token, &a, "1").await.json().await.unwrap();
+    let second = app.prompt(&token, &b, "2").await;
     assert_eq!(error_code(second).await, (429, "TENANT_LIMIT".into()));
     let run = first["run_id"].as_str().unwrap();
     app.client
@@ -489,13 +406,7 @@ async fn idle_sessions_expire_and_stop_accepting_prompts() {
         .await
         .unwrap();
     assert_eq!(events["events"][0]["type"], "session_expired");
-    let prompt = app
-        .post_json(
-            &format!("/v1/sessions/{id}/prompts"),
-            &token,
-            &json!({"text": "hi"}),
-        )
-        .await;
+    let prompt = app.prompt(&token, &id, "hi").await;
     assert_eq!(error_code(prompt).await, (409, "SESSION_CLOSED".into()));
 }
 
@@ -527,12 +438,7 @@ async fn background_task_completion_reaches_the_loop() {
             session["sandbox"]
         );
     }
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "go"}),
-    )
-    .await;
+    app.prompt(&token, &id, "go").await;
     let events = wait_idle(&app, &token, &id).await;
     let reasons: Vec<&str> = events
         .iter()
@@ -540,12 +446,7 @@ async fn background_task_completion_reaches_the_loop() {
         .map(|e| e["payload"]["reason"].as_str().unwrap())
         .collect();
     assert_eq!(reasons, ["tool_turn", "tool_turn", "task_notification"]);
-    let messages: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = app.messages(&token, &id).await;
     let texts: Vec<String> = messages["messages"]
         .as_array()
         .unwrap()
@@ -585,19 +486,9 @@ async fn deferred_tools_are_hidden_until_found_and_run_under_their_own_name() {
             ]}}
         }))
         .await;
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "go"}),
-    )
-    .await;
+    app.prompt(&token, &id, "go").await;
     let events = wait_idle(&app, &token, &id).await;
-    let messages: Value = app
-        .get(&format!("/v1/sessions/{id}/messages"), &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let messages = app.messages(&token, &id).await;
     let results: Vec<Value> = messages["messages"]
         .as_array()
         .unwrap()

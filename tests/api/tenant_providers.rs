@@ -2,7 +2,7 @@
 //! (never shown by the API); other tenants keep the server default.
 
 use crate::helpers::{Backend, TestApp};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::Duration;
 
 #[path = "../support/fake_llm.rs"]
@@ -27,20 +27,10 @@ async fn each_tenant_uses_its_configured_provider() {
     for tenant in ["acme", "other"] {
         let token = app.token(tenant);
         let id = app.create_session(tenant, &json!({})).await;
-        app.post_json(
-            &format!("/v1/sessions/{id}/prompts"),
-            &token,
-            &json!({"text": "hi there"}),
-        )
-        .await;
+        app.prompt(&token, &id, "hi there").await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         let reply = loop {
-            let messages: Value = app
-                .get(&format!("/v1/sessions/{id}/messages"), &token)
-                .await
-                .json()
-                .await
-                .unwrap();
+            let messages = app.messages(&token, &id).await;
             if let Some(text) = messages["messages"]
                 .get(1)
                 .and_then(|m| m["content"][0]["text"].as_str())

@@ -75,12 +75,7 @@ async fn the_policy_service_answers_synchronously_in_its_response() {
         session["config"]["approvals"]["webhook"]["secret"],
         "<redacted>"
     );
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "go"}),
-    )
-    .await;
+    app.prompt(&token, &id, "go").await;
     let events = app
         .wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
         .await;
@@ -118,33 +113,15 @@ async fn a_dead_policy_service_does_not_lose_the_request() {
         .unwrap();
     let token = app.token("acme");
     let id = app.create_session("acme", &echo_session(&url)).await;
-    app.post_json(
-        &format!("/v1/sessions/{id}/prompts"),
-        &token,
-        &json!({"text": "go"}),
-    )
-    .await;
+    app.prompt(&token, &id, "go").await;
     app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 1)
         .await;
     // The delivery fails after its bounded retries; the request stays answerable over REST.
     app.wait_for_events(&token, &id, |e| count(e, "approval_webhook_failed") == 1)
         .await;
-    let pending: Value = app
-        .get(
-            &format!("/v1/sessions/{id}/approvals?status=pending"),
-            &token,
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    let approval = pending["approvals"][0]["id"].as_str().unwrap().to_owned();
+    let approval = app.first_pending_approval(&token, &id).await;
     let answer = app
-        .post_json(
-            &format!("/v1/sessions/{id}/approvals/{approval}"),
-            &token,
-            &json!({"decision": "allow"}),
-        )
+        .answer(&token, &id, &approval, &json!({"decision": "allow"}))
         .await;
     assert_eq!(answer.status(), 200);
     app.wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
