@@ -104,16 +104,7 @@ impl Provider for OpenAiProvider {
         request: &ModelRequest,
         cancel: &CancellationToken,
     ) -> Result<ItemStream, ProviderError> {
-        let mut wire = request_body(request);
-        if request.model.is_empty() {
-            wire["model"] = json!(self.model);
-        }
-        if request.max_tokens == 0 {
-            wire["max_tokens"] = json!(self.max_tokens);
-        }
-        let body = Bytes::from(
-            serde_json::to_vec(&wire).map_err(|error| ProviderError::Decode(error.to_string()))?,
-        );
+        let body = super::wire_body(request_body(request), request, &self.model, self.max_tokens)?;
         resend_on_empty(self.empty_response_retry, || self.open(&body, cancel)).await
     }
 }
