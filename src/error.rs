@@ -45,6 +45,9 @@ pub enum ErrorCode {
     ApprovalAlreadyDecided,
     /// The approval request expired before the answer arrived.
     ApprovalExpired,
+    /// A prompt arrived while the session's run waits on an approval, and the session's
+    /// `approvals.on_new_prompt` is `reject`.
+    ApprovalPending,
     /// A hook refused the request (e.g. a UserPromptSubmit hook).
     HookBlocked,
     /// A per-tenant limit (open sessions, concurrent runs) is reached.
@@ -76,7 +79,8 @@ impl ErrorCode {
             | Self::SessionBusy
             | Self::SessionClosed
             | Self::ApprovalAlreadyDecided
-            | Self::ApprovalExpired => StatusCode::CONFLICT,
+            | Self::ApprovalExpired
+            | Self::ApprovalPending => StatusCode::CONFLICT,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -103,6 +107,7 @@ impl ErrorCode {
             Self::SessionClosed => "SESSION_CLOSED",
             Self::ApprovalAlreadyDecided => "APPROVAL_ALREADY_DECIDED",
             Self::ApprovalExpired => "APPROVAL_EXPIRED",
+            Self::ApprovalPending => "APPROVAL_PENDING",
             Self::TenantLimit => "TENANT_LIMIT",
             Self::HookBlocked => "HOOK_BLOCKED",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",

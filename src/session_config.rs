@@ -104,6 +104,21 @@ pub struct ApprovalConfig {
     /// response or over REST.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<crate::runtime::webhook::WebhookConfig>,
+    /// What a new prompt does while the session's run waits on an approval: `reject` it
+    /// (`409 APPROVAL_PENDING`, default) or `deny` the pending calls and go on with the new
+    /// prompt (the run reads the denial and finishes; the new prompt runs next, ahead of
+    /// anything queued).
+    #[serde(default)]
+    pub on_new_prompt: PendingPromptPolicy,
+}
+
+/// What a new prompt does while an approval is pending.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PendingPromptPolicy {
+    #[default]
+    Reject,
+    Deny,
 }
 
 fn default_approval_timeout() -> u64 {
@@ -116,6 +131,7 @@ impl Default for ApprovalConfig {
             timeout_seconds: default_approval_timeout(),
             on_timeout: Default::default(),
             webhook: None,
+            on_new_prompt: Default::default(),
         }
     }
 }

@@ -38,6 +38,11 @@ impl From<RuntimeError> for ApiError {
                 "the session is running another prompt",
             )
             .with_details(serde_json::json!({ "run_id": run })),
+            RuntimeError::ApprovalPending(ids) => ApiError::new(
+                ErrorCode::ApprovalPending,
+                "the session's run waits on an approval; answer it first",
+            )
+            .with_details(serde_json::json!({ "approval_ids": ids })),
             RuntimeError::Closed => {
                 ApiError::new(ErrorCode::SessionClosed, "the session is closed")
             }
@@ -79,7 +84,7 @@ pub(crate) async fn load_owned_session(
     request_body = PromptRequest,
     responses((status = 202, body = PromptAccepted),
               (status = 404, body = ErrorBody),
-              (status = 409, description = "SESSION_BUSY or SESSION_CLOSED", body = ErrorBody),
+              (status = 409, description = "SESSION_BUSY, SESSION_CLOSED or APPROVAL_PENDING", body = ErrorBody),
               (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn post_prompt(

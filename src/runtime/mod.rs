@@ -59,6 +59,8 @@ pub enum RuntimeError {
     Busy(String),
     #[error("the session is closed")]
     Closed,
+    #[error("the session's run waits on approvals {0:?}")]
+    ApprovalPending(Vec<String>),
     #[error("the tenant already has {0} runs in flight")]
     TenantLimit(u32),
     #[error("a UserPromptSubmit hook blocked the prompt: {0}")]
@@ -69,6 +71,24 @@ pub enum RuntimeError {
     Store(#[from] StoreError),
     #[error("cannot prepare the run: {0}")]
     Setup(String),
+}
+
+/// Where a prompt goes when the session is busy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    Reject,
+    Back,
+    Front { interrupt: bool },
+}
+
+impl From<BusyPolicy> for Placement {
+    fn from(policy: BusyPolicy) -> Self {
+        match policy {
+            BusyPolicy::Reject => Self::Reject,
+            BusyPolicy::Enqueue => Self::Back,
+            BusyPolicy::Interrupt => Self::Front { interrupt: true },
+        }
+    }
 }
 
 /// Whether a prompt started now or waits in the queue.
@@ -235,11 +255,16 @@ impl SessionRuntime {
         if let Some(block) = outcome.block {
             return Err(RuntimeError::PromptBlocked(block.reason));
         }
+        let placement = if self.is_busy(&session.id) {
+            self.pending_approval_policy(session, policy).await?
+        } else {
+            Placement::from(policy)
+        };
         let run_id = RunId::generate();
         let starts_now = {
             let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(current) = active.get(&session.id) {
-                if policy == BusyPolicy::Reject {
+                if placement == Placement::Reject {
                     return Err(RuntimeError::Busy(current.current.to_string()));
                 }
                 false
@@ -292,11 +317,16 @@ impl SessionRuntime {
             let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
             match active.get_mut(&session.id) {
                 Some(entry) => {
-                    if policy == BusyPolicy::Interrupt {
-                        entry.cancel.cancel();
-                        entry.queue.push_front(run_id.clone());
-                    } else {
-                        entry.queue.push_back(run_id.clone());
+                    match placement {
+                        Placement::Back | Placement::Reject => {
+                            entry.queue.push_back(run_id.clone());
+                        }
+                        Placement::Front { interrupt } => {
+                            if interrupt {
+                                entry.cancel.cancel();
+                            }
+                            entry.queue.push_front(run_id.clone());
+                        }
                     }
                     false
                 }
@@ -321,6 +351,51 @@ impl SessionRuntime {
             return Ok((run_id, PromptStatus::Started));
         }
         Ok((run_id, PromptStatus::Queued))
+    }
+
+    /// Applies the session's `approvals.on_new_prompt` when its run waits on approvals:
+    /// `reject` refuses the prompt; `deny` decides the pending requests as denied (the run
+    /// reads the denial and goes on to its end) and puts the prompt first in line.
+    async fn pending_approval_policy(
+        &self,
+        session: &SessionRecord,
+        policy: BusyPolicy,
+    ) -> Result<Placement, RuntimeError> {
+        let pending = self
+            .store
+            .list_approvals(
+                &session.tenant,
+                &session.id,
+                Some(crate::store::ApprovalStatus::Pending),
+            )
+            .await?;
+        if pending.is_empty() {
+            return Ok(Placement::from(policy));
+        }
+        let config: SessionConfig = serde_json::from_value(session.config.clone())
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        match config.approvals.on_new_prompt {
+            crate::session_config::PendingPromptPolicy::Reject => Err(
+                RuntimeError::ApprovalPending(pending.into_iter().map(|a| a.id).collect()),
+            ),
+            crate::session_config::PendingPromptPolicy::Deny => {
+                for approval in pending {
+                    let id = crate::ids::ApprovalId::from_string(approval.id);
+                    let decision = crate::store::ApprovalDecision {
+                        status: crate::store::ApprovalStatus::Denied,
+                        decided_by: "system".into(),
+                        reason: Some("a new prompt arrived while this approval was pending".into()),
+                        updated_input: None,
+                        grant: None,
+                    };
+                    self.store
+                        .decide_approval(&session.tenant, &session.id, &id, decision)
+                        .await?;
+                    self.hub.wake(id.as_str());
+                }
+                Ok(Placement::Front { interrupt: false })
+            }
+        }
     }
 
     /// Cancels a running or queued run of `session`.

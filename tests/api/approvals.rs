@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 on_both_backends! {
     concurrent_answers_decide_once_and_grants_apply_later => concurrent_answers_decide_once;
+    a_prompt_while_an_approval_is_pending_follows_the_session_policy => prompt_while_pending;
 }
 
 fn tool_results(messages: &Value) -> Vec<Value> {
@@ -358,5 +359,87 @@ async fn once_grants_are_used_up_and_plan_mode_applies_mid_run() {
     assert_eq!(
         progress[0]["payload"]["data"]["todos"][0]["content"],
         "ship it"
+    );
+}
+
+async fn prompt_while_pending(app: TestApp) {
+    let token = app.token("acme");
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "Bash", "input": {"command": "echo waiting"}}]},
+        {"text": "after the call"}
+    ]});
+    // Default policy: reject, whatever the busy policy, with the pending ids.
+    let strict = app
+        .create_session("acme", &json!({ "model": {"script": script} }))
+        .await;
+    app.prompt(&token, &strict, "first").await;
+    app.wait_for_events(&token, &strict, |e| count(e, "approval_requested") == 1)
+        .await;
+    let pending = app.first_pending_approval(&token, &strict).await;
+    let refused = app
+        .post_json(
+            &format!("/v1/sessions/{strict}/prompts"),
+            &token,
+            &json!({ "text": "second", "busy": "enqueue" }),
+        )
+        .await;
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "APPROVAL_PENDING", "{body}");
+    assert_eq!(body["details"]["approval_ids"], json!([pending]));
+    // Nothing was queued: the pending request is untouched.
+    assert_eq!(app.first_pending_approval(&token, &strict).await, pending);
+
+    // `deny`: the pending call is denied and the new prompt goes on.
+    let lenient = app
+        .create_session(
+            "acme",
+            &json!({ "model": {"script": script}, "approvals": {"on_new_prompt": "deny"} }),
+        )
+        .await;
+    app.prompt(&token, &lenient, "first").await;
+    app.wait_for_events(&token, &lenient, |e| count(e, "approval_requested") == 1)
+        .await;
+    let accepted = app
+        .post_json(
+            &format!("/v1/sessions/{lenient}/prompts"),
+            &token,
+            &json!({ "text": "second" }),
+        )
+        .await;
+    assert_eq!(accepted.status(), 202);
+    let second: Value = accepted.json().await.unwrap();
+    let events = app
+        .wait_for_events(&token, &lenient, |e| count(e, "terminal") == 2)
+        .await;
+    let decided = events
+        .iter()
+        .find(|e| e["type"] == "approval_decided")
+        .unwrap();
+    assert_eq!(decided["payload"]["approval"]["status"], "denied");
+    assert_eq!(decided["payload"]["approval"]["decided_by"], "system");
+    let runs: Value = app
+        .get(&format!("/v1/sessions/{lenient}/runs"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["status"], "completed");
+    assert_eq!(runs[1]["id"], second["run_id"]);
+    assert_eq!(runs[1]["prompt"], "second");
+    assert_eq!(runs[1]["status"], "completed");
+    // The denied call never ran: the first run read the denial, then the second prompt ran.
+    let results = tool_results(&app.messages(&token, &lenient).await);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["is_error"], true);
+    assert_eq!(results[0]["code"], "PERMISSION_DENIED");
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("a new prompt arrived"),
+        "{}",
+        results[0]
     );
 }
