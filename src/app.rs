@@ -77,6 +77,8 @@ impl App {
                 output_head_chars: settings.output_head_chars,
                 allow_private_webhooks: settings.allow_private_webhooks,
                 tenant_providers: settings.tenant_providers.clone(),
+                replica_id: settings.replica_id(),
+                run_lease: std::time::Duration::from_secs(settings.run_lease_seconds.max(1)),
             },
         );
         let listener =
@@ -158,6 +160,9 @@ impl App {
     ) -> std::io::Result<()> {
         self.spawn_retention();
         self.spawn_idle_expiry();
+        let runs_stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(self.state.runtime.clone().maintain_runs(runs_stop.clone()));
+        let _stop_on_exit = runs_stop.drop_guard();
         let router = crate::api::router(self.state);
         axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)

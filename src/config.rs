@@ -64,6 +64,26 @@ pub struct Settings {
     /// The executable that runs sandboxed commands (`norma __sandbox-exec …`); defaults to
     /// this server's own binary.
     pub sandbox_launcher: Option<PathBuf>,
+    /// This replica's name in run leases; defaults to the host name. Replicas sharing one
+    /// database need distinct names; a restarted replica with the same name takes its
+    /// unfinished runs back at once (others wait for the lease to expire).
+    pub replica_id: Option<String>,
+    /// How long a run's lease lasts without a heartbeat (renewed every third of it); a
+    /// crashed replica's runs are taken over after this.
+    pub run_lease_seconds: u64,
+}
+
+impl Settings {
+    /// The configured replica name, or the host name.
+    pub fn replica_id(&self) -> String {
+        self.replica_id.clone().unwrap_or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|name| name.into_string().ok())
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| "local".into())
+        })
+    }
 }
 
 impl Default for Settings {
@@ -86,6 +106,8 @@ impl Default for Settings {
             log: LogSettings::default(),
             provider: crate::llm::ProviderConfig::default(),
             sandbox_launcher: None,
+            replica_id: None,
+            run_lease_seconds: 30,
         }
     }
 }

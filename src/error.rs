@@ -165,6 +165,10 @@ impl From<StoreError> for ApiError {
             }
             StoreError::NotFound => Self::not_found("resource"),
             StoreError::Conflict(message) => Self::new(ErrorCode::Conflict, message),
+            StoreError::LeaseLost => Self::new(
+                ErrorCode::Conflict,
+                "the run's lease was lost to another claim",
+            ),
             StoreError::Internal(reason) => {
                 tracing::error!(%reason, "store error");
                 Self::new(ErrorCode::Internal, "internal error")

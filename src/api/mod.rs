@@ -38,6 +38,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         outputs::get_output,
         runs::post_prompt,
         runs::cancel_run,
+        runs::list_runs,
+        runs::get_run,
         events::list_events,
         events::list_messages,
         events::stream,
@@ -100,6 +102,8 @@ pub fn router(state: AppState) -> Router {
             "/sessions/{id}/prompts",
             axum::routing::post(runs::post_prompt),
         )
+        .route("/sessions/{id}/runs", get(runs::list_runs))
+        .route("/sessions/{id}/runs/{run_id}", get(runs::get_run))
         .route(
             "/sessions/{id}/runs/{run_id}/cancel",
             axum::routing::post(runs::cancel_run),

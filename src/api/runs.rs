@@ -1,6 +1,8 @@
-//! Prompts and runs: `POST …/prompts` starts (or queues) a run; runs can be cancelled.
+//! Prompts and runs: `POST …/prompts` starts (or queues) a run; runs can be listed, read and
+//! cancelled. A run is a persisted state machine: queued → running → completed / failed /
+//! cancelled; a running run is held by one replica's lease.
 
-use crate::api::extract::AppJson;
+use crate::api::extract::{AppJson, AppQuery};
 use crate::app::AppState;
 use crate::auth::{Principal, scopes};
 use crate::error::{ApiError, ApiResult, ErrorBody, ErrorCode};
@@ -10,7 +12,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -121,6 +123,73 @@ pub async fn cancel_run(
     let session = load_owned_session(&state, &principal, id).await?;
     state
         .runtime
-        .cancel(&session.id, &RunId::from_string(run_id))?;
+        .cancel(&session.tenant, &session.id, &RunId::from_string(run_id))
+        .await?;
     Ok(StatusCode::ACCEPTED)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct RunPageParams {
+    /// Return runs submitted after this run id.
+    pub after: Option<String>,
+    /// Page size, 1..=1000 (default 100).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunPage {
+    /// In submission order.
+    pub runs: Vec<crate::store::RunRecord>,
+    /// Pass as `after` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// Lists the session's runs in submission order.
+#[utoipa::path(get, path = "/v1/sessions/{id}/runs", tag = "runs",
+    params(("id" = String, Path, description = "Session id"), RunPageParams),
+    responses((status = 200, body = RunPage), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_runs(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    AppQuery(params): AppQuery<RunPageParams>,
+) -> ApiResult<Json<RunPage>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let limit = params.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid("limit must be between 1 and 1000"));
+    }
+    let session = load_owned_session(&state, &principal, id).await?;
+    let after = params.after.map(RunId::from_string);
+    let runs = state
+        .store
+        .list_runs(&principal.tenant, &session.id, after.as_ref(), limit)
+        .await?;
+    let next_after = (runs.len() == limit as usize)
+        .then(|| runs.last().map(|run| run.id.clone()))
+        .flatten();
+    Ok(Json(RunPage { runs, next_after }))
+}
+
+/// One run: its status, prompt, lease holder and terminal reason.
+#[utoipa::path(get, path = "/v1/sessions/{id}/runs/{run_id}", tag = "runs",
+    params(("id" = String, Path, description = "Session id"), ("run_id" = String, Path, description = "Run id")),
+    responses((status = 200, body = crate::store::RunRecord), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_run(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((id, run_id)): Path<(String, String)>,
+) -> ApiResult<Json<crate::store::RunRecord>> {
+    principal.require(scopes::SESSIONS_READ)?;
+    let session = load_owned_session(&state, &principal, id).await?;
+    state
+        .store
+        .get_run(&principal.tenant, &session.id, &RunId::from_string(run_id))
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("run"))
 }

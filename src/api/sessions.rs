@@ -207,7 +207,7 @@ pub async fn close_session(
         .close_session(&principal.tenant, &id)
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
-    state.runtime.close(&record.id);
+    state.runtime.close(&record.tenant, &record.id).await;
     // SessionEnd hooks really run (D4), once, on the close that closed it; the close stands
     // whatever they answer.
     if record.closed_at == Some(record.updated_at) {
@@ -302,6 +302,7 @@ pub async fn fork_session(
                     run_id: None,
                 }],
                 outputs: vec![],
+                ..Default::default()
             },
         )
         .await?;

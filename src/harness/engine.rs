@@ -138,12 +138,25 @@ impl Engine {
     /// already appended and committed by the caller).
     pub async fn run(
         &self,
-        mut history: RunHistory,
+        history: RunHistory,
         ledger: &mut RunLedger,
         cancel: CancellationToken,
     ) -> Result<RunOutcome, HostError> {
+        self.run_from(history, ledger, cancel, 1).await
+    }
+
+    /// Continues a run whose first `main_turn - 1` main turns are already in `history` (a run
+    /// resumed after a restart): the next response is main turn `main_turn`, so the turn
+    /// limit still counts the turns made before the restart.
+    pub async fn run_from(
+        &self,
+        mut history: RunHistory,
+        ledger: &mut RunLedger,
+        cancel: CancellationToken,
+        main_turn: u32,
+    ) -> Result<RunOutcome, HostError> {
         let mut state = AfterResponse {
-            main_turns: 1,
+            main_turns: main_turn.max(1),
             ..AfterResponse::default()
         };
         let mut reason: Option<ContinueReason> = None;

@@ -175,6 +175,9 @@ pub struct RunApprover {
     /// The session's policy-service webhook, if any.
     pub webhook: Option<super::webhook::WebhookConfig>,
     pub allow_private_webhooks: bool,
+    /// The run was resumed after a restart: a call asks again for the approval it had
+    /// requested before (same run, call and input), which is reused rather than duplicated.
+    pub resumed: bool,
 }
 
 impl RunApprover {
@@ -297,9 +300,27 @@ impl RunApprover {
     }
 }
 
-#[async_trait]
-impl Approver for RunApprover {
-    async fn decide(&self, request: ApprovalRequest) -> ApprovalAnswer {
+impl RunApprover {
+    /// The request this run made for the same call and input before a restart, if any.
+    async fn earlier_request(&self, tool_use_id: &str, digest: &str) -> Option<ApprovalRecord> {
+        let all = self
+            .store
+            .list_approvals(&self.tenant, &self.session, None)
+            .await
+            .ok()?;
+        all.into_iter().find(|a| {
+            a.tool_use_id == tool_use_id
+                && a.input_sha256 == digest
+                && a.run_id.as_deref() == Some(self.run_id.as_str())
+        })
+    }
+
+    /// Persists a new request, announces it and delivers it to the policy service.
+    async fn new_request(
+        &self,
+        request: &ApprovalRequest,
+        digest: String,
+    ) -> Result<(ApprovalRecord, oneshot::Receiver<()>), ApprovalAnswer> {
         let id = ApprovalId::generate();
         let expires_at = chrono::Utc::now()
             + chrono::Duration::from_std(self.timeout)
@@ -315,7 +336,7 @@ impl Approver for RunApprover {
                     run_id: Some(self.run_id.to_string()),
                     tool_use_id: request.tool_use_id.clone(),
                     tool_name: request.tool_name.clone(),
-                    input_sha256: input_digest(&request.input),
+                    input_sha256: digest,
                     input: request.input.clone(),
                     reason: request.reason.clone(),
                     expires_at,
@@ -327,9 +348,9 @@ impl Approver for RunApprover {
             Err(error) => {
                 self.hub.forget(&id);
                 tracing::error!(%error, "cannot persist approval request");
-                return ApprovalAnswer::Deny {
+                return Err(ApprovalAnswer::Deny {
                     reason: "the approval request could not be recorded".into(),
-                };
+                });
             }
         };
         self.record_event("approval_requested", json!({ "approval": record }))
@@ -337,23 +358,11 @@ impl Approver for RunApprover {
         if let Some(webhook) = self.webhook.clone() {
             self.spawn_webhook(webhook, &record);
         }
-        let settled = tokio::select! {
-            _ = woken => self.store.get_approval(&self.tenant, &self.session, &id).await.ok().flatten(),
-            () = tokio::time::sleep(self.timeout) => {
-                let status = match self.on_timeout {
-                    TimeoutDecision::Deny => ApprovalStatus::Expired,
-                    TimeoutDecision::Allow => ApprovalStatus::Allowed,
-                };
-                self.settle(&id, status, "expired").await
-            }
-            () = self.cancel.cancelled() => self.settle(&id, ApprovalStatus::Denied, "the run was cancelled").await,
-        };
-        self.hub.forget(&id);
-        let Some(record) = settled else {
-            return ApprovalAnswer::Deny {
-                reason: "the approval could not be read back".into(),
-            };
-        };
+        Ok((record, woken))
+    }
+
+    /// Applies a decided request: its grant goes live, the decision is recorded as an event.
+    async fn conclude(&self, record: ApprovalRecord) -> ApprovalAnswer {
         if let Some(grant) = &record.grant_id {
             if let Ok(grants) = self.store.list_grants(&self.tenant, &self.session).await {
                 if let Some(found) = grants.iter().find(|g| &g.id == grant) {
@@ -364,6 +373,68 @@ impl Approver for RunApprover {
         self.record_event("approval_decided", json!({ "approval": record }))
             .await;
         self.answer_of(&record)
+    }
+}
+
+#[async_trait]
+impl Approver for RunApprover {
+    async fn decide(&self, request: ApprovalRequest) -> ApprovalAnswer {
+        let digest = input_digest(&request.input);
+        let earlier = if self.resumed {
+            self.earlier_request(&request.tool_use_id, &digest).await
+        } else {
+            None
+        };
+        let (record, woken) = match earlier {
+            Some(earlier) => {
+                let id = ApprovalId::from_string(earlier.id.clone());
+                let woken = self.hub.register(&id);
+                // Read again after registering, so an answer in between is not missed.
+                let record = self
+                    .store
+                    .get_approval(&self.tenant, &self.session, &id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(earlier);
+                if record.status != ApprovalStatus::Pending {
+                    self.hub.forget(&id);
+                    return self.conclude(record).await;
+                }
+                // The delivery may have died with the old process; deliveries are idempotent
+                // for the policy service (same approval id).
+                if let Some(webhook) = self.webhook.clone() {
+                    self.spawn_webhook(webhook, &record);
+                }
+                (record, woken)
+            }
+            None => match self.new_request(&request, digest).await {
+                Ok(created) => created,
+                Err(answer) => return answer,
+            },
+        };
+        let id = ApprovalId::from_string(record.id.clone());
+        let remaining = (record.expires_at - chrono::Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        let settled = tokio::select! {
+            _ = woken => self.store.get_approval(&self.tenant, &self.session, &id).await.ok().flatten(),
+            () = tokio::time::sleep(remaining) => {
+                let status = match self.on_timeout {
+                    TimeoutDecision::Deny => ApprovalStatus::Expired,
+                    TimeoutDecision::Allow => ApprovalStatus::Allowed,
+                };
+                self.settle(&id, status, "expired").await
+            }
+            () = self.cancel.cancelled() => self.settle(&id, ApprovalStatus::Denied, "the run was cancelled").await,
+        };
+        self.hub.forget(&id);
+        match settled {
+            Some(record) => self.conclude(record).await,
+            None => ApprovalAnswer::Deny {
+                reason: "the approval could not be read back".into(),
+            },
+        }
     }
 }
 

@@ -11,7 +11,9 @@ use crate::harness::scheduler::PendingCall;
 use crate::ids::{OutputId, RunId, SessionId, TenantId};
 use crate::llm::ToolSpec;
 use crate::message::{Message, ToolResultBlock};
-use crate::store::{AppendBatch, NewEvent, NewMessage, NewOutput, Store};
+use crate::store::{
+    AppendBatch, NewEvent, NewMessage, NewOutput, RunEnd, RunLease, RunStatus, Store,
+};
 use crate::tools::pipeline::Pipeline;
 use crate::tools::{ToolContext, ToolProgress};
 use async_trait::async_trait;
@@ -33,6 +35,8 @@ pub struct SessionWriter {
     bus: Arc<EventBus>,
     tenant: TenantId,
     session: SessionId,
+    /// Set for a run's writer: every write checks the run's lease.
+    lease: Option<RunLease>,
     pending: Mutex<Pending>,
     /// Serialises writes so sequence order equals emit order.
     write_lock: tokio::sync::Mutex<()>,
@@ -46,11 +50,33 @@ impl SessionWriter {
         tenant: TenantId,
         session: SessionId,
     ) -> Arc<Self> {
+        Self::build(store, bus, tenant, session, None)
+    }
+
+    /// The writer of one run: writes only while the run's lease is held.
+    pub fn for_run(
+        store: Arc<dyn Store>,
+        bus: Arc<EventBus>,
+        tenant: TenantId,
+        session: SessionId,
+        lease: RunLease,
+    ) -> Arc<Self> {
+        Self::build(store, bus, tenant, session, Some(lease))
+    }
+
+    fn build(
+        store: Arc<dyn Store>,
+        bus: Arc<EventBus>,
+        tenant: TenantId,
+        session: SessionId,
+        lease: Option<RunLease>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             store,
             bus,
             tenant,
             session,
+            lease,
             pending: Mutex::new(Pending::default()),
             write_lock: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
@@ -80,15 +106,38 @@ impl SessionWriter {
         messages: Vec<NewMessage>,
         events: Vec<NewEvent>,
     ) -> Result<(), HostError> {
+        self.write_batch(messages, events, None).await
+    }
+
+    /// Like [`Self::write`]; a `terminal` event among `events` also ends the run (its status
+    /// follows the terminal reason) in the same transaction.
+    pub async fn write_batch(
+        &self,
+        messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
+        run_end: Option<RunEnd>,
+    ) -> Result<(), HostError> {
         let _guard = self.write_lock.lock().await;
         let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let run_end = run_end.or_else(|| {
+            events
+                .iter()
+                .find(|e| e.kind == "terminal")
+                .map(|e| run_end_of(&e.payload))
+        });
         let mut batch = AppendBatch {
             messages,
             events: pending.events,
             outputs: pending.outputs,
+            lease: self.lease.clone(),
+            run_end: run_end.filter(|_| self.lease.is_some()),
         };
         batch.events.extend(events);
-        if batch.events.is_empty() && batch.messages.is_empty() && batch.outputs.is_empty() {
+        if batch.events.is_empty()
+            && batch.messages.is_empty()
+            && batch.outputs.is_empty()
+            && batch.run_end.is_none()
+        {
             return Ok(());
         }
         let written = self
@@ -114,6 +163,43 @@ impl SessionWriter {
                 tracing::warn!(%error, "event flush failed");
             }
         }
+    }
+}
+
+/// How a run ends, from its `terminal` event's payload.
+pub fn run_end_of(terminal: &Value) -> RunEnd {
+    let status = match terminal["reason"].as_str() {
+        Some("cancelled") => RunStatus::Cancelled,
+        Some("error") => RunStatus::Failed,
+        _ => RunStatus::Completed,
+    };
+    RunEnd {
+        status,
+        terminal: terminal.clone(),
+    }
+}
+
+/// Journals each tool call of a run durably before it runs (`tool_executing`), in order with
+/// every event before it.
+pub struct RunJournal {
+    pub writer: Arc<SessionWriter>,
+    pub run_id: RunId,
+}
+
+#[async_trait]
+impl crate::tools::pipeline::ExecutionJournal for RunJournal {
+    async fn executing(&self, tool_use_id: &str, tool_name: &str) -> Result<(), String> {
+        self.writer
+            .write(
+                vec![],
+                vec![event(
+                    "tool_executing",
+                    json!({ "tool_use_id": tool_use_id, "name": tool_name }),
+                    &self.run_id,
+                )],
+            )
+            .await
+            .map_err(|error| error.0)
     }
 }
 

@@ -1,13 +1,16 @@
 //! The session runtime: turns prompts into runs of the agent loop.
 //!
-//! A session costs a row while idle. When a prompt arrives, the runtime builds the session's
-//! run (provider, tools, pipeline, store-backed host) and drives the loop in a task; the run's
-//! events are persisted before they are published to live subscribers. A busy session follows
-//! the policy the client chose: reject, enqueue, or interrupt.
+//! A session costs a row while idle. When a prompt arrives, the runtime persists a run (a row
+//! with a lease held by this replica), builds the session's run (provider, tools, pipeline,
+//! store-backed host) and drives the loop in a task; the run's events are persisted before
+//! they are published to live subscribers, and every write checks the run's lease. A busy
+//! session follows the policy the client chose: reject, enqueue (a queued run row), or
+//! interrupt. Runs left unfinished by a crash are resumed from the store (see [`resume`]).
 
 pub mod approvals;
 pub mod bus;
 pub mod host;
+pub mod resume;
 pub mod webhook;
 
 use crate::harness::engine::{Engine, EngineConfig, RunHistory};
@@ -20,13 +23,15 @@ use crate::message::Message;
 use crate::permission::RuleSet;
 use crate::sandbox::{Sandbox, SandboxConfig};
 use crate::session_config::SessionConfig;
-use crate::store::{NewEvent, NewMessage, SessionRecord, Store, StoreError};
+use crate::store::{
+    NewEvent, NewMessage, NewRun, RunLease, RunStatus, SessionRecord, Store, StoreError,
+};
 use crate::tools::builtin::{self, SessionShells};
 use crate::tools::pipeline::Pipeline;
 use crate::tools::registry::ToolRegistry;
 use crate::workspace::Workspace;
 use bus::EventBus;
-use host::{SessionWriter, StoreHost, history_of};
+use host::{RunJournal, SessionWriter, StoreHost, history_of};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -74,17 +79,13 @@ pub enum PromptStatus {
     Queued,
 }
 
-struct QueuedPrompt {
-    run_id: RunId,
-    text: String,
-}
-
-/// A session that has a run in flight (or queued).
+/// A session that has a run in flight (or queued). Queued runs are rows in the store; the
+/// queue here keeps their order for this replica.
 struct Active {
     tenant: TenantId,
     current: RunId,
     cancel: CancellationToken,
-    queue: VecDeque<QueuedPrompt>,
+    queue: VecDeque<RunId>,
 }
 
 /// Server-wide runtime settings.
@@ -98,6 +99,10 @@ pub struct RuntimeSettings {
     pub output_head_chars: usize,
     pub allow_private_webhooks: bool,
     pub tenant_providers: std::collections::BTreeMap<String, ProviderConfig>,
+    /// This replica's name in run leases.
+    pub replica_id: String,
+    /// How long a run's lease lasts without a heartbeat.
+    pub run_lease: std::time::Duration,
 }
 
 /// Per-session resources that outlive one run (background tasks, PTY shells).
@@ -231,83 +236,135 @@ impl SessionRuntime {
             return Err(RuntimeError::PromptBlocked(block.reason));
         }
         let run_id = RunId::generate();
-        {
+        let starts_now = {
             let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(current) = active.get_mut(&session.id) {
-                match policy {
-                    BusyPolicy::Reject => {
-                        return Err(RuntimeError::Busy(current.current.to_string()));
-                    }
-                    BusyPolicy::Enqueue => {
-                        current.queue.push_back(QueuedPrompt {
-                            run_id: run_id.clone(),
-                            text,
-                        });
-                        return Ok((run_id, PromptStatus::Queued));
-                    }
-                    BusyPolicy::Interrupt => {
-                        current.cancel.cancel();
-                        current.queue.push_front(QueuedPrompt {
-                            run_id: run_id.clone(),
-                            text,
-                        });
-                        return Ok((run_id, PromptStatus::Queued));
-                    }
+            if let Some(current) = active.get(&session.id) {
+                if policy == BusyPolicy::Reject {
+                    return Err(RuntimeError::Busy(current.current.to_string()));
+                }
+                false
+            } else {
+                let limit = self.settings.max_concurrent_runs_per_tenant;
+                let running = active
+                    .values()
+                    .filter(|a| a.tenant == session.tenant)
+                    .count();
+                if running >= limit as usize {
+                    return Err(RuntimeError::TenantLimit(limit));
+                }
+                active.insert(
+                    session.id.clone(),
+                    Active {
+                        tenant: session.tenant.clone(),
+                        current: run_id.clone(),
+                        cancel: CancellationToken::new(),
+                        queue: VecDeque::new(),
+                    },
+                );
+                true
+            }
+        };
+        let new_run = NewRun {
+            id: run_id.clone(),
+            session: session.id.clone(),
+            prompt: text,
+        };
+        if starts_now {
+            let claim = Some((self.settings.replica_id.as_str(), self.settings.run_lease));
+            match self.store.create_run(&session.tenant, new_run, claim).await {
+                Ok(record) => {
+                    self.spawn_run(record, false);
+                    return Ok((run_id, PromptStatus::Started));
+                }
+                Err(error) => {
+                    // Prompts queued behind this one meanwhile still run.
+                    let runtime = self.clone();
+                    let (tenant, id) = (session.tenant.clone(), session.id.clone());
+                    tokio::spawn(async move { runtime.advance(tenant, id).await });
+                    return Err(error.into());
                 }
             }
-            let limit = self.settings.max_concurrent_runs_per_tenant;
-            let running = active
-                .values()
-                .filter(|a| a.tenant == session.tenant)
-                .count();
-            if running >= limit as usize {
-                return Err(RuntimeError::TenantLimit(limit));
-            }
-            active.insert(
-                session.id.clone(),
-                Active {
-                    tenant: session.tenant.clone(),
-                    current: run_id.clone(),
-                    cancel: CancellationToken::new(),
-                    queue: VecDeque::new(),
-                },
-            );
         }
-        self.spawn_run(
-            session.tenant.clone(),
-            session.id.clone(),
-            run_id.clone(),
-            text,
-        );
-        Ok((run_id, PromptStatus::Started))
+        self.store
+            .create_run(&session.tenant, new_run, None)
+            .await?;
+        let orphaned = {
+            let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+            match active.get_mut(&session.id) {
+                Some(entry) => {
+                    if policy == BusyPolicy::Interrupt {
+                        entry.cancel.cancel();
+                        entry.queue.push_front(run_id.clone());
+                    } else {
+                        entry.queue.push_back(run_id.clone());
+                    }
+                    false
+                }
+                None => {
+                    // The current run ended while this one was being stored: it starts now.
+                    active.insert(
+                        session.id.clone(),
+                        Active {
+                            tenant: session.tenant.clone(),
+                            current: run_id.clone(),
+                            cancel: CancellationToken::new(),
+                            queue: VecDeque::from([run_id.clone()]),
+                        },
+                    );
+                    true
+                }
+            }
+        };
+        if orphaned {
+            self.advance(session.tenant.clone(), session.id.clone())
+                .await;
+            return Ok((run_id, PromptStatus::Started));
+        }
+        Ok((run_id, PromptStatus::Queued))
     }
 
     /// Cancels a running or queued run of `session`.
-    pub fn cancel(&self, session: &SessionId, run: &RunId) -> Result<(), RuntimeError> {
-        let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = active.get_mut(session).ok_or(RuntimeError::NoSuchRun)?;
-        if &entry.current == run {
-            entry.cancel.cancel();
-            return Ok(());
+    pub async fn cancel(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run: &RunId,
+    ) -> Result<(), RuntimeError> {
+        {
+            let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(entry) = active.get_mut(session) {
+                if &entry.current == run {
+                    entry.cancel.cancel();
+                    return Ok(());
+                }
+                entry.queue.retain(|queued| queued != run);
+            }
         }
-        let before = entry.queue.len();
-        entry.queue.retain(|queued| &queued.run_id != run);
-        if entry.queue.len() == before {
-            return Err(RuntimeError::NoSuchRun);
+        if self.store.cancel_queued_run(tenant, session, run).await? {
+            Ok(())
+        } else {
+            Err(RuntimeError::NoSuchRun)
         }
-        Ok(())
     }
 
-    /// Stops everything of a closed session: its run, background tasks and shells.
-    pub fn close(&self, session: &SessionId) {
-        if let Some(active) = self
+    /// Stops everything of a closed session: its run, queued runs, background tasks and shells.
+    pub async fn close(&self, tenant: &TenantId, session: &SessionId) {
+        let queued = match self
             .active
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get_mut(session)
         {
-            active.queue.clear();
-            active.cancel.cancel();
+            Some(active) => {
+                active.cancel.cancel();
+                std::mem::take(&mut active.queue)
+            }
+            None => VecDeque::new(),
+        };
+        for run in queued {
+            if let Err(error) = self.store.cancel_queued_run(tenant, session, &run).await {
+                tracing::warn!(%error, run_id = %run, "cannot cancel a queued run");
+            }
         }
         if let Some(env) = self
             .envs
@@ -338,61 +395,171 @@ impl SessionRuntime {
             .contains_key(session)
     }
 
-    fn spawn_run(
-        self: &Arc<Self>,
-        tenant: TenantId,
-        session: SessionId,
-        run_id: RunId,
-        text: String,
-    ) {
+    /// Drives a claimed run in a task; then starts the session's next queued run.
+    fn spawn_run(self: &Arc<Self>, record: crate::store::RunRecord, resume: bool) {
+        let Some(lease) = record.lease() else {
+            return;
+        };
         let runtime = self.clone();
-        let span =
-            tracing::info_span!("run", tenant = %tenant, session_id = %session, run_id = %run_id);
+        let (tenant, session) = (
+            record.tenant.clone(),
+            SessionId::from_string(record.session_id.clone()),
+        );
+        let span = tracing::info_span!("run", tenant = %tenant, session_id = %session, run_id = %lease.run_id);
         tokio::spawn(tracing::Instrument::instrument(
             async move {
-                if let Err(error) = runtime.run_one(&tenant, &session, &run_id, text).await {
+                let outcome = runtime
+                    .run_one(&tenant, &session, &lease, record.prompt, resume)
+                    .await;
+                if let Err(error) = outcome {
                     tracing::error!(%error, "run failed");
-                    let writer = SessionWriter::new(
+                    let writer = SessionWriter::for_run(
                         runtime.store.clone(),
                         runtime.bus.clone(),
                         tenant.clone(),
                         session.clone(),
+                        lease.clone(),
                     );
                     let _ = writer
                         .write(vec![], vec![NewEvent {
                             kind: "terminal".into(),
                             payload: json!({ "reason": "error", "code": "RUN_FAILED", "message": error.to_string() }),
-                            run_id: Some(run_id.to_string()),
+                            run_id: Some(lease.run_id.to_string()),
                         }])
                         .await;
                 }
-                runtime.next_or_idle(tenant, session);
+                runtime.advance(tenant, session).await;
             },
             span,
         ));
     }
 
-    /// Starts the next queued prompt, or marks the session idle.
-    fn next_or_idle(self: &Arc<Self>, tenant: TenantId, session: SessionId) {
-        let next = {
-            let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
-            match active.get_mut(&session) {
-                Some(entry) => match entry.queue.pop_front() {
+    /// Claims and starts the session's next queued run, or marks the session idle. A queued
+    /// run that was cancelled (or taken by another replica) meanwhile is skipped.
+    async fn advance(self: &Arc<Self>, tenant: TenantId, session: SessionId) {
+        loop {
+            let next = {
+                let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(entry) = active.get_mut(&session) else {
+                    return;
+                };
+                match entry.queue.pop_front() {
                     Some(next) => {
-                        entry.current = next.run_id.clone();
+                        entry.current = next.clone();
                         entry.cancel = CancellationToken::new();
-                        Some(next)
+                        next
                     }
                     None => {
                         active.remove(&session);
-                        None
+                        return;
                     }
-                },
-                None => None,
+                }
+            };
+            let claimed = self
+                .store
+                .claim_run(
+                    &tenant,
+                    &next,
+                    &self.settings.replica_id,
+                    self.settings.run_lease,
+                )
+                .await;
+            match claimed {
+                Ok(Some(record)) => {
+                    // A fence above 1 means an earlier claim started it: it is resumed.
+                    let resume = record.fence > 1;
+                    self.spawn_run(record, resume);
+                    return;
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    // It stays queued in the store; the takeover sweep picks it up later.
+                    tracing::warn!(%error, run_id = %next, "cannot claim a queued run");
+                }
             }
-        };
-        if let Some(next) = next {
-            self.spawn_run(tenant, session, next.run_id, next.text);
+        }
+    }
+
+    /// Resumes the unfinished runs this replica may take: its own (after a restart) and those
+    /// whose lease expired (a crashed replica), session by session in submission order. A
+    /// session whose run another live replica holds is left alone.
+    pub async fn resume_unfinished(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let runs = self.store.list_unfinished_runs(10_000).await?;
+        let now = chrono::Utc::now();
+        let mut order: Vec<SessionId> = Vec::new();
+        let mut by_session: HashMap<SessionId, Vec<crate::store::RunRecord>> = HashMap::new();
+        for run in runs {
+            let session = SessionId::from_string(run.session_id.clone());
+            if !by_session.contains_key(&session) {
+                order.push(session.clone());
+            }
+            by_session.entry(session).or_default().push(run);
+        }
+        let mut resumed = 0;
+        for session in order {
+            let runs = by_session.remove(&session).unwrap_or_default();
+            let held_elsewhere = runs.iter().any(|run| {
+                run.status == RunStatus::Running
+                    && run.owner.as_deref() != Some(self.settings.replica_id.as_str())
+                    && run.lease_expires_at.is_some_and(|expiry| expiry > now)
+            });
+            let Some(first) = runs.first() else { continue };
+            if held_elsewhere {
+                continue;
+            }
+            let tenant = first.tenant.clone();
+            {
+                let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+                if active.contains_key(&session) {
+                    continue; // running here already
+                }
+                active.insert(
+                    session.clone(),
+                    Active {
+                        tenant: tenant.clone(),
+                        current: RunId::from_string(first.id.clone()),
+                        cancel: CancellationToken::new(),
+                        queue: runs
+                            .iter()
+                            .map(|run| RunId::from_string(run.id.clone()))
+                            .collect(),
+                    },
+                );
+            }
+            tracing::info!(session_id = %session, tenant = %tenant, runs = runs.len(), "resuming unfinished runs");
+            resumed += runs.len();
+            self.advance(tenant, session).await;
+        }
+        Ok(resumed)
+    }
+
+    /// Keeps this replica's run leases alive and takes over runs whose lease expired: renews
+    /// every third of the lease, sweeps for expired leases once per lease period. Runs until
+    /// `stop` is cancelled; resumes this replica's own unfinished runs first.
+    pub async fn maintain_runs(self: Arc<Self>, stop: CancellationToken) {
+        if let Err(error) = self.resume_unfinished().await {
+            tracing::warn!(%error, "cannot resume unfinished runs");
+        }
+        let lease = self.settings.run_lease;
+        let mut heartbeat =
+            tokio::time::interval((lease / 3).max(std::time::Duration::from_millis(100)));
+        let mut sweep = tokio::time::interval(lease.max(std::time::Duration::from_millis(300)));
+        heartbeat.tick().await;
+        sweep.tick().await;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = heartbeat.tick() => {
+                    if let Err(error) = self.store.renew_leases(&self.settings.replica_id, lease).await {
+                        tracing::warn!(%error, "cannot renew run leases");
+                    }
+                }
+                _ = sweep.tick() => {
+                    if let Err(error) = self.resume_unfinished().await {
+                        tracing::warn!(%error, "takeover sweep failed");
+                    }
+                }
+            }
         }
     }
 
@@ -474,13 +641,16 @@ impl SessionRuntime {
             .map_err(|error| RuntimeError::Setup(error.to_string()))
     }
 
+    /// Runs (or, with `resume`, continues) one claimed run to its terminal event.
     async fn run_one(
         &self,
         tenant: &TenantId,
         session: &SessionId,
-        run_id: &RunId,
+        lease: &RunLease,
         text: String,
+        resume: bool,
     ) -> Result<(), RuntimeError> {
+        let run_id = &lease.run_id;
         let record = self
             .store
             .get_session(tenant, session)
@@ -488,28 +658,38 @@ impl SessionRuntime {
             .ok_or(RuntimeError::Closed)?;
         let config: SessionConfig = serde_json::from_value(record.config)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
-        let writer = SessionWriter::new(
+        let writer = SessionWriter::for_run(
             self.store.clone(),
             self.bus.clone(),
             tenant.clone(),
             session.clone(),
+            lease.clone(),
         );
-        let prompt = Message::user_text(text.clone());
-        writer
-            .write(
-                vec![NewMessage {
-                    message: prompt,
-                    run_id: Some(run_id.to_string()),
-                    compaction_boundary: false,
-                }],
-                vec![NewEvent {
-                    kind: "run_started".into(),
-                    payload: json!({ "run_id": run_id, "prompt": text }),
-                    run_id: Some(run_id.to_string()),
-                }],
-            )
-            .await
-            .map_err(|error| RuntimeError::Setup(error.0))?;
+        // A claimed run that never wrote its prompt (the crash came first) starts afresh.
+        let resuming = resume
+            && !self
+                .store
+                .list_run_events(tenant, session, run_id, &["run_started"])
+                .await?
+                .is_empty();
+        if !resuming {
+            let prompt = Message::user_text(text.clone());
+            writer
+                .write(
+                    vec![NewMessage {
+                        message: prompt,
+                        run_id: Some(run_id.to_string()),
+                        compaction_boundary: false,
+                    }],
+                    vec![NewEvent {
+                        kind: "run_started".into(),
+                        payload: json!({ "run_id": run_id, "prompt": text }),
+                        run_id: Some(run_id.to_string()),
+                    }],
+                )
+                .await
+                .map_err(|error| RuntimeError::Setup(error.0))?;
+        }
 
         let env = self.env_for(tenant, session)?;
         let mut registry = ToolRegistry::new();
@@ -588,10 +768,15 @@ impl SessionRuntime {
             cancel: cancel.clone(),
             webhook: config.approvals.webhook.clone(),
             allow_private_webhooks: self.settings.allow_private_webhooks,
+            resumed: resuming,
         };
         let pipeline = Pipeline::new(registry, Arc::new(gate))
             .with_hooks(hooks)
             .with_approver(Arc::new(approver))
+            .with_journal(Arc::new(RunJournal {
+                writer: writer.clone(),
+                run_id: run_id.clone(),
+            }))
             .with_output_policy(crate::tools::output::OutputPolicy {
                 head_chars: self.settings.output_head_chars,
                 spill: true,
@@ -616,7 +801,7 @@ impl SessionRuntime {
         let provider = self.provider_for(tenant, &config)?;
         let engine = Engine {
             provider,
-            host,
+            host: host.clone(),
             config: EngineConfig {
                 model: config
                     .model
@@ -642,10 +827,35 @@ impl SessionRuntime {
             .list_messages(tenant, session, 0, u32::MAX)
             .await?;
         let (messages, boundary) = history_of(&records);
+        let mut history = RunHistory { messages, boundary };
         let mut ledger = RunLedger::new(tenant.clone(), session.clone(), run_id.clone());
-        let outcome = engine
-            .run(RunHistory { messages, boundary }, &mut ledger, cancel)
-            .await;
+        let recovered = if resuming {
+            resume::recover(
+                &resume::Resumed {
+                    store: self.store.as_ref(),
+                    host: host.as_ref(),
+                    tenant,
+                    session,
+                    run_id,
+                    replica: &self.settings.replica_id,
+                },
+                &records,
+                &mut history,
+                &cancel,
+            )
+            .await
+        } else {
+            Ok(resume::Recovery::Continue { main_turn: 1 })
+        };
+        let outcome = match recovered {
+            Ok(resume::Recovery::Continue { main_turn }) => engine
+                .run_from(history, &mut ledger, cancel, main_turn)
+                .await
+                .map(|_| ())
+                .map_err(|error| RuntimeError::Setup(error.0)),
+            Ok(resume::Recovery::Finished) => Ok(()),
+            Err(error) => Err(error),
+        };
         self.live_grants
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -653,8 +863,6 @@ impl SessionRuntime {
         flusher_stop.cancel();
         let _ = flusher.await;
         outcome
-            .map(|_| ())
-            .map_err(|error| RuntimeError::Setup(error.0))
     }
 }
 
@@ -675,7 +883,7 @@ pub async fn expire_idle_sessions(
         let Some(closed) = store.close_session(&session.tenant, &session.id).await? else {
             continue;
         };
-        runtime.close(&session.id);
+        runtime.close(&session.tenant, &session.id).await;
         store
             .append(
                 &session.tenant,

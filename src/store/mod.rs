@@ -13,7 +13,7 @@ mod tool_state;
 pub use models::*;
 pub use tool_state::*;
 
-use crate::ids::{ApprovalId, GrantId, OutputId, SessionId, TenantId};
+use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +31,9 @@ pub enum StoreError {
     Conflict(String),
     #[error("store error: {0}")]
     Internal(String),
+    /// A run's write was refused: another claim of the run holds its lease now.
+    #[error("the run's lease was lost to another claim")]
+    LeaseLost,
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -117,6 +120,15 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<EventRecord>>;
 
+    /// The events of one run with one of `kinds`, in order (used to resume the run).
+    async fn list_run_events(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run: &RunId,
+        kinds: &[&str],
+    ) -> StoreResult<Vec<EventRecord>>;
+
     /// History messages with `seq > after`, in order, at most `limit`.
     async fn list_messages(
         &self,
@@ -196,6 +208,59 @@ pub trait Store: Send + Sync + 'static {
 
     /// Marks a `once` grant used; false when it was already used or revoked.
     async fn consume_grant(&self, tenant: &TenantId, id: &GrantId) -> StoreResult<bool>;
+
+    // --- runs ---
+
+    /// Persists a run: queued when `claim` is `None`, otherwise running under a fresh lease of
+    /// `claim.0` for `claim.1` (fence 1).
+    async fn create_run(
+        &self,
+        tenant: &TenantId,
+        run: NewRun,
+        claim: Option<(&str, Duration)>,
+    ) -> StoreResult<RunRecord>;
+
+    /// Claims a run for `owner`: a queued one, a running one whose lease `owner` itself held
+    /// (a restarted replica), or a running one whose lease expired. Bumps the fence, so
+    /// writes of any earlier claim are refused from now on. `None` when it cannot be claimed.
+    async fn claim_run(
+        &self,
+        tenant: &TenantId,
+        id: &RunId,
+        owner: &str,
+        lease: Duration,
+    ) -> StoreResult<Option<RunRecord>>;
+
+    /// Cancels a run that is still queued; false when it is not queued (any more).
+    async fn cancel_queued_run(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &RunId,
+    ) -> StoreResult<bool>;
+
+    async fn get_run(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &RunId,
+    ) -> StoreResult<Option<RunRecord>>;
+
+    /// The session's runs in submission order, at most `limit`, strictly after the run
+    /// `after` when given.
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: Option<&RunId>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>>;
+
+    /// System-level heartbeat: extends the lease of every running run `owner` holds.
+    async fn renew_leases(&self, owner: &str, lease: Duration) -> StoreResult<u64>;
+
+    /// System-level: queued and running runs of every tenant, in submission order.
+    async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<RunRecord>>;
 
     // --- tool state (todos, memory, permission mode) ---
 
@@ -277,4 +342,10 @@ impl Default for ConnectOptions {
             acquire_timeout: Duration::from_secs(3),
         }
     }
+}
+
+/// A lease duration as a timestamp offset (saturating at a day).
+fn lease_span(lease: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(lease.min(Duration::from_secs(86_400)))
+        .unwrap_or_else(|_| chrono::Duration::days(1))
 }

@@ -56,11 +56,6 @@ pub struct SessionRecord {
     pub closed_at: Option<DateTime<Utc>>,
     /// The highest event `seq` written so far (0 before the first event).
     pub last_event_seq: i64,
-    /// The replica that holds the session's lease, if any.
-    pub lease_owner: Option<String>,
-    pub lease_expires_at: Option<DateTime<Utc>>,
-    /// Incremented on every lease acquisition; writes check it.
-    pub lease_fence: i64,
 }
 
 /// Position in the newest-first session listing.
@@ -184,6 +179,113 @@ pub struct AppendBatch {
     pub messages: Vec<NewMessage>,
     pub events: Vec<NewEvent>,
     pub outputs: Vec<NewOutput>,
+    /// Written on behalf of a run: the write happens only while the run's lease is held with
+    /// this fence (`LeaseLost` otherwise), atomically with everything above.
+    pub lease: Option<RunLease>,
+    /// Ends the run (with `lease`) in the same transaction.
+    pub run_end: Option<RunEnd>,
+}
+
+/// A run's lifecycle state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Waiting behind the session's current run.
+    Queued,
+    /// Owned by a replica (it may be waiting for an approval).
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "queued" => Some(Self::Queued),
+            "running" => Some(Self::Running),
+            "completed" => Some(Self::Completed),
+            "failed" => Some(Self::Failed),
+            "cancelled" => Some(Self::Cancelled),
+            _ => None,
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        !matches!(self, Self::Queued | Self::Running)
+    }
+}
+
+/// Proof of ownership of a running run: the replica and the fence of its claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunLease {
+    pub run_id: crate::ids::RunId,
+    pub owner: String,
+    pub fence: i64,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunEnd {
+    pub status: RunStatus,
+    /// The terminal reason as recorded in the `terminal` event.
+    pub terminal: Value,
+}
+
+/// A run to persist.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    pub id: crate::ids::RunId,
+    pub session: SessionId,
+    pub prompt: String,
+}
+
+/// A stored run.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct RunRecord {
+    pub id: String,
+    pub session_id: String,
+    #[serde(skip)]
+    pub tenant: TenantId,
+    pub prompt: String,
+    pub status: RunStatus,
+    /// The replica holding (or last holding) the run's lease.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// Bumped on every claim; writes of an older claim are refused.
+    pub fence: i64,
+    /// The terminal reason, once finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub terminal: Option<Value>,
+    pub created_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+impl RunRecord {
+    /// The lease this record proves, when it is running.
+    pub fn lease(&self) -> Option<RunLease> {
+        (self.status == RunStatus::Running).then(|| RunLease {
+            run_id: crate::ids::RunId::from_string(self.id.clone()),
+            owner: self.owner.clone().unwrap_or_default(),
+            fence: self.fence,
+        })
+    }
 }
 
 /// What one `Store::append` wrote.

@@ -3,7 +3,7 @@
 //! from a query that forgets its tenant filter.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, SessionId, TenantId};
+use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
 use crate::message::{ContentBlock, Role};
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::Value;
@@ -73,14 +73,11 @@ fn session_from_row(row: &PgRow) -> StoreResult<SessionRecord> {
         updated_at: row.try_get("updated_at")?,
         closed_at: row.try_get("closed_at")?,
         last_event_seq: row.try_get("last_event_seq")?,
-        lease_owner: row.try_get("lease_owner")?,
-        lease_expires_at: row.try_get("lease_expires_at")?,
-        lease_fence: row.try_get("lease_fence")?,
     })
 }
 
 const SESSION_COLUMNS: &str = "id, tenant_id, config, status, created_at, updated_at, closed_at, \
-     last_event_seq, lease_owner, lease_expires_at, lease_fence";
+     last_event_seq";
 
 #[async_trait]
 impl Store for PgStore {
@@ -191,6 +188,41 @@ impl Store for PgStore {
     ) -> StoreResult<AppendResult> {
         let created_at = now();
         let mut tx = self.tenant_tx(tenant).await?;
+        if let Some(lease) = &batch.lease {
+            // The row lock makes a concurrent claim wait for this write, or this write see it.
+            let held = match &batch.run_end {
+                None => sqlx::query(
+                    "SELECT 1 FROM runs WHERE id = $1 AND owner = $2 AND fence = $3 \
+                         AND status = 'running' FOR SHARE",
+                )
+                .bind(lease.run_id.as_str())
+                .bind(&lease.owner)
+                .bind(lease.fence)
+                .fetch_optional(&mut *tx)
+                .await?
+                .is_some(),
+                Some(end) => {
+                    sqlx::query(
+                        "UPDATE runs SET status = $4, terminal = $5, ended_at = $6, \
+                             lease_expires_at = NULL \
+                         WHERE id = $1 AND owner = $2 AND fence = $3 AND status = 'running'",
+                    )
+                    .bind(lease.run_id.as_str())
+                    .bind(&lease.owner)
+                    .bind(lease.fence)
+                    .bind(end.status.as_str())
+                    .bind(Json(&end.terminal))
+                    .bind(created_at)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                        == 1
+                }
+            };
+            if !held {
+                return Err(StoreError::LeaseLost);
+            }
+        }
         let event_count = batch.events.len() as i64;
         let message_count = batch.messages.len() as i64;
         let row = sqlx::query(
@@ -313,17 +345,28 @@ impl Store for PgStore {
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
-        rows.iter()
-            .map(|row| {
-                Ok(EventRecord {
-                    seq: row.try_get("seq")?,
-                    kind: row.try_get("kind")?,
-                    payload: row.try_get::<Json<Value>, _>("payload")?.0,
-                    run_id: row.try_get("run_id")?,
-                    created_at: row.try_get("created_at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn list_run_events(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run: &RunId,
+        kinds: &[&str],
+    ) -> StoreResult<Vec<EventRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows = sqlx::query(
+            "SELECT seq, kind, payload, run_id, created_at FROM events \
+             WHERE session_id = $1 AND run_id = $2 AND kind = ANY($3) ORDER BY seq",
+        )
+        .bind(session.as_str())
+        .bind(run.as_str())
+        .bind(kinds)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(event_from_row).collect()
     }
 
     async fn list_messages(
@@ -620,6 +663,162 @@ impl Store for PgStore {
         .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    // --- runs ---
+
+    async fn create_run(
+        &self,
+        tenant: &TenantId,
+        run: NewRun,
+        claim: Option<(&str, Duration)>,
+    ) -> StoreResult<RunRecord> {
+        let created_at = now();
+        let (status, owner, expires, fence, started) = match claim {
+            Some((owner, lease)) => (
+                RunStatus::Running,
+                Some(owner),
+                Some(created_at + lease_span(lease)),
+                1_i64,
+                Some(created_at),
+            ),
+            None => (RunStatus::Queued, None, None, 0, None),
+        };
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row = sqlx::query(&format!(
+            "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
+                 fence, created_at, started_at) \
+             SELECT $1, id, tenant_id, $4, $5, $6, $7, $8, $9, $10 FROM sessions \
+                 WHERE id = $2 AND tenant_id = $3 \
+             RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(run.id.as_str())
+        .bind(run.session.as_str())
+        .bind(tenant.as_str())
+        .bind(&run.prompt)
+        .bind(status.as_str())
+        .bind(owner)
+        .bind(expires)
+        .bind(fence)
+        .bind(created_at)
+        .bind(started)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        let record = run_from_row(&row)?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    async fn claim_run(
+        &self,
+        tenant: &TenantId,
+        id: &RunId,
+        owner: &str,
+        lease: Duration,
+    ) -> StoreResult<Option<RunRecord>> {
+        let at = now();
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row = sqlx::query(&format!(
+            "UPDATE runs SET status = 'running', owner = $2, lease_expires_at = $3, \
+                 fence = fence + 1, started_at = COALESCE(started_at, $4) \
+             WHERE id = $1 AND (status = 'queued' OR (status = 'running' \
+                 AND (owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < $4))) \
+             RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(id.as_str())
+        .bind(owner)
+        .bind(at + lease_span(lease))
+        .bind(at)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let record = row.as_ref().map(run_from_row).transpose()?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    async fn cancel_queued_run(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &RunId,
+    ) -> StoreResult<bool> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let done = sqlx::query(
+            "UPDATE runs SET status = 'cancelled', ended_at = $3, \
+                 terminal = '{\"reason\": \"cancelled\"}'::jsonb \
+             WHERE id = $1 AND session_id = $2 AND status = 'queued'",
+        )
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn get_run(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &RunId,
+    ) -> StoreResult<Option<RunRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND session_id = $2"
+        ))
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: Option<&RunId>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = $1 AND position > COALESCE(\
+                 (SELECT position FROM runs WHERE id = $2 AND session_id = $1), 0) \
+             ORDER BY position LIMIT $3"
+        ))
+        .bind(session.as_str())
+        .bind(after.map(RunId::as_str))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    async fn renew_leases(&self, owner: &str, lease: Duration) -> StoreResult<u64> {
+        // System-level (login role): one statement for every run this replica holds.
+        let done = sqlx::query(
+            "UPDATE runs SET lease_expires_at = $2 WHERE owner = $1 AND status = 'running'",
+        )
+        .bind(owner)
+        .bind(now() + lease_span(lease))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running') \
+             ORDER BY position LIMIT $1"
+        ))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
     }
 
     // --- tool state (todos, memory, permission mode) ---
@@ -939,4 +1138,38 @@ pub(super) fn build_append_result(
             })
             .collect(),
     }
+}
+
+const RUN_COLUMNS: &str = "id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
+     fence, terminal, created_at, started_at, ended_at";
+
+fn run_from_row(row: &PgRow) -> StoreResult<RunRecord> {
+    let status: String = row.try_get("status")?;
+    Ok(RunRecord {
+        id: row.try_get("id")?,
+        session_id: row.try_get("session_id")?,
+        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+        prompt: row.try_get("prompt")?,
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| StoreError::Internal(format!("unknown run status {status}")))?,
+        owner: row.try_get("owner")?,
+        lease_expires_at: row.try_get("lease_expires_at")?,
+        fence: row.try_get("fence")?,
+        terminal: row
+            .try_get::<Option<Json<Value>>, _>("terminal")?
+            .map(|json| json.0),
+        created_at: row.try_get("created_at")?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+    })
+}
+
+fn event_from_row(row: &PgRow) -> StoreResult<EventRecord> {
+    Ok(EventRecord {
+        seq: row.try_get("seq")?,
+        kind: row.try_get("kind")?,
+        payload: row.try_get::<Json<Value>, _>("payload")?.0,
+        run_id: row.try_get("run_id")?,
+        created_at: row.try_get("created_at")?,
+    })
 }

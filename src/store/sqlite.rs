@@ -7,7 +7,7 @@ use super::postgres::{
     build_append_result, memory_conflict, mode_override_from, parse_role, role_str,
 };
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, SessionId, TenantId};
+use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
 use crate::message::ContentBlock;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::Value;
@@ -84,14 +84,11 @@ fn session_from_row(row: &SqliteRow) -> StoreResult<SessionRecord> {
         updated_at: parse_ts(&row.try_get::<String, _>("updated_at")?)?,
         closed_at: parse_opt_ts(row.try_get("closed_at")?)?,
         last_event_seq: row.try_get("last_event_seq")?,
-        lease_owner: row.try_get("lease_owner")?,
-        lease_expires_at: parse_opt_ts(row.try_get("lease_expires_at")?)?,
-        lease_fence: row.try_get("lease_fence")?,
     })
 }
 
 const SESSION_COLUMNS: &str = "id, tenant_id, config, status, created_at, updated_at, closed_at, \
-     last_event_seq, lease_owner, lease_expires_at, lease_fence";
+     last_event_seq";
 
 #[async_trait]
 impl Store for SqliteStore {
@@ -202,6 +199,38 @@ impl Store for SqliteStore {
         let event_count = batch.events.len() as i64;
         let message_count = batch.messages.len() as i64;
         let mut tx = self.pool.begin().await?;
+        if let Some(lease) = &batch.lease {
+            let (status, terminal, ended) = match &batch.run_end {
+                Some(end) => (
+                    end.status.as_str(),
+                    Some(end.terminal.to_string()),
+                    Some(created.clone()),
+                ),
+                None => ("running", None, None),
+            };
+            // A write (even a no-op one) takes SQLite's write lock at once, so no claim can
+            // slip in between this check and the commit.
+            let held = sqlx::query(
+                "UPDATE runs SET status = ?, terminal = COALESCE(?, terminal), \
+                     ended_at = COALESCE(?, ended_at), \
+                     lease_expires_at = CASE WHEN ? = 'running' THEN lease_expires_at END \
+                 WHERE id = ? AND owner = ? AND fence = ? AND status = 'running'",
+            )
+            .bind(status)
+            .bind(terminal)
+            .bind(ended)
+            .bind(status)
+            .bind(lease.run_id.as_str())
+            .bind(&lease.owner)
+            .bind(lease.fence)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if !held {
+                return Err(StoreError::LeaseLost);
+            }
+        }
         let row = sqlx::query(
             "UPDATE sessions SET last_event_seq = last_event_seq + ?, \
                  last_message_seq = last_message_seq + ?, updated_at = ? \
@@ -290,17 +319,28 @@ impl Store for SqliteStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(EventRecord {
-                    seq: row.try_get("seq")?,
-                    kind: row.try_get("kind")?,
-                    payload: parse_json::<Value>(&row.try_get::<String, _>("payload")?)?,
-                    run_id: row.try_get("run_id")?,
-                    created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
-                })
-            })
-            .collect()
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn list_run_events(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run: &RunId,
+        kinds: &[&str],
+    ) -> StoreResult<Vec<EventRecord>> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, payload, run_id, created_at FROM events \
+             WHERE session_id = ? AND tenant_id = ? AND run_id = ? \
+                 AND kind IN (SELECT value FROM json_each(?)) ORDER BY seq",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(run.as_str())
+        .bind(serde_json::to_string(kinds).unwrap_or_else(|_| "[]".into()))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
     }
 
     async fn list_messages(
@@ -585,6 +625,155 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
+    // --- runs ---
+
+    async fn create_run(
+        &self,
+        tenant: &TenantId,
+        run: NewRun,
+        claim: Option<(&str, Duration)>,
+    ) -> StoreResult<RunRecord> {
+        let created_at = now();
+        let (status, owner, expires, fence, started) = match claim {
+            Some((owner, lease)) => (
+                RunStatus::Running,
+                Some(owner),
+                Some(ts(created_at + lease_span(lease))),
+                1_i64,
+                Some(ts(created_at)),
+            ),
+            None => (RunStatus::Queued, None, None, 0, None),
+        };
+        let row = sqlx::query(&format!(
+            "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
+                 fence, created_at, started_at) \
+             SELECT ?, id, tenant_id, ?, ?, ?, ?, ?, ?, ? FROM sessions \
+                 WHERE id = ? AND tenant_id = ? \
+             RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(run.id.as_str())
+        .bind(&run.prompt)
+        .bind(status.as_str())
+        .bind(owner)
+        .bind(expires)
+        .bind(fence)
+        .bind(ts(created_at))
+        .bind(started)
+        .bind(run.session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        run_from_row(&row)
+    }
+
+    async fn claim_run(
+        &self,
+        tenant: &TenantId,
+        id: &RunId,
+        owner: &str,
+        lease: Duration,
+    ) -> StoreResult<Option<RunRecord>> {
+        let at = now();
+        let row = sqlx::query(&format!(
+            "UPDATE runs SET status = 'running', owner = ?, lease_expires_at = ?, \
+                 fence = fence + 1, started_at = COALESCE(started_at, ?) \
+             WHERE id = ? AND tenant_id = ? AND (status = 'queued' OR (status = 'running' \
+                 AND (owner = ? OR lease_expires_at IS NULL OR lease_expires_at < ?))) \
+             RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(owner)
+        .bind(ts(at + lease_span(lease)))
+        .bind(ts(at))
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(owner)
+        .bind(ts(at))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn cancel_queued_run(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &RunId,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE runs SET status = 'cancelled', ended_at = ?, terminal = '{\"reason\":\"cancelled\"}' \
+             WHERE id = ? AND session_id = ? AND tenant_id = ? AND status = 'queued'",
+        )
+        .bind(ts(now()))
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn get_run(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &RunId,
+    ) -> StoreResult<Option<RunRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE id = ? AND session_id = ? AND tenant_id = ?"
+        ))
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: Option<&RunId>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ? AND tenant_id = ? \
+                 AND position > COALESCE((SELECT position FROM runs WHERE id = ? AND session_id = ?), 0) \
+             ORDER BY position LIMIT ?"
+        ))
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after.map(RunId::as_str))
+        .bind(session.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    async fn renew_leases(&self, owner: &str, lease: Duration) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE runs SET lease_expires_at = ? WHERE owner = ? AND status = 'running'",
+        )
+        .bind(ts(now() + lease_span(lease)))
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running') \
+             ORDER BY position LIMIT ?"
+        ))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
     // --- tool state (todos, memory, permission mode) ---
 
     async fn get_todos(
@@ -811,6 +1000,42 @@ fn approval_from_row(row: &SqliteRow) -> StoreResult<ApprovalRecord> {
             .transpose()?,
         grant_id: row.try_get("grant_id")?,
         expires_at: parse_ts(&row.try_get::<String, _>("expires_at")?)?,
+        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+    })
+}
+
+const RUN_COLUMNS: &str = "id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
+     fence, terminal, created_at, started_at, ended_at";
+
+fn run_from_row(row: &SqliteRow) -> StoreResult<RunRecord> {
+    let status: String = row.try_get("status")?;
+    Ok(RunRecord {
+        id: row.try_get("id")?,
+        session_id: row.try_get("session_id")?,
+        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+        prompt: row.try_get("prompt")?,
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| StoreError::Internal(format!("unknown run status {status}")))?,
+        owner: row.try_get("owner")?,
+        lease_expires_at: parse_opt_ts(row.try_get("lease_expires_at")?)?,
+        fence: row.try_get("fence")?,
+        terminal: row
+            .try_get::<Option<String>, _>("terminal")?
+            .as_deref()
+            .map(parse_json)
+            .transpose()?,
+        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+        started_at: parse_opt_ts(row.try_get("started_at")?)?,
+        ended_at: parse_opt_ts(row.try_get("ended_at")?)?,
+    })
+}
+
+fn event_from_row(row: &SqliteRow) -> StoreResult<EventRecord> {
+    Ok(EventRecord {
+        seq: row.try_get("seq")?,
+        kind: row.try_get("kind")?,
+        payload: parse_json::<Value>(&row.try_get::<String, _>("payload")?)?,
+        run_id: row.try_get("run_id")?,
         created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
     })
 }

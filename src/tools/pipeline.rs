@@ -96,6 +96,14 @@ pub trait Approver: Send + Sync {
     async fn decide(&self, request: ApprovalRequest) -> ApprovalAnswer;
 }
 
+/// Told, durably, that a call is about to run (every check passed), so that a crash while it
+/// runs is reported as `INTERRUPTED` afterwards instead of running it a second time.
+#[async_trait]
+pub trait ExecutionJournal: Send + Sync {
+    /// Records that `tool_use_id` starts now; an error keeps the call from running.
+    async fn executing(&self, tool_use_id: &str, tool_name: &str) -> Result<(), String>;
+}
+
 /// Why a call was (or was not) allowed, for events and audit.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DecisionRecord {
@@ -155,6 +163,7 @@ pub struct Pipeline {
     registry: ToolRegistry,
     gate: Arc<dyn PermissionGate>,
     approver: Option<Arc<dyn Approver>>,
+    journal: Option<Arc<dyn ExecutionJournal>>,
     hooks: HookRunner,
     output: OutputPolicy,
     call_timeout: Duration,
@@ -168,6 +177,7 @@ impl Pipeline {
             registry,
             gate,
             approver: None,
+            journal: None,
             hooks: HookRunner::new(),
             output: OutputPolicy::default(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
@@ -178,6 +188,13 @@ impl Pipeline {
     #[must_use]
     pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.approver = Some(approver);
+        self
+    }
+
+    /// Records every call in `journal` just before it runs.
+    #[must_use]
+    pub fn with_journal(mut self, journal: Arc<dyn ExecutionJournal>) -> Self {
+        self.journal = Some(journal);
         self
     }
 
@@ -257,6 +274,21 @@ impl Pipeline {
                 .hooks
                 .has_hooks(HookEventName::PostToolUseFailure, Some(name));
         let post_input = post_hooks.then(|| input.clone());
+        if let Some(journal) = &self.journal {
+            if let Err(error) = journal.executing(&ctx.tool_use_id, name).await {
+                tracing::error!(%error, "cannot record the call; it does not run");
+                return CallOutcome {
+                    result: ToolResultBlock::error(
+                        &ctx.tool_use_id,
+                        codes::TOOL_FAILED,
+                        format!("the call was not run: it could not be recorded ({error})"),
+                    ),
+                    spill: None,
+                    extra_messages: context_messages(context),
+                    decision,
+                };
+            }
+        }
         let called = self.invoke(tool, input, ctx).await;
 
         // 6. cap / spill

@@ -1,15 +1,17 @@
 //! One store test suite, run against SQLite and Postgres; plus the Postgres row-level-security
 //! proof that a query forgetting its tenant filter sees nothing of other tenants.
 
+use norma::ids::RunId;
 use norma::ids::{OutputId, SessionId, TenantId};
 use norma::message::{ContentBlock, Message, Role, ToolResultBlock};
 use norma::store::{
-    AppendBatch, ConnectOptions, NewEvent, NewMessage, NewOutput, NewSession, SessionStatus, Store,
-    StoreError,
+    AppendBatch, ConnectOptions, NewEvent, NewMessage, NewOutput, NewRun, NewSession, RunEnd,
+    RunStatus, SessionStatus, Store, StoreError,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use std::time::Duration;
 
 async fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -55,6 +57,8 @@ store_suite!(
     concurrent_appends_never_duplicate_a_seq,
     appends_are_tenant_scoped_and_atomic,
     outputs_keep_digest_and_provenance,
+    run_leases_are_exclusive_and_fence_stale_writers,
+    queued_runs_are_claimed_in_order_and_cancellable,
 );
 
 async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
@@ -134,6 +138,7 @@ async fn append_numbers_events_and_messages_contiguously(store: Arc<dyn Store>) 
                     compaction_boundary: false,
                 }],
                 outputs: vec![],
+                ..Default::default()
             },
         )
         .await
@@ -166,6 +171,7 @@ async fn append_numbers_events_and_messages_contiguously(store: Arc<dyn Store>) 
                     compaction_boundary: true,
                 }],
                 outputs: vec![],
+                ..Default::default()
             },
         )
         .await
@@ -348,6 +354,7 @@ async fn outputs_keep_digest_and_provenance(store: Arc<dyn Store>) {
                     sha256: sha256.clone(),
                 }],
                 events: vec![],
+                ..Default::default()
             },
         )
         .await
@@ -457,4 +464,246 @@ async fn postgres_row_level_security_hides_other_tenants_from_unfiltered_queries
         .await
         .unwrap();
     assert_eq!(visible, 0);
+}
+
+fn new_run(session: &SessionId, prompt: &str) -> NewRun {
+    NewRun {
+        id: RunId::generate(),
+        session: session.clone(),
+        prompt: prompt.into(),
+    }
+}
+
+async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let session = new_session(&store, "t1").await;
+    let long = Duration::from_secs(60);
+    let run = store
+        .create_run(&tenant, new_run(&session, "go"), Some(("replica-a", long)))
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(run.owner.as_deref(), Some("replica-a"));
+    assert_eq!(run.fence, 1);
+    let run_id = RunId::from_string(run.id.clone());
+    let a_lease = run.lease().unwrap();
+
+    // Another replica cannot take a live lease; the same replica (restarted) can.
+    assert!(
+        store
+            .claim_run(&tenant, &run_id, "replica-b", long)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let reclaimed = store
+        .claim_run(&tenant, &run_id, "replica-a", long)
+        .await
+        .unwrap()
+        .expect("own run");
+    assert_eq!(reclaimed.fence, 2);
+
+    // The first claim's writer is fenced off; nothing of its batch is written.
+    let stale = store
+        .append(
+            &tenant,
+            &session,
+            AppendBatch {
+                events: vec![event("late", 1)],
+                lease: Some(a_lease),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(stale, Err(StoreError::LeaseLost)), "{stale:?}");
+    assert!(
+        store
+            .list_events(&tenant, &session, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // An expired lease is taken over by another replica, which can then write.
+    let short = store
+        .claim_run(&tenant, &run_id, "replica-a", Duration::from_millis(1))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let taken = store
+        .claim_run(&tenant, &run_id, "replica-b", long)
+        .await
+        .unwrap()
+        .expect("expired lease");
+    assert_eq!(taken.owner.as_deref(), Some("replica-b"));
+    assert!(taken.fence > short.fence);
+    assert_eq!(store.renew_leases("replica-a", long).await.unwrap(), 0);
+    assert_eq!(store.renew_leases("replica-b", long).await.unwrap(), 1);
+
+    // Ending the run is atomic with its last write, and only for the holder.
+    let ended = store
+        .append(
+            &tenant,
+            &session,
+            AppendBatch {
+                events: vec![event("terminal", 2)],
+                lease: taken.lease(),
+                run_end: Some(RunEnd {
+                    status: RunStatus::Completed,
+                    terminal: json!({ "reason": "end_turn" }),
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ended.events[0].seq, 1);
+    let done = store
+        .get_run(&tenant, &session, &run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.terminal, Some(json!({ "reason": "end_turn" })));
+    assert!(done.ended_at.is_some());
+    // A finished run cannot be claimed again, nor written by its last holder.
+    assert!(
+        store
+            .claim_run(&tenant, &run_id, "replica-b", long)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let after_end = store
+        .append(
+            &tenant,
+            &session,
+            AppendBatch {
+                events: vec![event("after", 3)],
+                lease: taken.lease(),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(after_end, Err(StoreError::LeaseLost)));
+    assert!(
+        store
+            .list_unfinished_runs(100)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.id != done.id)
+    );
+    // Another tenant sees nothing of it.
+    assert!(
+        store
+            .get_run(&TenantId::new("t2"), &session, &run_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let session = new_session(&store, "t1").await;
+    let other = new_session(&store, "t2").await;
+    let long = Duration::from_secs(60);
+    let first = store
+        .create_run(&tenant, new_run(&session, "one"), None)
+        .await
+        .unwrap();
+    let second = store
+        .create_run(&tenant, new_run(&session, "two"), None)
+        .await
+        .unwrap();
+    let elsewhere = store
+        .create_run(&TenantId::new("t2"), new_run(&other, "x"), None)
+        .await
+        .unwrap();
+    assert_eq!(first.status, RunStatus::Queued);
+    assert!(first.owner.is_none());
+    // A run cannot be created in another tenant's session.
+    assert!(matches!(
+        store
+            .create_run(&tenant, new_run(&other, "forged"), None)
+            .await,
+        Err(StoreError::NotFound)
+    ));
+
+    // System-level listing sees every tenant's unfinished runs in submission order.
+    let unfinished: Vec<String> = store
+        .list_unfinished_runs(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(
+        unfinished,
+        vec![first.id.clone(), second.id.clone(), elsewhere.id.clone()]
+    );
+
+    let second_id = RunId::from_string(second.id.clone());
+    assert!(
+        store
+            .cancel_queued_run(&tenant, &session, &second_id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .cancel_queued_run(&tenant, &session, &second_id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_run(&tenant, &second_id, "replica-a", long)
+            .await
+            .unwrap()
+            .is_none(),
+        "a cancelled run is not claimable"
+    );
+    let claimed = store
+        .claim_run(
+            &tenant,
+            &RunId::from_string(first.id.clone()),
+            "replica-a",
+            long,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((claimed.status, claimed.fence), (RunStatus::Running, 1));
+    assert!(
+        !store
+            .cancel_queued_run(&tenant, &session, &RunId::from_string(first.id.clone()))
+            .await
+            .unwrap(),
+        "a running run is cancelled through the runtime, not the queue"
+    );
+
+    let listed = store.list_runs(&tenant, &session, None, 10).await.unwrap();
+    let statuses: Vec<RunStatus> = listed.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![RunStatus::Running, RunStatus::Cancelled]);
+    let page = store
+        .list_runs(
+            &tenant,
+            &session,
+            Some(&RunId::from_string(first.id.clone())),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].id, second.id);
+    assert!(
+        store
+            .list_runs(&TenantId::new("t2"), &session, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -1,0 +1,270 @@
+//! Resuming a run after a crash or restart, from what the store holds.
+//!
+//! A run's history is committed turn by turn, and the turn in flight leaves a trail of
+//! events: `tool_call` (the model asked for a call), `tool_executing` (written durably just
+//! before the call's code ran), `tool_result` (the call finished). Resuming a run looks at the
+//! calls of the interrupted turn that history does not hold yet:
+//! - a call with a recorded result keeps it;
+//! - a call that started executing but has no result gets an `INTERRUPTED` error result: it
+//!   may have had effects, so it is never silently run again (the model decides);
+//! - a call that never started (parked on an approval, or waiting its turn) goes through the
+//!   pipeline now; a still-pending approval is reused, so it stays answerable.
+//!
+//! The interrupted turn is then committed (its streamed text, its calls and their results) and
+//! the loop continues with a fresh model request. A run that was mid model-call has no
+//! calls in flight and simply re-issues the request.
+
+use super::RuntimeError;
+use super::host::StoreHost;
+use crate::harness::engine::{HistoryAppend, LoopEvent, LoopHost, RunHistory};
+use crate::harness::scheduler::PendingCall;
+use crate::ids::{RunId, SessionId, TenantId};
+use crate::message::{ContentBlock, Message, Role, ToolResultBlock};
+use crate::store::{MessageRecord, Store};
+use crate::tools::codes;
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use tokio_util::sync::CancellationToken;
+
+/// What the resumed run needs.
+pub struct Resumed<'a> {
+    pub store: &'a dyn Store,
+    pub host: &'a StoreHost,
+    pub tenant: &'a TenantId,
+    pub session: &'a SessionId,
+    pub run_id: &'a RunId,
+    pub replica: &'a str,
+}
+
+/// How to go on after recovery.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// Run the loop; the next response is main turn `main_turn`.
+    Continue { main_turn: u32 },
+    /// The run had already ended; its end is now recorded.
+    Finished,
+}
+
+/// A call of the interrupted turn, as the `tool_call` event recorded it.
+struct Call {
+    id: String,
+    name: String,
+    input: Value,
+}
+
+/// Brings the run's history up to date and tells how to continue.
+pub async fn recover(
+    run: &Resumed<'_>,
+    records: &[MessageRecord],
+    history: &mut RunHistory,
+    cancel: &CancellationToken,
+) -> Result<Recovery, RuntimeError> {
+    let events = run
+        .store
+        .list_run_events(
+            run.tenant,
+            run.session,
+            run.run_id,
+            &[
+                "model_request",
+                "assistant_delta",
+                "tool_call",
+                "tool_executing",
+                "tool_result",
+                "terminal",
+            ],
+        )
+        .await?;
+    if let Some(terminal) = events.iter().find(|e| e.kind == "terminal") {
+        // Ended, but the end did not reach the run's row: record it now.
+        run.host
+            .commit(
+                vec![],
+                vec![LoopEvent::new("terminal", terminal.payload.clone())],
+            )
+            .await
+            .map_err(|error| RuntimeError::Setup(error.0))?;
+        return Ok(Recovery::Finished);
+    }
+
+    let of_run = |record: &&MessageRecord| record.run_id.as_deref() == Some(run.run_id.as_str());
+    let tool_turns_done = records
+        .iter()
+        .filter(of_run)
+        .filter(|r| r.role == Role::Assistant && r.to_message().tool_uses().next().is_some())
+        .count() as u32;
+    let known: HashSet<String> = history
+        .messages
+        .iter()
+        .flat_map(|m| m.tool_uses().map(|(id, _, _)| id.to_owned()))
+        .collect();
+
+    // The interrupted turn: calls history does not hold, their results and starts.
+    let mut calls: Vec<Call> = Vec::new();
+    let mut results: HashMap<String, ToolResultBlock> = HashMap::new();
+    let mut executing: HashSet<String> = HashSet::new();
+    let mut text = String::new();
+    for event in &events {
+        let id = event.payload["tool_use_id"].as_str().unwrap_or_default();
+        match event.kind.as_str() {
+            // Streamed text belongs to the last request's response.
+            "model_request" => text.clear(),
+            "assistant_delta" => text.push_str(event.payload["text"].as_str().unwrap_or_default()),
+            "tool_call" if !known.contains(id) && !calls.iter().any(|c| c.id == id) => {
+                calls.push(Call {
+                    id: id.to_owned(),
+                    name: event.payload["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    input: event.payload["input"].clone(),
+                });
+            }
+            "tool_executing" => {
+                executing.insert(id.to_owned());
+            }
+            "tool_result" => {
+                if let Ok(result) =
+                    serde_json::from_value::<ToolResultBlock>(event.payload["result"].clone())
+                {
+                    results.insert(id.to_owned(), result);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    if calls.is_empty() {
+        let last_is_answer = records.last().filter(of_run).is_some_and(|r| {
+            r.role == Role::Assistant && r.to_message().tool_uses().next().is_none()
+        });
+        if last_is_answer {
+            // The final answer was committed; only the terminal event was missing.
+            run.host
+                .commit(
+                    vec![],
+                    vec![LoopEvent::new("terminal", json!({ "reason": "end_turn" }))],
+                )
+                .await
+                .map_err(|error| RuntimeError::Setup(error.0))?;
+            return Ok(Recovery::Finished);
+        }
+        run.host
+            .commit(vec![], vec![resumed_event(run, &[], &[])])
+            .await
+            .map_err(|error| RuntimeError::Setup(error.0))?;
+        return Ok(Recovery::Continue {
+            main_turn: tool_turns_done + 1,
+        });
+    }
+
+    let interrupted: Vec<&str> = calls
+        .iter()
+        .filter(|c| !results.contains_key(&c.id) && executing.contains(&c.id))
+        .map(|c| c.id.as_str())
+        .collect();
+    let rerun: Vec<&str> = calls
+        .iter()
+        .filter(|c| !results.contains_key(&c.id) && !executing.contains(&c.id))
+        .map(|c| c.id.as_str())
+        .collect();
+    run.host
+        .commit(vec![], vec![resumed_event(run, &interrupted, &rerun)])
+        .await
+        .map_err(|error| RuntimeError::Setup(error.0))?;
+
+    let mut paired = Vec::with_capacity(calls.len());
+    let mut new_results = Vec::new();
+    for call in &calls {
+        let result = match results.remove(&call.id) {
+            Some(result) => result,
+            None if executing.contains(&call.id) => {
+                let result = ToolResultBlock::error(
+                    &call.id,
+                    codes::INTERRUPTED,
+                    "The server stopped while this call was running; it may or may not have \
+                     taken effect, and it was not run again.",
+                );
+                new_results.push(result.clone());
+                result
+            }
+            None => {
+                // It never started: run it now (a pending approval is reused).
+                let pending = PendingCall {
+                    tool_use_id: call.id.clone(),
+                    name: call.name.clone(),
+                    input: call.input.clone(),
+                    concurrency_safe: false,
+                };
+                let result = run.host.execute_tool(pending, cancel.child_token()).await;
+                new_results.push(result.clone());
+                result
+            }
+        };
+        paired.push(result);
+    }
+
+    let mut content = Vec::new();
+    if !text.is_empty() {
+        content.push(ContentBlock::Text { text });
+    }
+    content.extend(calls.iter().map(|call| ContentBlock::ToolUse {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        input: call.input.clone(),
+    }));
+    let assistant = Message {
+        role: Role::Assistant,
+        content,
+    };
+    let answers = Message {
+        role: Role::User,
+        content: paired.into_iter().map(ContentBlock::ToolResult).collect(),
+    };
+    let mut events: Vec<LoopEvent> = new_results
+        .iter()
+        .map(|result| {
+            LoopEvent::new(
+                "tool_result",
+                json!({ "tool_use_id": result.tool_use_id, "result": result }),
+            )
+        })
+        .collect();
+    events.push(LoopEvent::new(
+        "tool_results",
+        json!({ "count": answers.content.len() }),
+    ));
+    history.messages.push(assistant.clone());
+    history.messages.push(answers.clone());
+    run.host
+        .commit(
+            vec![
+                HistoryAppend {
+                    message: assistant,
+                    compaction_boundary: false,
+                },
+                HistoryAppend {
+                    message: answers,
+                    compaction_boundary: false,
+                },
+            ],
+            events,
+        )
+        .await
+        .map_err(|error| RuntimeError::Setup(error.0))?;
+    Ok(Recovery::Continue {
+        main_turn: tool_turns_done + 2,
+    })
+}
+
+fn resumed_event(run: &Resumed<'_>, interrupted: &[&str], rerun: &[&str]) -> LoopEvent {
+    LoopEvent::new(
+        "run_resumed",
+        json!({
+            "run_id": run.run_id,
+            "replica": run.replica,
+            "interrupted": interrupted,
+            "rerun": rerun,
+        }),
+    )
+}

@@ -1,0 +1,469 @@
+//! Resuming runs from the store: the state a crashed replica leaves behind (a run row whose
+//! lease expired, its prompt, and the trail of events of the turn in flight) is written
+//! directly, then a server starts on that store and must take the run over. The kill -9
+//! tests with the real binary are in tests/crash.rs.
+
+use crate::helpers::{Backend, TestApp, count, fresh_pg_database, test_settings};
+use norma::ids::{RunId, SessionId, TenantId};
+use norma::message::Message;
+use norma::store::{
+    AppendBatch, ConnectOptions, NewApproval, NewEvent, NewMessage, NewRun, NewSession, RunLease,
+    RunRecord, Store,
+};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `mod $name { sqlite(); postgres(); }` running `$case(backend)`: each case prepares its
+/// store before the server starts.
+macro_rules! on_each_store {
+    ($($name:ident => $case:path;)*) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                $case(crate::helpers::Backend::Sqlite).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                $case(crate::helpers::Backend::Postgres).await;
+            }
+        }
+    )*};
+}
+
+on_each_store!(
+    a_tool_that_was_executing_is_reported_interrupted_and_not_run_again => super::interrupted_tool_is_not_rerun;
+    a_call_parked_on_an_approval_keeps_its_approval_answerable => super::parked_approval_survives;
+    a_run_cut_mid_model_call_reissues_the_call => super::mid_model_call_is_reissued;
+    a_run_held_by_a_live_replica_is_left_alone => super::live_lease_is_respected;
+);
+
+const OLD_REPLICA: &str = "crashed-replica";
+
+/// A store prepared before the server starts, and the settings that point at it.
+struct Prepared {
+    store: Arc<dyn Store>,
+    settings: norma::config::Settings,
+    dir: tempfile::TempDir,
+    backend: Backend,
+}
+
+impl Prepared {
+    async fn new(backend: Backend) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = test_settings(dir.path());
+        settings.run_lease_seconds = 1;
+        if backend == Backend::Postgres {
+            settings.database_url = Some(SecretString::from(fresh_pg_database().await?));
+        }
+        let store = norma::store::connect(&settings.database_url(), &ConnectOptions::default())
+            .await
+            .unwrap();
+        Some(Self {
+            store,
+            settings,
+            dir,
+            backend,
+        })
+    }
+
+    async fn session(&self, config: Value) -> SessionId {
+        let id = SessionId::generate();
+        self.store
+            .create_session(NewSession {
+                id: id.clone(),
+                tenant: TenantId::new("acme"),
+                config,
+            })
+            .await
+            .unwrap();
+        id
+    }
+
+    /// A run claimed by a replica that then died: its lease lasts `lease`.
+    async fn crashed_run(&self, session: &SessionId, prompt: &str, lease: Duration) -> RunRecord {
+        let run = self
+            .store
+            .create_run(
+                &TenantId::new("acme"),
+                NewRun {
+                    id: RunId::generate(),
+                    session: session.clone(),
+                    prompt: prompt.into(),
+                },
+                Some((OLD_REPLICA, lease)),
+            )
+            .await
+            .unwrap();
+        let lease = run.lease().unwrap();
+        self.write(
+            session,
+            &lease,
+            vec![Message::user_text(prompt)],
+            vec![("run_started", json!({ "run_id": run.id, "prompt": prompt }))],
+        )
+        .await;
+        run
+    }
+
+    /// Writes what the crashed replica had written, under its lease.
+    async fn write(
+        &self,
+        session: &SessionId,
+        lease: &RunLease,
+        messages: Vec<Message>,
+        events: Vec<(&str, Value)>,
+    ) {
+        let run = Some(lease.run_id.to_string());
+        self.store
+            .append(
+                &TenantId::new("acme"),
+                session,
+                AppendBatch {
+                    messages: messages
+                        .into_iter()
+                        .map(|message| NewMessage {
+                            message,
+                            run_id: run.clone(),
+                            compaction_boundary: false,
+                        })
+                        .collect(),
+                    events: events
+                        .into_iter()
+                        .map(|(kind, payload)| NewEvent {
+                            kind: kind.into(),
+                            payload,
+                            run_id: run.clone(),
+                        })
+                        .collect(),
+                    lease: Some(lease.clone()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn start(self) -> (TestApp, Arc<dyn Store>) {
+        let store = self.store.clone();
+        (
+            TestApp::start(self.settings, self.backend, self.dir).await,
+            store,
+        )
+    }
+}
+
+fn marker_script(command: &str) -> Value {
+    json!({"turns": [
+        {"tool_calls": [{"name": "Bash", "input": {"command": command}}]},
+        {"text": "after: {{last_tool_result}}"}
+    ]})
+}
+
+async fn wait_for_run(app: &TestApp, token: &str, session: &SessionId, run: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let record: Value = app
+            .get(&format!("/v1/sessions/{session}/runs/{run}"), token)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if !matches!(record["status"].as_str(), Some("running" | "queued")) {
+            return record;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run did not finish: {record}"
+        );
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+}
+
+fn assert_contiguous(events: &[Value]) {
+    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
+    assert_eq!(
+        seqs, expected,
+        "event seqs are 1..=N without gap or duplicate"
+    );
+}
+
+fn tool_results(messages: &Value) -> Vec<Value> {
+    messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap().clone())
+        .filter(|b| b["type"] == "tool_result")
+        .collect()
+}
+
+async fn interrupted_tool_is_not_rerun(backend: Backend) {
+    let Some(prepared) = Prepared::new(backend).await else {
+        return;
+    };
+    let input = json!({ "command": "echo ran >> marker" });
+    let session = prepared
+        .session(json!({
+            "permission": {"allow": ["Bash"]},
+            "model": {"script": marker_script("echo ran >> marker")},
+        }))
+        .await;
+    let run = prepared
+        .crashed_run(&session, "go", Duration::from_millis(1))
+        .await;
+    let lease = run.lease().unwrap();
+    // The turn in flight: streamed text, the call, and its start; then the process died.
+    prepared
+        .write(
+            &session,
+            &lease,
+            vec![],
+            vec![
+                ("model_request", json!({ "request": 1 })),
+                ("assistant_delta", json!({ "text": "Let me " })),
+                ("assistant_delta", json!({ "text": "write." })),
+                (
+                    "tool_call",
+                    json!({ "tool_use_id": "toolu_scripted_0_0", "name": "Bash", "input": input }),
+                ),
+                (
+                    "tool_started",
+                    json!({ "tool_use_id": "toolu_scripted_0_0" }),
+                ),
+                (
+                    "tool_executing",
+                    json!({ "tool_use_id": "toolu_scripted_0_0", "name": "Bash" }),
+                ),
+            ],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(20)).await; // the lease expires
+    let (app, _store) = prepared.start().await;
+    let token = app.token("acme");
+
+    let record = wait_for_run(&app, &token, &session, &run.id).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert!(
+        record["fence"].as_i64().unwrap() >= 2,
+        "the run was claimed again"
+    );
+    assert_ne!(record["owner"], OLD_REPLICA);
+
+    let messages = app.messages(&token, session.as_str()).await;
+    let list = messages["messages"].as_array().unwrap();
+    assert_eq!(list.len(), 4, "{messages:#}");
+    assert_eq!(list[0]["content"][0]["text"], "go");
+    // The interrupted turn, rebuilt from its events: text, then the call.
+    assert_eq!(list[1]["role"], "assistant");
+    assert_eq!(list[1]["content"][0]["text"], "Let me write.");
+    assert_eq!(list[1]["content"][1]["id"], "toolu_scripted_0_0");
+    let results = tool_results(&messages);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["code"], "INTERRUPTED");
+    assert_eq!(results[0]["is_error"], true);
+    // The model saw the INTERRUPTED result and answered.
+    assert!(
+        list[3]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("not run again"),
+        "{:#}",
+        list[3]
+    );
+    // The call was not run again.
+    let marker = app
+        .data_dir()
+        .join("workspaces/acme")
+        .join(session.as_str())
+        .join("marker");
+    assert!(!marker.exists(), "the interrupted call ran a second time");
+
+    let events = app.events(&token, session.as_str()).await;
+    assert_contiguous(&events);
+    let resumed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "run_resumed")
+        .collect();
+    assert_eq!(resumed.len(), 1);
+    assert_eq!(
+        resumed[0]["payload"]["interrupted"],
+        json!(["toolu_scripted_0_0"])
+    );
+    assert_eq!(resumed[0]["payload"]["rerun"], json!([]));
+    assert_eq!(count(&events, "run_started"), 1);
+    assert_eq!(count(&events, "terminal"), 1);
+}
+
+async fn parked_approval_survives(backend: Backend) {
+    let Some(prepared) = Prepared::new(backend).await else {
+        return;
+    };
+    let input = json!({ "command": "echo ran >> marker" });
+    let session = prepared
+        .session(json!({ "model": {"script": marker_script("echo ran >> marker")} }))
+        .await;
+    let run = prepared
+        .crashed_run(&session, "go", Duration::from_millis(1))
+        .await;
+    let lease = run.lease().unwrap();
+    let approval_id = norma::ids::ApprovalId::generate();
+    let approval = prepared
+        .store
+        .create_approval(
+            &TenantId::new("acme"),
+            NewApproval {
+                id: approval_id.clone(),
+                session: session.clone(),
+                run_id: Some(run.id.clone()),
+                tool_use_id: "toolu_scripted_0_0".into(),
+                tool_name: "Bash".into(),
+                input_sha256: norma::runtime::approvals::input_digest(&input),
+                input: input.clone(),
+                reason: "Bash needs approval".into(),
+                expires_at: chrono::Utc::now() + chrono::Duration::minutes(10),
+            },
+        )
+        .await
+        .unwrap();
+    prepared
+        .write(
+            &session,
+            &lease,
+            vec![],
+            vec![
+                ("model_request", json!({ "request": 1 })),
+                (
+                    "tool_call",
+                    json!({ "tool_use_id": "toolu_scripted_0_0", "name": "Bash", "input": input }),
+                ),
+                ("approval_requested", json!({ "approval": approval })),
+            ],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (app, _store) = prepared.start().await;
+    let token = app.token("acme");
+
+    // The new process waits on the same request; it is still answerable.
+    app.wait_for_events(&token, session.as_str(), |e| count(e, "run_resumed") == 1)
+        .await;
+    assert_eq!(
+        app.first_pending_approval(&token, session.as_str()).await,
+        approval_id.as_str()
+    );
+    let answered = app
+        .answer(
+            &token,
+            session.as_str(),
+            approval_id.as_str(),
+            &json!({ "decision": "allow" }),
+        )
+        .await;
+    assert_eq!(answered.status(), 200);
+    let record = wait_for_run(&app, &token, &session, &run.id).await;
+    assert_eq!(record["status"], "completed", "{record}");
+
+    let all: Value = app
+        .get(&format!("/v1/sessions/{session}/approvals"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        all["approvals"].as_array().unwrap().len(),
+        1,
+        "the approval was reused, not asked again"
+    );
+    let marker = app
+        .data_dir()
+        .join("workspaces/acme")
+        .join(session.as_str())
+        .join("marker");
+    assert_eq!(std::fs::read_to_string(marker).unwrap(), "ran\n");
+    let results = tool_results(&app.messages(&token, session.as_str()).await);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["is_error"], false);
+    let events = app.events(&token, session.as_str()).await;
+    assert_contiguous(&events);
+    let resumed = events.iter().find(|e| e["type"] == "run_resumed").unwrap();
+    assert_eq!(resumed["payload"]["rerun"], json!(["toolu_scripted_0_0"]));
+    assert_eq!(count(&events, "approval_requested"), 1);
+    assert_eq!(count(&events, "approval_decided"), 1);
+}
+
+async fn mid_model_call_is_reissued(backend: Backend) {
+    let Some(prepared) = Prepared::new(backend).await else {
+        return;
+    };
+    let session = prepared
+        .session(json!({ "model": {"script": {"turns": [{"text": "the full answer"}]}} }))
+        .await;
+    let run = prepared
+        .crashed_run(&session, "hello", Duration::from_millis(1))
+        .await;
+    let lease = run.lease().unwrap();
+    prepared
+        .write(
+            &session,
+            &lease,
+            vec![],
+            vec![
+                ("model_request", json!({ "request": 1 })),
+                ("assistant_delta", json!({ "text": "the fu" })),
+            ],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (app, _store) = prepared.start().await;
+    let token = app.token("acme");
+    let record = wait_for_run(&app, &token, &session, &run.id).await;
+    assert_eq!(record["status"], "completed");
+    assert_eq!(record["terminal"]["reason"], "end_turn");
+    let messages = app.messages(&token, session.as_str()).await;
+    let list = messages["messages"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "{messages:#}");
+    assert_eq!(list[0]["content"][0]["text"], "hello");
+    assert_eq!(list[1]["content"][0]["text"], "the full answer");
+    let events = app.events(&token, session.as_str()).await;
+    assert_contiguous(&events);
+    assert_eq!(
+        count(&events, "model_request"),
+        2,
+        "the call was issued again"
+    );
+    assert_eq!(count(&events, "run_started"), 1);
+}
+
+async fn live_lease_is_respected(backend: Backend) {
+    let Some(prepared) = Prepared::new(backend).await else {
+        return;
+    };
+    let session = prepared
+        .session(json!({ "model": {"script": {"turns": [{"text": "x"}]}} }))
+        .await;
+    let run = prepared
+        .crashed_run(&session, "hello", Duration::from_secs(600))
+        .await;
+    let (app, store) = prepared.start().await;
+    let token = app.token("acme");
+    // Another replica holds the run (its lease is live): through start-up and a takeover
+    // sweep, this replica leaves it alone.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let record: Value = app
+        .get(&format!("/v1/sessions/{session}/runs/{}", run.id), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "running");
+    assert_eq!(record["owner"], OLD_REPLICA);
+    assert_eq!(record["fence"], 1);
+    let events = store
+        .list_events(&TenantId::new("acme"), &session, 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 1, "only the dead replica's run_started");
+}
