@@ -330,6 +330,17 @@ impl LoopHost for StoreHost {
         }
         drop(ctx);
         let _ = forward.await;
+        if call.name == crate::tools::deferred::SEARCH_EXTRA_TOOLS && !outcome.result.is_error {
+            // Unlocks outlive the run: they are stored before the result is.
+            let names: Vec<String> = self.unlocked.snapshot().into_iter().collect();
+            if let Err(error) = self
+                .store
+                .unlock_tools(&self.tenant, &self.session, &names)
+                .await
+            {
+                tracing::warn!(%error, "cannot store unlocked tools");
+            }
+        }
         if let Some(grant) = &outcome.decision.grant_id {
             super::approvals::consume_if_once(&self.store, &self.tenant, &self.grants, grant).await;
         }

@@ -795,6 +795,9 @@ impl SessionRuntime {
             }
         }
         let unlocked = crate::tools::deferred::UnlockSet::default();
+        for name in self.store.unlocked_tools(tenant, session).await? {
+            unlocked.unlock(&name);
+        }
         let hidden = registry.deferred_tools();
         if !hidden.is_empty() {
             for tool in [

@@ -264,6 +264,22 @@ pub trait Store: Send + Sync + 'static {
 
     // --- tool state (todos, memory, permission mode) ---
 
+    /// Records deferred tools as unlocked for the session (idempotent); `NotFound` when the
+    /// session is not `tenant`'s.
+    async fn unlock_tools(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        names: &[String],
+    ) -> StoreResult<()>;
+
+    /// The deferred tools the session has unlocked.
+    async fn unlocked_tools(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Vec<String>>;
+
     /// The session's todo list (empty when never written or the session is not `tenant`'s).
     async fn get_todos(&self, tenant: &TenantId, session: &SessionId)
     -> StoreResult<Vec<TodoItem>>;

@@ -823,6 +823,51 @@ impl Store for PgStore {
 
     // --- tool state (todos, memory, permission mode) ---
 
+    async fn unlock_tools(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        names: &[String],
+    ) -> StoreResult<()> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let owned: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2")
+                .bind(session.as_str())
+                .bind(tenant.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+        if owned.is_none() {
+            return Err(StoreError::NotFound);
+        }
+        sqlx::query(
+            "INSERT INTO session_unlocked_tools (session_id, tenant_id, tool_name) \
+             SELECT $1, $2, name FROM UNNEST($3::text[]) AS t(name) ON CONFLICT DO NOTHING",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(names)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn unlocked_tools(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Vec<String>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let names = sqlx::query_scalar(
+            "SELECT tool_name FROM session_unlocked_tools WHERE session_id = $1 ORDER BY tool_name",
+        )
+        .bind(session.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(names)
+    }
+
     async fn get_todos(
         &self,
         tenant: &TenantId,

@@ -776,6 +776,53 @@ impl Store for SqliteStore {
 
     // --- tool state (todos, memory, permission mode) ---
 
+    async fn unlock_tools(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        names: &[String],
+    ) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await?;
+        let owned: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")
+                .bind(session.as_str())
+                .bind(tenant.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+        if owned.is_none() {
+            return Err(StoreError::NotFound);
+        }
+        for name in names {
+            sqlx::query(
+                "INSERT INTO session_unlocked_tools (session_id, tenant_id, tool_name) \
+                 VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn unlocked_tools(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Vec<String>> {
+        let names = sqlx::query_scalar(
+            "SELECT tool_name FROM session_unlocked_tools WHERE session_id = ? AND tenant_id = ? \
+             ORDER BY tool_name",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(names)
+    }
+
     async fn get_todos(
         &self,
         tenant: &TenantId,

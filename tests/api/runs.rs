@@ -482,7 +482,9 @@ async fn deferred_tools_are_hidden_until_found_and_run_under_their_own_name() {
                 {"tool_calls": [{"name": "ExecuteExtraTool", "input": {"name": "Grep", "input": grep}}]},
                 {"tool_calls": [{"name": "SearchExtraTools", "input": {"query": "grep"}}]},
                 {"tool_calls": [{"name": "ExecuteExtraTool", "input": {"name": "Grep", "input": grep}}]},
-                {"text": "done"}
+                {"text": "done"},
+                {"tool_calls": [{"name": "ExecuteExtraTool", "input": {"name": "Grep", "input": grep}}]},
+                {"text": "done again"}
             ]}}
         }))
         .await;
@@ -514,4 +516,23 @@ async fn deferred_tools_are_hidden_until_found_and_run_under_their_own_name() {
         .unwrap();
     assert_eq!(last["payload"]["tool"], "Grep");
     assert_eq!(last["payload"]["decision"]["stage"], "read_only");
+
+    // The unlock is stored with the session: a later run may call the tool without searching.
+    app.prompt(&token, &id, "again").await;
+    wait_for_terminals(&app, &token, &id, 2).await;
+    let messages = app.messages(&token, &id).await;
+    let results: Vec<Value> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap().clone())
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 5);
+    assert_eq!(results[4]["is_error"], false, "{}", results[4]);
+}
+
+async fn wait_for_terminals(app: &TestApp, token: &str, id: &str, n: usize) {
+    app.wait_for_events(token, id, |e| count(e, "terminal") == n)
+        .await;
 }

@@ -59,6 +59,7 @@ store_suite!(
     outputs_keep_digest_and_provenance,
     run_leases_are_exclusive_and_fence_stale_writers,
     queued_runs_are_claimed_in_order_and_cancellable,
+    unlocked_tools_are_kept_per_session,
 );
 
 async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
@@ -706,4 +707,45 @@ async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>)
             .unwrap()
             .is_empty()
     );
+}
+
+async fn unlocked_tools_are_kept_per_session(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let session = new_session(&store, "t1").await;
+    let other = new_session(&store, "t1").await;
+    store
+        .unlock_tools(&tenant, &session, &["Grep".into(), "Glob".into()])
+        .await
+        .unwrap();
+    // Idempotent.
+    store
+        .unlock_tools(&tenant, &session, &["Grep".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.unlocked_tools(&tenant, &session).await.unwrap(),
+        vec!["Glob".to_owned(), "Grep".to_owned()]
+    );
+    assert!(
+        store
+            .unlocked_tools(&tenant, &other)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Another tenant can neither read nor write the session's unlocks.
+    let intruder = TenantId::new("t2");
+    assert!(
+        store
+            .unlocked_tools(&intruder, &session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        store
+            .unlock_tools(&intruder, &session, &["Bash".into()])
+            .await,
+        Err(StoreError::NotFound)
+    ));
 }
