@@ -37,6 +37,7 @@ on_each_store!(
     a_call_parked_on_an_approval_keeps_its_approval_answerable => super::parked_approval_survives;
     a_run_cut_mid_model_call_reissues_the_call => super::mid_model_call_is_reissued;
     a_run_held_by_a_live_replica_is_left_alone => super::live_lease_is_respected;
+    queued_prompts_survive_a_restart_and_run_in_order => super::queued_prompts_survive;
 );
 
 const OLD_REPLICA: &str = "crashed-replica";
@@ -466,4 +467,52 @@ async fn live_lease_is_respected(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(events.len(), 1, "only the dead replica's run_started");
+}
+
+async fn queued_prompts_survive(backend: Backend) {
+    let Some(prepared) = Prepared::new(backend).await else {
+        return;
+    };
+    let session = prepared
+        .session(json!({ "model": {"script": {"turns": [
+            {"text": "one: {{last_user_text}}"},
+            {"text": "two: {{last_user_text}}"}
+        ]}} }))
+        .await;
+    let first = prepared
+        .crashed_run(&session, "first", Duration::from_millis(1))
+        .await;
+    let queued = prepared
+        .store
+        .create_run(
+            &TenantId::new("acme"),
+            NewRun {
+                id: RunId::generate(),
+                session: session.clone(),
+                prompt: "second".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (app, _store) = prepared.start().await;
+    let token = app.token("acme");
+    assert_eq!(
+        wait_for_run(&app, &token, &session, &queued.id).await["status"],
+        "completed"
+    );
+    assert_eq!(
+        wait_for_run(&app, &token, &session, &first.id).await["status"],
+        "completed"
+    );
+    let messages = app.messages(&token, session.as_str()).await;
+    let texts: Vec<&str> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, vec!["first", "one: first", "second", "two: second"]);
+    assert_contiguous(&app.events(&token, session.as_str()).await);
 }

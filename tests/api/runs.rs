@@ -123,9 +123,30 @@ async fn prompt_runs_tools_and_records_everything(app: TestApp) {
     );
     assert_eq!(decisions[1].2["payload"]["decision"]["stage"], "read_only");
 
-    // Another tenant can neither prompt, stream, page events nor read messages.
+    // The run is recorded as completed, with its terminal reason.
+    let run_id = accepted["run_id"].as_str().unwrap();
+    let run: Value = app
+        .get(&format!("/v1/sessions/{id}/runs/{run_id}"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["prompt"], "make a note");
+    assert_eq!(run["terminal"]["reason"], "end_turn");
+    assert!(run["ended_at"].is_string());
+
+    // Another tenant can neither prompt, stream, page events, read messages or runs.
     let other = app.token("intruder");
-    for path in ["events", "messages", "stream", "hooks"] {
+    let run_path = format!("runs/{run_id}");
+    for path in [
+        "events",
+        "messages",
+        "stream",
+        "hooks",
+        "runs",
+        run_path.as_str(),
+    ] {
         assert_eq!(
             error_code(app.get(&format!("/v1/sessions/{id}/{path}"), &other).await)
                 .await
@@ -136,6 +157,14 @@ async fn prompt_runs_tools_and_records_everything(app: TestApp) {
     }
     let foreign = app.prompt(&other, &id, "hi").await;
     assert_eq!(error_code(foreign).await, (404, "NOT_FOUND".into()));
+    let cancel = app
+        .post_json(
+            &format!("/v1/sessions/{id}/runs/{run_id}/cancel"),
+            &other,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(error_code(cancel).await, (404, "NOT_FOUND".into()));
 }
 
 async fn sse_replays_from_last_event_id_exactly_once(app: TestApp) {
