@@ -162,6 +162,7 @@ impl App {
         self.spawn_idle_expiry();
         let runs_stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(self.state.runtime.clone().maintain_runs(runs_stop.clone()));
+        tokio::spawn(self.state.runtime.clone().follow_signals(runs_stop.clone()));
         let _stop_on_exit = runs_stop.drop_guard();
         let router = crate::api::router(self.state);
         axum::serve(self.listener, router)

@@ -10,9 +10,15 @@ use tokio::sync::broadcast;
 /// How many events a subscriber may fall behind before it is told to reconnect.
 pub const SUBSCRIBER_BUFFER: usize = 1024;
 
+/// One session's live channel and the highest `seq` published on it.
+struct Channel {
+    sender: broadcast::Sender<Arc<EventRecord>>,
+    last_seq: Option<i64>,
+}
+
 #[derive(Default)]
 pub struct EventBus {
-    channels: Mutex<HashMap<SessionId, broadcast::Sender<Arc<EventRecord>>>>,
+    channels: Mutex<HashMap<SessionId, Channel>>,
 }
 
 impl EventBus {
@@ -21,23 +27,49 @@ impl EventBus {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         channels
             .entry(session.clone())
-            .or_insert_with(|| broadcast::channel(SUBSCRIBER_BUFFER).0)
+            .or_insert_with(|| Channel {
+                sender: broadcast::channel(SUBSCRIBER_BUFFER).0,
+                last_seq: None,
+            })
+            .sender
             .subscribe()
     }
 
-    /// Publishes committed events; drops the channel when nobody listens any more.
+    /// Publishes committed events in `seq` order; an event at or below the highest `seq`
+    /// already published is skipped, so events arriving both from this replica's writer and
+    /// from another replica's notification are delivered once. Drops the channel when nobody
+    /// listens any more.
     pub fn publish(&self, session: &SessionId, events: &[EventRecord]) {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(sender) = channels.get(session) else {
+        let Some(channel) = channels.get_mut(session) else {
             return;
         };
-        if sender.receiver_count() == 0 {
+        if channel.sender.receiver_count() == 0 {
             channels.remove(session);
             return;
         }
         for event in events {
+            if channel.last_seq.is_some_and(|last| event.seq <= last) {
+                continue;
+            }
+            channel.last_seq = Some(event.seq);
             // A send error only means every receiver is gone.
-            let _ = sender.send(Arc::new(event.clone()));
+            let _ = channel.sender.send(Arc::new(event.clone()));
+        }
+    }
+
+    /// For events `first..=last` committed elsewhere: `None` when nobody here listens to the
+    /// session or they were already published; otherwise the `seq` to read after.
+    pub fn missing(&self, session: &SessionId, first: i64, last: i64) -> Option<i64> {
+        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let channel = channels.get(session)?;
+        if channel.sender.receiver_count() == 0 {
+            return None;
+        }
+        match channel.last_seq {
+            Some(published) if published >= last => None,
+            Some(published) => Some(published),
+            None => Some(first - 1),
         }
     }
 }
@@ -89,5 +121,28 @@ mod tests {
         drop(bus.subscribe(&session));
         bus.publish(&session, &[event(1)]);
         assert!(bus.channels.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn events_published_twice_are_delivered_once_and_gaps_are_reported() {
+        let bus = EventBus::default();
+        let session = SessionId::generate();
+        assert_eq!(bus.missing(&session, 1, 2), None, "nobody listens");
+        let mut reader = bus.subscribe(&session);
+        assert_eq!(
+            bus.missing(&session, 3, 4),
+            Some(2),
+            "read from just before the batch"
+        );
+        bus.publish(&session, &[event(3), event(4)]);
+        bus.publish(&session, &[event(4), event(5)]);
+        let seqs: Vec<i64> = std::iter::from_fn(|| reader.try_recv().ok().map(|e| e.seq)).collect();
+        assert_eq!(seqs, vec![3, 4, 5]);
+        assert_eq!(bus.missing(&session, 4, 5), None, "already published");
+        assert_eq!(
+            bus.missing(&session, 8, 9),
+            Some(5),
+            "the gap 6..=7 is read too"
+        );
     }
 }

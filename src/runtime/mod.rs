@@ -416,9 +416,82 @@ impl SessionRuntime {
             }
         }
         if self.store.cancel_queued_run(tenant, session, run).await? {
-            Ok(())
-        } else {
-            Err(RuntimeError::NoSuchRun)
+            return Ok(());
+        }
+        // Running on another replica: its owner cancels it on the signal.
+        match self.store.get_run(tenant, session, run).await? {
+            Some(record) if record.status == RunStatus::Running => {
+                self.store
+                    .signal(crate::store::Signal::CancelRun {
+                        session: session.clone(),
+                        run: run.clone(),
+                    })
+                    .await?;
+                Ok(())
+            }
+            _ => Err(RuntimeError::NoSuchRun),
+        }
+    }
+
+    /// Acts on what other replicas sharing the store signal: publishes their sessions' new
+    /// events to this replica's SSE subscribers, wakes runs whose approval was answered
+    /// elsewhere, and cancels runs cancelled elsewhere. Returns at once for a store only this
+    /// process uses.
+    pub async fn follow_signals(self: Arc<Self>, stop: CancellationToken) {
+        let mut signals = match self.store.signals().await {
+            Ok(Some(signals)) => signals,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for signals of other replicas");
+                return;
+            }
+        };
+        loop {
+            let signal = tokio::select! {
+                () = stop.cancelled() => return,
+                signal = signals.recv() => match signal {
+                    Some(signal) => signal,
+                    None => return,
+                },
+            };
+            match signal {
+                crate::store::Signal::Events {
+                    tenant,
+                    session,
+                    first,
+                    last,
+                } => {
+                    let Some(mut after) = self.bus.missing(&session, first, last) else {
+                        continue;
+                    };
+                    while after < last {
+                        match self.store.list_events(&tenant, &session, after, 1000).await {
+                            Ok(events) if !events.is_empty() => {
+                                after = events.last().map_or(last, |e| e.seq);
+                                self.bus.publish(&session, &events);
+                            }
+                            Ok(_) => break,
+                            Err(error) => {
+                                tracing::warn!(%error, "cannot read events signalled by another replica");
+                                break;
+                            }
+                        }
+                    }
+                }
+                crate::store::Signal::ApprovalDecided { id } => self.hub.wake(&id),
+                crate::store::Signal::CancelRun { session, run } => {
+                    if let Some(active) = self
+                        .active
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get(&session)
+                    {
+                        if active.current == run {
+                            active.cancel.cancel();
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -69,6 +69,23 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A change made by one replica that the others sharing the store may need to act on.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "signal", rename_all = "snake_case")]
+pub enum Signal {
+    /// Events `first..=last` of a session were committed.
+    Events {
+        tenant: TenantId,
+        session: SessionId,
+        first: i64,
+        last: i64,
+    },
+    /// An approval was decided (by REST, webhook or the system).
+    ApprovalDecided { id: String },
+    /// The replica running `run` should cancel it.
+    CancelRun { session: SessionId, run: RunId },
+}
+
 /// Everything the server keeps durably.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -208,6 +225,20 @@ pub trait Store: Send + Sync + 'static {
 
     /// Marks a `once` grant used; false when it was already used or revoked.
     async fn consume_grant(&self, tenant: &TenantId, id: &GrantId) -> StoreResult<bool>;
+
+    // --- signals between replicas ---
+
+    /// Signals from every replica sharing this store (Postgres LISTEN/NOTIFY), this one
+    /// included; `None` for a store only this process uses (SQLite). Committed events and
+    /// approval decisions are signalled by the store itself.
+    async fn signals(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Signal>>> {
+        Ok(None)
+    }
+
+    /// Sends a signal to every replica (nothing to do for a single-process store).
+    async fn signal(&self, _signal: Signal) -> StoreResult<()> {
+        Ok(())
+    }
 
     // --- runs ---
 

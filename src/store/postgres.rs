@@ -304,6 +304,19 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await?;
         }
+        if let (Some(first), Some(last)) = (result.events.first(), result.events.last()) {
+            // Delivered at commit, to every replica listening (cross-replica SSE fan-out).
+            notify(
+                &mut tx,
+                &Signal::Events {
+                    tenant: tenant.clone(),
+                    session: session.clone(),
+                    first: first.seq,
+                    last: last.seq,
+                },
+            )
+            .await?;
+        }
         for output in &batch.outputs {
             sqlx::query(
                 "INSERT INTO outputs (id, session_id, tenant_id, tool_use_id, tool_name, sha256, \
@@ -554,6 +567,7 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await?;
         }
+        notify(&mut tx, &Signal::ApprovalDecided { id: id.to_string() }).await?;
         let record = approval_from_row(&row)?;
         tx.commit().await?;
         Ok(Some(record))
@@ -663,6 +677,45 @@ impl Store for PgStore {
         .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    // --- signals between replicas ---
+
+    async fn signals(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Signal>>> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(SIGNAL_CHANNEL).await?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                // `recv` reconnects by itself; signals sent while disconnected are lost (a
+                // waiting approval still settles at its expiry, SSE clients can reconnect).
+                match listener.recv().await {
+                    Ok(notification) => {
+                        match serde_json::from_str::<Signal>(notification.payload()) {
+                            Ok(signal) => {
+                                if tx.send(signal).is_err() {
+                                    return; // nobody follows the signals any more
+                                }
+                            }
+                            Err(error) => tracing::warn!(%error, "malformed signal"),
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "signal listener failed; retrying");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+                if tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        Ok(Some(rx))
+    }
+
+    async fn signal(&self, signal: Signal) -> StoreResult<()> {
+        let mut conn = self.pool.acquire().await?;
+        notify(&mut conn, &signal).await
     }
 
     // --- runs ---
@@ -1217,4 +1270,18 @@ fn event_from_row(row: &PgRow) -> StoreResult<EventRecord> {
         run_id: row.try_get("run_id")?,
         created_at: row.try_get("created_at")?,
     })
+}
+
+/// The LISTEN/NOTIFY channel replicas signal each other on.
+const SIGNAL_CHANNEL: &str = "norma_signals";
+
+async fn notify(conn: &mut sqlx::PgConnection, signal: &Signal) -> StoreResult<()> {
+    let payload =
+        serde_json::to_string(signal).map_err(|error| StoreError::Internal(error.to_string()))?;
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(SIGNAL_CHANNEL)
+        .bind(payload)
+        .execute(conn)
+        .await?;
+    Ok(())
 }

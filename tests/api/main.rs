@@ -9,6 +9,7 @@ mod helpers;
 mod hooks;
 mod openapi;
 mod pg_outage;
+mod replicas;
 mod resume;
 mod runs;
 mod sessions;
