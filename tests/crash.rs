@@ -442,12 +442,18 @@ async fn kill_while_parked_on_approval(mut server: ServerProcess) {
 async fn kill_during_slow_tool(mut server: ServerProcess) {
     server.start().await;
     let token = server.token(TENANT);
+    // A duration unique to this test, to find the command's process in /proc.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let sleep = format!("sleep 20.{nanos:09}");
     let config = json!({
         "title": "slow tool",
         "permission": {"mode": "bypass"},
         "model": {"script": {"turns": [
             {"tool_calls": [
-                {"name": "Bash", "input": {"command": "echo ran >> marker; sleep 20"}}
+                {"name": "Bash", "input": {"command": format!("echo ran >> marker; {sleep}; echo late >> marker")}}
             ]},
             {"text": "after the interruption"}
         ]}}
@@ -484,7 +490,24 @@ async fn kill_during_slow_tool(mut server: ServerProcess) {
         run_record(&server, &token, &id, &run).await["status"],
         "running"
     );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !processes_running(&sleep) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the command never started sleeping"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     server.kill();
+    // Nothing the command started outlives the server.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while processes_running(&sleep) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sandboxed command survived the server"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 
     server.start().await;
     let events = server
@@ -531,4 +554,24 @@ async fn kill_during_slow_tool(mut server: ServerProcess) {
 
     let record = wait_run_final(&server, &token, &id, &run).await;
     assert_eq!(record["status"], "completed", "{record}");
+}
+
+/// Whether a process whose command line contains `needle` is running.
+fn processes_running(needle: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .any(|cmdline| {
+            String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains(needle)
+        })
 }

@@ -11,7 +11,7 @@
 
 use super::landlock::{self as ll, LandlockRequest};
 use super::rlimits::Rlimits;
-use super::{env, netns};
+use super::{env, lifetime, netns};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -188,6 +188,9 @@ fn restrict(opts: &LaunchOptions) -> Result<(), String> {
         // and are applied in addition whenever they are available.
         netns_ok = netns::enter_isolated_netns().is_ok();
     }
+    // Before Landlock (it needs /proc/self writes when it makes its own user namespace).
+    // Where namespaces are unavailable the command still runs, without this containment.
+    let _ = lifetime::contain(netns_ok);
     if opts.filesystem || opts.deny_network {
         let req = LandlockRequest {
             filesystem: opts.filesystem,

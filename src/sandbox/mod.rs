@@ -11,6 +11,7 @@
 pub mod env;
 pub mod landlock;
 pub mod launcher;
+pub mod lifetime;
 pub mod netns;
 pub mod policy;
 pub mod rlimits;
