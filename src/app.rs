@@ -79,6 +79,8 @@ impl App {
                 tenant_providers: settings.tenant_providers.clone(),
                 replica_id: settings.replica_id(),
                 run_lease: std::time::Duration::from_secs(settings.run_lease_seconds.max(1)),
+                approval_park_after: (settings.approval_park_after_ms > 0)
+                    .then(|| std::time::Duration::from_millis(settings.approval_park_after_ms)),
             },
         );
         let listener =

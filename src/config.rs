@@ -71,6 +71,10 @@ pub struct Settings {
     /// How long a run's lease lasts without a heartbeat (renewed every third of it); a
     /// crashed replica's runs are taken over after this.
     pub run_lease_seconds: u64,
+    /// How long a tool call waits in process for its approval before the run parks (no task
+    /// waits for a human: the run resumes from the store on the answer or at expiry); `0`
+    /// never parks.
+    pub approval_park_after_ms: u64,
 }
 
 impl Settings {
@@ -108,6 +112,7 @@ impl Default for Settings {
             sandbox_launcher: None,
             replica_id: None,
             run_lease_seconds: 30,
+            approval_park_after_ms: 5_000,
         }
     }
 }

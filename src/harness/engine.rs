@@ -72,6 +72,11 @@ pub trait LoopHost: Send + Sync + 'static {
     async fn stop_hooks(&self, _last: &Message) -> StopHookOutcome {
         StopHookOutcome::None
     }
+    /// Whether the run parked (a call waits on an approval): the engine then stops without
+    /// committing the turn in flight.
+    fn parked(&self) -> bool {
+        false
+    }
     /// Background-task notifications waiting to be delivered.
     fn pending_task_notifications(&self) -> u32 {
         0
@@ -196,6 +201,15 @@ impl Engine {
                         "messages": request.messages.len() }),
             ));
             let (turn, results) = self.call_model(&request, &cancel).await;
+            if self.host.parked() {
+                // Everything needed to continue is in the store (the calls, their results so
+                // far, the pending approvals); the turn is committed when the run resumes.
+                return Ok(RunOutcome {
+                    terminal: TerminalReason::Parked,
+                    usage: ledger.usage(),
+                    main_turns: state.main_turns,
+                });
+            }
             // Per-response facts start fresh; run-wide counters carry over.
             state.had_tool_use = false;
             state.stop_reason_was_max_tokens = false;
@@ -538,12 +552,14 @@ impl Engine {
                 SchedulerEvent::Finished {
                     tool_use_id,
                     result,
-                } => {
+                } if result.code.as_deref() != Some(crate::tools::codes::PARKED) => {
                     event_host.emit(LoopEvent::new(
                         "tool_result",
                         json!({ "tool_use_id": tool_use_id, "result": result }),
                     ));
                 }
+                // A parked call has no result yet: it runs again when the run resumes.
+                SchedulerEvent::Finished { .. } => {}
             },
             tools_cancel.clone(),
         );

@@ -108,6 +108,10 @@ pub enum TerminalReason {
     },
     /// The run was cancelled.
     Cancelled,
+    /// Not an end: the run parked while calls wait on approvals. Nothing of the unfinished
+    /// turn is committed and no `terminal` event is written; the run is resumed from the
+    /// store when an answer comes.
+    Parked,
     /// The run failed.
     Error {
         /// Stable UPPER_SNAKE code.
@@ -126,6 +130,7 @@ impl TerminalReason {
             Self::BudgetExhausted { .. } => "budget_exhausted",
             Self::StopHookPrevented { .. } => "stop_hook_prevented",
             Self::Cancelled => "cancelled",
+            Self::Parked => "parked",
             Self::Error { .. } => "error",
         }
     }

@@ -27,13 +27,28 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-/// Wakes runs waiting for an approval answer.
-#[derive(Default)]
+/// Wakes runs waiting for an approval answer, and resumes parked runs when theirs comes.
 pub struct ApprovalHub {
     waiters: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    /// Approval id → the parked run waiting on it.
+    parked: Mutex<HashMap<String, RunId>>,
+    resumes: tokio::sync::mpsc::UnboundedSender<RunId>,
 }
 
 impl ApprovalHub {
+    /// A hub and the receiver of the runs it asks to resume.
+    pub fn new() -> (Self, tokio::sync::mpsc::UnboundedReceiver<RunId>) {
+        let (resumes, receiver) = tokio::sync::mpsc::unbounded_channel();
+        (
+            Self {
+                waiters: Mutex::new(HashMap::new()),
+                parked: Mutex::new(HashMap::new()),
+                resumes,
+            },
+            receiver,
+        )
+    }
+
     fn register(&self, id: &ApprovalId) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         self.waiters
@@ -50,16 +65,76 @@ impl ApprovalHub {
             .remove(id.as_str());
     }
 
-    /// Tells the waiting run (if it lives in this process) that its approval was decided.
+    /// Tells the run waiting for approval `id` (if it lives in this process) that it was
+    /// decided: a waiting run reads the decision, a parked run is resumed.
     pub fn wake(&self, id: &str) {
-        if let Some(tx) = self
+        let waiter = self
             .waiters
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(id)
-        {
+            .remove(id);
+        if let Some(tx) = waiter {
             let _ = tx.send(());
+            return;
         }
+        let parked = self
+            .parked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        if let Some(run) = parked {
+            self.resume(run);
+        }
+    }
+
+    /// Records that `run` parked on these approvals.
+    pub fn park(&self, run: &RunId, approvals: &[String]) {
+        let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        for id in approvals {
+            parked.insert(id.clone(), run.clone());
+        }
+    }
+
+    /// Forgets the approvals of a run that is resuming.
+    pub fn unpark(&self, run: &RunId) {
+        self.parked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, parked| parked != run);
+    }
+
+    /// Asks for `run` to be resumed if it is parked (a no-op otherwise).
+    pub fn resume(&self, run: RunId) {
+        let _ = self.resumes.send(run);
+    }
+}
+
+/// Whether a run parked, and on which approvals (shared by its approver and its host).
+#[derive(Default)]
+pub struct ParkState {
+    parked: std::sync::atomic::AtomicBool,
+    waiting: Mutex<Vec<(String, chrono::DateTime<chrono::Utc>)>>,
+}
+
+impl ParkState {
+    pub fn is_parked(&self) -> bool {
+        self.parked.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn park(&self, id: &str, expires_at: chrono::DateTime<chrono::Utc>) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id.to_owned(), expires_at));
+        self.parked.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The approvals the run parked on, with their expiries.
+    pub fn waiting(&self) -> Vec<(String, chrono::DateTime<chrono::Utc>)> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -178,6 +253,9 @@ pub struct RunApprover {
     /// The run was resumed after a restart: a call asks again for the approval it had
     /// requested before (same run, call and input), which is reused rather than duplicated.
     pub resumed: bool,
+    /// How long a call waits in process for its answer before the run parks (`None`: never).
+    pub park_after: Option<Duration>,
+    pub park: Arc<ParkState>,
 }
 
 impl RunApprover {
@@ -417,7 +495,23 @@ impl Approver for RunApprover {
         let remaining = (record.expires_at - chrono::Utc::now())
             .to_std()
             .unwrap_or(Duration::ZERO);
+        let park_after = self
+            .park_after
+            .filter(|after| *after < remaining)
+            .map(|after| {
+                if self.park.is_parked() {
+                    Duration::ZERO
+                } else {
+                    after
+                }
+            });
         let settled = tokio::select! {
+            // Parking: no task waits for a human; the run resumes from the store on the answer.
+            () = tokio::time::sleep(park_after.unwrap_or_default()), if park_after.is_some() => {
+                self.hub.forget(&id);
+                self.park.park(&record.id, record.expires_at);
+                return ApprovalAnswer::Parked;
+            }
             _ = woken => self.store.get_approval(&self.tenant, &self.session, &id).await.ok().flatten(),
             () = tokio::time::sleep(remaining) => {
                 let status = match self.on_timeout {

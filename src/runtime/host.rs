@@ -220,6 +220,8 @@ pub struct StoreHost {
     /// The run's effective permission mode, shared with its gate.
     pub mode: Arc<std::sync::RwLock<crate::permission::PermissionMode>>,
     pub configured_mode: crate::permission::PermissionMode,
+    /// Set when a call parked the run on an approval.
+    pub park: Arc<super::approvals::ParkState>,
 }
 
 fn event(kind: &str, payload: Value, run: &RunId) -> NewEvent {
@@ -278,7 +280,19 @@ impl LoopHost for StoreHost {
             .is_some_and(|tool| tool.tool.is_concurrency_safe(input))
     }
 
+    fn parked(&self) -> bool {
+        self.park.is_parked()
+    }
+
     async fn execute_tool(&self, call: PendingCall, cancel: CancellationToken) -> ToolResultBlock {
+        if self.park.is_parked() {
+            // The run parked: later calls run when it resumes, in their order.
+            return ToolResultBlock::error(
+                &call.tool_use_id,
+                crate::tools::codes::PARKED,
+                "the run parked before this call",
+            );
+        }
         // Progress (e.g. TodoWrite's list) becomes `tool_progress` events as it happens.
         let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel::<ToolProgress>();
         let writer = self.writer.clone();
@@ -330,6 +344,9 @@ impl LoopHost for StoreHost {
         }
         drop(ctx);
         let _ = forward.await;
+        if outcome.result.code.as_deref() == Some(crate::tools::codes::PARKED) {
+            return outcome.result;
+        }
         if call.name == crate::tools::deferred::SEARCH_EXTRA_TOOLS && !outcome.result.is_error {
             // Unlocks outlive the run: they are stored before the result is.
             let names: Vec<String> = self.unlocked.snapshot().into_iter().collect();

@@ -123,6 +123,26 @@ pub struct RuntimeSettings {
     pub replica_id: String,
     /// How long a run's lease lasts without a heartbeat.
     pub run_lease: std::time::Duration,
+    /// How long a call waits in process for an approval before its run parks (`None`: never).
+    pub approval_park_after: Option<std::time::Duration>,
+}
+
+/// A run parked on approvals: what it takes to resume it.
+struct ParkedRun {
+    tenant: TenantId,
+    session: SessionId,
+    lease: RunLease,
+    prompt: String,
+    /// Stops the expiry timer when the run resumes earlier.
+    timer: CancellationToken,
+}
+
+/// How `run_one` ended.
+enum Ended {
+    /// The run wrote its terminal event.
+    Finished,
+    /// The run parked on these approvals (id, expiry).
+    Parked(Vec<(String, chrono::DateTime<chrono::Utc>)>),
 }
 
 /// Per-session resources that outlive one run (background tasks, PTY shells).
@@ -142,6 +162,10 @@ pub struct SessionRuntime {
     hook_catalog: HookCatalog,
     active: Mutex<HashMap<SessionId, Active>>,
     hub: Arc<approvals::ApprovalHub>,
+    /// Runs the hub asks to resume (their approval was answered, or expired).
+    resumes: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<RunId>>>,
+    /// Runs parked on approvals: no task runs them until an answer (or expiry) comes.
+    parked: Mutex<HashMap<RunId, ParkedRun>>,
     live_grants: Mutex<HashMap<SessionId, Arc<approvals::LiveGrants>>>,
     envs: Mutex<HashMap<SessionId, Arc<SessionEnv>>>,
 }
@@ -151,6 +175,7 @@ impl SessionRuntime {
         let sandbox = Arc::new(Sandbox::probe(SandboxConfig::new(
             settings.sandbox_launcher.clone(),
         )));
+        let (hub, resumes) = approvals::ApprovalHub::new();
         Arc::new(Self {
             store,
             bus: Arc::new(EventBus::default()),
@@ -159,7 +184,9 @@ impl SessionRuntime {
             sandbox,
             hook_catalog: HookCatalog::new(),
             active: Mutex::new(HashMap::new()),
-            hub: Arc::new(approvals::ApprovalHub::default()),
+            hub: Arc::new(hub),
+            resumes: Mutex::new(Some(resumes)),
+            parked: Mutex::new(HashMap::new()),
             live_grants: Mutex::new(HashMap::new()),
             envs: Mutex::new(HashMap::new()),
         })
@@ -379,20 +406,13 @@ impl SessionRuntime {
                 RuntimeError::ApprovalPending(pending.into_iter().map(|a| a.id).collect()),
             ),
             crate::session_config::PendingPromptPolicy::Deny => {
-                for approval in pending {
-                    let id = crate::ids::ApprovalId::from_string(approval.id);
-                    let decision = crate::store::ApprovalDecision {
-                        status: crate::store::ApprovalStatus::Denied,
-                        decided_by: "system".into(),
-                        reason: Some("a new prompt arrived while this approval was pending".into()),
-                        updated_input: None,
-                        grant: None,
-                    };
-                    self.store
-                        .decide_approval(&session.tenant, &session.id, &id, decision)
-                        .await?;
-                    self.hub.wake(id.as_str());
-                }
+                self.deny_pending(
+                    &session.tenant,
+                    &session.id,
+                    None,
+                    "a new prompt arrived while this approval was pending",
+                )
+                .await;
                 Ok(Placement::Front { interrupt: false })
             }
         }
@@ -410,6 +430,8 @@ impl SessionRuntime {
             if let Some(entry) = active.get_mut(session) {
                 if &entry.current == run {
                     entry.cancel.cancel();
+                    // A parked run resumes to record its cancellation.
+                    self.hub.resume(run.clone());
                     return Ok(());
                 }
                 entry.queue.retain(|queued| queued != run);
@@ -488,6 +510,7 @@ impl SessionRuntime {
                     {
                         if active.current == run {
                             active.cancel.cancel();
+                            self.hub.resume(run);
                         }
                     }
                 }
@@ -505,6 +528,7 @@ impl SessionRuntime {
         {
             Some(active) => {
                 active.cancel.cancel();
+                self.hub.resume(active.current.clone());
                 std::mem::take(&mut active.queue)
             }
             None => VecDeque::new(),
@@ -548,38 +572,217 @@ impl SessionRuntime {
         let Some(lease) = record.lease() else {
             return;
         };
+        let session = SessionId::from_string(record.session_id.clone());
+        self.drive(record.tenant, session, lease, record.prompt, resume);
+    }
+
+    /// Runs (or resumes) a run this replica holds the lease of, in a task. When it ends the
+    /// session's next queued run starts; when it parks, nothing runs until it is resumed.
+    fn drive(
+        self: &Arc<Self>,
+        tenant: TenantId,
+        session: SessionId,
+        lease: RunLease,
+        prompt: String,
+        resume: bool,
+    ) {
         let runtime = self.clone();
-        let (tenant, session) = (
-            record.tenant.clone(),
-            SessionId::from_string(record.session_id.clone()),
-        );
         let span = tracing::info_span!("run", tenant = %tenant, session_id = %session, run_id = %lease.run_id);
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let outcome = runtime
-                    .run_one(&tenant, &session, &lease, record.prompt, resume)
+                    .run_one(&tenant, &session, &lease, prompt.clone(), resume)
                     .await;
-                if let Err(error) = outcome {
-                    tracing::error!(%error, "run failed");
-                    let writer = SessionWriter::for_run(
-                        runtime.store.clone(),
-                        runtime.bus.clone(),
-                        tenant.clone(),
-                        session.clone(),
-                        lease.clone(),
-                    );
-                    let _ = writer
-                        .write(vec![], vec![NewEvent {
-                            kind: "terminal".into(),
-                            payload: json!({ "reason": "error", "code": "RUN_FAILED", "message": error.to_string() }),
-                            run_id: Some(lease.run_id.to_string()),
-                        }])
-                        .await;
+                match outcome {
+                    Ok(Ended::Finished) => {}
+                    Ok(Ended::Parked(waiting)) => {
+                        runtime.park(tenant, session, lease, prompt, waiting).await;
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "run failed");
+                        let writer = SessionWriter::for_run(
+                            runtime.store.clone(),
+                            runtime.bus.clone(),
+                            tenant.clone(),
+                            session.clone(),
+                            lease.clone(),
+                        );
+                        let _ = writer
+                            .write(vec![], vec![NewEvent {
+                                kind: "terminal".into(),
+                                payload: json!({ "reason": "error", "code": "RUN_FAILED", "message": error.to_string() }),
+                                run_id: Some(lease.run_id.to_string()),
+                            }])
+                            .await;
+                    }
                 }
                 runtime.advance(tenant, session).await;
             },
             span,
         ));
+    }
+
+    /// Parks a run: records `run_parked`, registers its approvals with the hub (an answer
+    /// on any replica resumes it) and arms one timer for the earliest expiry. The session
+    /// stays busy; the run's lease stays with this replica.
+    async fn park(
+        self: &Arc<Self>,
+        tenant: TenantId,
+        session: SessionId,
+        lease: RunLease,
+        prompt: String,
+        waiting: Vec<(String, chrono::DateTime<chrono::Utc>)>,
+    ) {
+        let run_id = lease.run_id.clone();
+        let ids: Vec<String> = waiting.iter().map(|(id, _)| id.clone()).collect();
+        let writer = SessionWriter::for_run(
+            self.store.clone(),
+            self.bus.clone(),
+            tenant.clone(),
+            session.clone(),
+            lease.clone(),
+        );
+        let _ = writer
+            .write(
+                vec![],
+                vec![NewEvent {
+                    kind: "run_parked".into(),
+                    payload: json!({ "run_id": run_id, "approval_ids": ids }),
+                    run_id: Some(run_id.to_string()),
+                }],
+            )
+            .await;
+        let timer = CancellationToken::new();
+        self.parked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                run_id.clone(),
+                ParkedRun {
+                    tenant: tenant.clone(),
+                    session: session.clone(),
+                    lease,
+                    prompt,
+                    timer: timer.clone(),
+                },
+            );
+        self.hub.park(&run_id, &ids);
+        tracing::info!(approvals = ids.len(), "run parked");
+        if self.cancel_token(&session).is_cancelled() {
+            // Cancelled while parking: resume to record the cancellation.
+            self.hub.resume(run_id);
+            return;
+        }
+        // An answer that came while the run was parking found nobody to wake.
+        for id in &ids {
+            let decided = self
+                .store
+                .get_approval(
+                    &tenant,
+                    &session,
+                    &crate::ids::ApprovalId::from_string(id.clone()),
+                )
+                .await
+                .ok()
+                .flatten()
+                .is_none_or(|a| a.status != crate::store::ApprovalStatus::Pending);
+            if decided {
+                self.hub.resume(run_id.clone());
+                return;
+            }
+        }
+        // Expiry settles the request even with no answer.
+        if let Some(expiry) = waiting.iter().map(|(_, at)| *at).min() {
+            let hub = self.hub.clone();
+            let wait = (expiry - chrono::Utc::now()).to_std().unwrap_or_default();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => hub.resume(run_id),
+                    () = timer.cancelled() => {}
+                }
+            });
+        }
+    }
+
+    /// Resumes a parked run (a no-op when it is not parked here).
+    fn unpark(self: &Arc<Self>, run: &RunId) {
+        let Some(parked) = self
+            .parked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(run)
+        else {
+            return;
+        };
+        parked.timer.cancel();
+        self.hub.unpark(run);
+        tracing::info!(run_id = %run, session_id = %parked.session, "resuming a parked run");
+        let runtime = self.clone();
+        let run = run.clone();
+        tokio::spawn(async move {
+            if runtime.cancel_token(&parked.session).is_cancelled() {
+                // Cancelled while parked: its requests are settled, as a waiting run's are.
+                runtime
+                    .deny_pending(
+                        &parked.tenant,
+                        &parked.session,
+                        Some(&run),
+                        "the run was cancelled",
+                    )
+                    .await;
+            }
+            runtime.drive(
+                parked.tenant,
+                parked.session,
+                parked.lease,
+                parked.prompt,
+                true,
+            );
+        });
+    }
+
+    /// Decides the session's pending approvals (of one run, when given) as denied by `system`
+    /// and wakes whoever waits on them.
+    async fn deny_pending(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run: Option<&RunId>,
+        reason: &str,
+    ) {
+        let pending = match self
+            .store
+            .list_approvals(tenant, session, Some(crate::store::ApprovalStatus::Pending))
+            .await
+        {
+            Ok(pending) => pending,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list pending approvals");
+                return;
+            }
+        };
+        for approval in pending {
+            if run.is_some_and(|run| approval.run_id.as_deref() != Some(run.as_str())) {
+                continue;
+            }
+            let id = crate::ids::ApprovalId::from_string(approval.id);
+            let decision = crate::store::ApprovalDecision {
+                status: crate::store::ApprovalStatus::Denied,
+                decided_by: "system".into(),
+                reason: Some(reason.into()),
+                updated_input: None,
+                grant: None,
+            };
+            if let Err(error) = self
+                .store
+                .decide_approval(tenant, session, &id, decision)
+                .await
+            {
+                tracing::warn!(%error, approval_id = %id, "cannot settle a pending approval");
+            }
+            self.hub.wake(id.as_str());
+        }
     }
 
     /// Claims and starts the session's next queued run, or marks the session idle. A queued
@@ -688,6 +891,11 @@ impl SessionRuntime {
         if let Err(error) = self.resume_unfinished().await {
             tracing::warn!(%error, "cannot resume unfinished runs");
         }
+        let mut resumes = self
+            .resumes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let lease = self.settings.run_lease;
         let mut heartbeat =
             tokio::time::interval((lease / 3).max(std::time::Duration::from_millis(100)));
@@ -707,6 +915,12 @@ impl SessionRuntime {
                         tracing::warn!(%error, "takeover sweep failed");
                     }
                 }
+                Some(run) = async {
+                    match resumes.as_mut() {
+                        Some(resumes) => resumes.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => self.unpark(&run),
             }
         }
     }
@@ -797,7 +1011,7 @@ impl SessionRuntime {
         lease: &RunLease,
         text: String,
         resume: bool,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Ended, RuntimeError> {
         let run_id = &lease.run_id;
         let record = self
             .store
@@ -906,6 +1120,7 @@ impl SessionRuntime {
         let (hooks, _statuses) = HookRunner::from_config(&config.hooks, &self.hook_catalog)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         let cancel = self.cancel_token(session);
+        let park = Arc::new(approvals::ParkState::default());
         let approver = approvals::RunApprover {
             store: self.store.clone(),
             writer: writer.clone(),
@@ -920,6 +1135,8 @@ impl SessionRuntime {
             webhook: config.approvals.webhook.clone(),
             allow_private_webhooks: self.settings.allow_private_webhooks,
             resumed: resuming,
+            park_after: self.settings.approval_park_after,
+            park: park.clone(),
         };
         let pipeline = Pipeline::new(registry, Arc::new(gate))
             .with_hooks(hooks)
@@ -948,6 +1165,7 @@ impl SessionRuntime {
             grants: grants.clone(),
             mode,
             configured_mode,
+            park: park.clone(),
         });
         let provider = self.provider_for(tenant, &config)?;
         let engine = Engine {
@@ -1002,9 +1220,13 @@ impl SessionRuntime {
             Ok(resume::Recovery::Continue { main_turn }) => engine
                 .run_from(history, &mut ledger, cancel, main_turn)
                 .await
-                .map(|_| ())
+                .map(|outcome| match outcome.terminal {
+                    crate::harness::turn::TerminalReason::Parked => Ended::Parked(park.waiting()),
+                    _ => Ended::Finished,
+                })
                 .map_err(|error| RuntimeError::Setup(error.0)),
-            Ok(resume::Recovery::Finished) => Ok(()),
+            Ok(resume::Recovery::Finished) => Ok(Ended::Finished),
+            Ok(resume::Recovery::Parked) => Ok(Ended::Parked(park.waiting())),
             Err(error) => Err(error),
         };
         self.live_grants

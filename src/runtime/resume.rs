@@ -43,6 +43,8 @@ pub enum Recovery {
     Continue { main_turn: u32 },
     /// The run had already ended; its end is now recorded.
     Finished,
+    /// A call of the interrupted turn still waits on its approval: the run parks again.
+    Parked,
 }
 
 /// A call of the interrupted turn, as the `tool_call` event recorded it.
@@ -204,6 +206,9 @@ pub async fn recover(
         paired.push(result);
     }
 
+    if run.host.parked() {
+        return Ok(Recovery::Parked);
+    }
     let mut content = Vec::new();
     if !text.is_empty() {
         content.push(ContentBlock::Text { text });

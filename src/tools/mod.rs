@@ -25,6 +25,9 @@ pub mod codes {
     pub const CANCELLED: &str = "CANCELLED";
     pub const INTERRUPTED: &str = "INTERRUPTED";
     pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
+    /// Not a result the model ever sees: the call waits on an approval and its run parked
+    /// (the run is resumed from the store when the answer comes).
+    pub const PARKED: &str = "PARKED";
 }
 
 /// A model-visible tool failure: becomes an error tool_result paired with its tool_use id (N4).

@@ -87,6 +87,9 @@ pub enum ApprovalAnswer {
     Expired {
         reason: String,
     },
+    /// Still unanswered, and the run parks instead of waiting: the call ends with the
+    /// internal `PARKED` code and is run again when the run resumes.
+    Parked,
 }
 
 /// The approval callback consulted when the ladder answers `Ask`.
@@ -471,6 +474,10 @@ impl Pipeline {
                 callback(decision, reason);
                 Err(Failure::new(codes::PERMISSION_DENIED, text))
             }
+            ApprovalAnswer::Parked => Err(Failure::new(
+                codes::PARKED,
+                "waiting for an approval; the run parked".to_owned(),
+            )),
             ApprovalAnswer::Expired { reason } => {
                 let text = format!("the approval request expired: {reason}");
                 callback(decision, reason);

@@ -443,3 +443,133 @@ async fn prompt_while_pending(app: TestApp) {
         results[0]
     );
 }
+
+fn parking(settings: &mut norma::config::Settings) {
+    settings.approval_park_after_ms = 50;
+}
+
+fn parked_marker_session(timeout_seconds: u64) -> Value {
+    json!({
+        "approvals": {"timeout_seconds": timeout_seconds},
+        "model": {"script": {"turns": [
+            {"tool_calls": [{"name": "Bash", "input": {"command": "echo ran >> marker"}}]},
+            {"text": "after: {{last_tool_result}}"}
+        ]}}
+    })
+}
+
+#[tokio::test]
+async fn a_parked_run_resumes_on_the_answer_and_runs_the_call_once() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(app) = TestApp::spawn_with(backend, parking).await else {
+            continue;
+        };
+        let token = app.token("acme");
+        let id = app
+            .create_session("acme", &parked_marker_session(600))
+            .await;
+        let accepted: Value = app.prompt(&token, &id, "go").await.json().await.unwrap();
+        let events = app
+            .wait_for_events(&token, &id, |e| count(e, "run_parked") == 1)
+            .await;
+        let approval = app.first_pending_approval(&token, &id).await;
+        let parked = events.iter().find(|e| e["type"] == "run_parked").unwrap();
+        assert_eq!(parked["payload"]["approval_ids"], json!([approval]));
+        // Parked, the run holds its lease and the session stays busy.
+        let run: Value = app
+            .get(
+                &format!(
+                    "/v1/sessions/{id}/runs/{}",
+                    accepted["run_id"].as_str().unwrap()
+                ),
+                &token,
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(run["status"], "running");
+        let busy = app.prompt(&token, &id, "again").await;
+        assert_eq!(error_code(busy).await.1, "APPROVAL_PENDING");
+
+        let answered = app
+            .answer(&token, &id, &approval, &json!({ "decision": "allow" }))
+            .await;
+        assert_eq!(answered.status(), 200);
+        let events = app
+            .wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
+            .await;
+        let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+        assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+        assert_eq!(count(&events, "run_resumed"), 1);
+        assert_eq!(
+            count(&events, "approval_requested"),
+            1,
+            "the request was reused"
+        );
+        assert_eq!(count(&events, "approval_decided"), 1);
+        let marker = app
+            .data_dir()
+            .join("workspaces/acme")
+            .join(&id)
+            .join("marker");
+        assert_eq!(std::fs::read_to_string(marker).unwrap(), "ran\n");
+        let results = tool_results(&app.messages(&token, &id).await);
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0]["is_error"], false, "{}", results[0]);
+    }
+}
+
+#[tokio::test]
+async fn a_parked_run_can_be_cancelled_and_expires_without_an_answer() {
+    let app = TestApp::spawn_with(Backend::Sqlite, parking).await.unwrap();
+    let token = app.token("acme");
+    // Cancelled while parked: the request is settled as denied and the run ends cancelled.
+    let id = app
+        .create_session("acme", &parked_marker_session(600))
+        .await;
+    let accepted: Value = app.prompt(&token, &id, "go").await.json().await.unwrap();
+    app.wait_for_events(&token, &id, |e| count(e, "run_parked") == 1)
+        .await;
+    let cancelled = app
+        .post_json(
+            &format!(
+                "/v1/sessions/{id}/runs/{}/cancel",
+                accepted["run_id"].as_str().unwrap()
+            ),
+            &token,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(cancelled.status(), 202);
+    let events = app
+        .wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
+        .await;
+    let terminal = events.iter().find(|e| e["type"] == "terminal").unwrap();
+    assert_eq!(terminal["payload"]["reason"], "cancelled");
+    let all: Value = app
+        .get(&format!("/v1/sessions/{id}/approvals"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(all["approvals"][0]["status"], "denied", "{all}");
+    assert_eq!(all["approvals"][0]["decided_by"], "system");
+    assert!(
+        !app.data_dir()
+            .join("workspaces/acme")
+            .join(&id)
+            .join("marker")
+            .exists()
+    );
+
+    // Nobody answers: the parked run wakes at the expiry and the call fails APPROVAL_EXPIRED.
+    let id = app.create_session("acme", &parked_marker_session(1)).await;
+    app.prompt(&token, &id, "go").await;
+    app.wait_for_events(&token, &id, |e| count(e, "run_parked") == 1)
+        .await;
+    app.wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
+        .await;
+    let results = tool_results(&app.messages(&token, &id).await);
+    assert_eq!(results[0]["code"], "APPROVAL_EXPIRED", "{}", results[0]);
+}
