@@ -11,6 +11,7 @@ mod openapi;
 mod pg_outage;
 mod runs;
 mod sessions;
+mod sse;
 mod store;
 mod tenant_providers;
 mod webhooks;
