@@ -17,6 +17,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::convert::Infallible;
+use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::RecvError;
 use utoipa::{IntoParams, ToSchema};
 
@@ -110,6 +111,22 @@ pub struct StreamParams {
     pub after: Option<i64>,
 }
 
+/// Events read from the store per query when replaying or filling a gap.
+const STORE_PAGE: u32 = 500;
+
+/// A subscriber that has fallen more than [`SUBSCRIBER_BUFFER`] events behind the live channel
+/// is caught up from the store while its connection keeps accepting data; once its connection
+/// has accepted nothing for this long while it is behind, it gets `reconnect` and is closed.
+///
+/// [`SUBSCRIBER_BUFFER`]: crate::runtime::bus::SUBSCRIBER_BUFFER
+pub const STALL_LIMIT: Duration = Duration::from_secs(2);
+
+fn reconnect(last_event_id: i64) -> Event {
+    Event::default()
+        .event("reconnect")
+        .data(json!({ "last_event_id": last_event_id }).to_string())
+}
+
 fn sse_event(event: &EventRecord) -> Event {
     Event::default()
         .id(event.seq.to_string())
@@ -154,7 +171,7 @@ pub async fn stream(
     let events = async_stream::stream! {
         let mut last = after;
         loop {
-            match store.list_events(&tenant, &session_id, last, 500).await {
+            match store.list_events(&tenant, &session_id, last, STORE_PAGE).await {
                 Ok(page) if page.is_empty() => break,
                 Ok(page) => {
                     for event in &page {
@@ -164,33 +181,59 @@ pub async fn stream(
                 }
                 Err(error) => {
                     tracing::warn!(%error, "SSE backlog read failed");
-                    yield Ok(Event::default().event("reconnect").data(json!({ "last_event_id": last }).to_string()));
+                    yield Ok(reconnect(last));
                     return;
                 }
             }
         }
+        // How long the client took to accept the last event yielded (the time this stream was
+        // not polled because the connection was not draining).
+        let mut last_wait = Duration::ZERO;
         loop {
             match live.recv().await {
                 Ok(event) if event.seq <= last => {}
                 Ok(event) => {
-                    if event.seq > last + 1 {
-                        // Fill a gap from the store (the channel was recreated meanwhile).
-                        if let Ok(missing) = store.list_events(&tenant, &session_id, last, (event.seq - last - 1) as u32).await {
-                            for missed in &missing {
-                                last = missed.seq;
-                                yield Ok(sse_event(missed));
+                    // Fill a gap from the store: events the channel overwrote before this
+                    // subscriber got them (a burst larger than its buffer), or a channel that
+                    // was recreated meanwhile.
+                    while last < event.seq - 1 {
+                        let limit = (event.seq - 1 - last).min(i64::from(STORE_PAGE)) as u32;
+                        let missing = match store.list_events(&tenant, &session_id, last, limit).await {
+                            Ok(missing) if !missing.is_empty() => missing,
+                            Ok(_) => break,
+                            Err(error) => {
+                                tracing::warn!(%error, "SSE gap read failed");
+                                yield Ok(reconnect(last));
+                                return;
+                            }
+                        };
+                        for missed in &missing {
+                            last = missed.seq;
+                            let offered = Instant::now();
+                            yield Ok(sse_event(missed));
+                            if offered.elapsed() >= STALL_LIMIT {
+                                // Behind, and the connection stopped draining.
+                                yield Ok(reconnect(last));
+                                return;
                             }
                         }
                     }
                     if event.seq > last {
                         last = event.seq;
+                        let offered = Instant::now();
                         yield Ok(sse_event(&event));
+                        last_wait = offered.elapsed();
                     }
                 }
-                Err(RecvError::Lagged(_)) => {
-                    yield Ok(Event::default().event("reconnect").data(json!({ "last_event_id": last }).to_string()));
+                // The channel overwrote events this subscriber had not received. A client that
+                // keeps reading is caught up from the store (the next `recv` returns the oldest
+                // event still buffered and the gap is filled above); one whose connection
+                // accepted nothing for `STALL_LIMIT` is told to reconnect.
+                Err(RecvError::Lagged(_)) if last_wait >= STALL_LIMIT => {
+                    yield Ok(reconnect(last));
                     return;
                 }
+                Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => return,
             }
         }
