@@ -128,10 +128,15 @@ fn reconnect(last_event_id: i64) -> Event {
 }
 
 fn sse_event(event: &EventRecord) -> Event {
+    sse_frame(event, &serde_json::to_string(event).unwrap_or_default())
+}
+
+/// An SSE frame for `event` whose JSON text is already rendered.
+fn sse_frame(event: &EventRecord, json: &str) -> Event {
     Event::default()
         .id(event.seq.to_string())
         .event(event.kind.clone())
-        .data(serde_json::to_string(event).unwrap_or_default())
+        .data(json)
 }
 
 /// Server-sent events: replays everything after `Last-Event-ID` (or `?after=`), then follows
@@ -221,7 +226,7 @@ pub async fn stream(
                     if event.seq > last {
                         last = event.seq;
                         let offered = Instant::now();
-                        yield Ok(sse_event(&event));
+                        yield Ok(sse_frame(&event, &event.json));
                         last_wait = offered.elapsed();
                     }
                 }

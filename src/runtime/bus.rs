@@ -10,9 +10,23 @@ use tokio::sync::broadcast;
 /// How many events a subscriber may fall behind before it is told to reconnect.
 pub const SUBSCRIBER_BUFFER: usize = 1024;
 
+/// A published event with its JSON text, rendered once for every subscriber.
+pub struct LiveEvent {
+    pub record: EventRecord,
+    pub json: String,
+}
+
+impl std::ops::Deref for LiveEvent {
+    type Target = EventRecord;
+
+    fn deref(&self) -> &EventRecord {
+        &self.record
+    }
+}
+
 /// One session's live channel and the highest `seq` published on it.
 struct Channel {
-    sender: broadcast::Sender<Arc<EventRecord>>,
+    sender: broadcast::Sender<Arc<LiveEvent>>,
     last_seq: Option<i64>,
 }
 
@@ -23,7 +37,7 @@ pub struct EventBus {
 
 impl EventBus {
     /// Subscribes to a session's live events.
-    pub fn subscribe(&self, session: &SessionId) -> broadcast::Receiver<Arc<EventRecord>> {
+    pub fn subscribe(&self, session: &SessionId) -> broadcast::Receiver<Arc<LiveEvent>> {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         channels
             .entry(session.clone())
@@ -40,21 +54,37 @@ impl EventBus {
     /// from another replica's notification are delivered once. Drops the channel when nobody
     /// listens any more.
     pub fn publish(&self, session: &SessionId, events: &[EventRecord]) {
+        {
+            let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(channel) = channels.get(session) else {
+                return;
+            };
+            if channel.sender.receiver_count() == 0 {
+                channels.remove(session);
+                return;
+            }
+        }
+        // Rendered once for every subscriber, outside the lock.
+        let rendered: Vec<Arc<LiveEvent>> = events
+            .iter()
+            .map(|event| {
+                Arc::new(LiveEvent {
+                    json: serde_json::to_string(event).unwrap_or_default(),
+                    record: event.clone(),
+                })
+            })
+            .collect();
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         let Some(channel) = channels.get_mut(session) else {
             return;
         };
-        if channel.sender.receiver_count() == 0 {
-            channels.remove(session);
-            return;
-        }
-        for event in events {
+        for event in rendered {
             if channel.last_seq.is_some_and(|last| event.seq <= last) {
                 continue;
             }
             channel.last_seq = Some(event.seq);
             // A send error only means every receiver is gone.
-            let _ = channel.sender.send(Arc::new(event.clone()));
+            let _ = channel.sender.send(event);
         }
     }
 
