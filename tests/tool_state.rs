@@ -19,39 +19,9 @@ use norma::tools::{DynTool, Tool, ToolContext, ToolError};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// The admin URL of the local Postgres used to create per-test databases.
-fn pg_admin_url() -> String {
-    std::env::var("NORMA_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
-
-/// A fresh, empty Postgres database, or `None` (loudly) when Postgres is unreachable outside
-/// CI. In CI (`CI=true`) an unreachable Postgres fails the test.
-async fn fresh_pg_database() -> Option<String> {
-    use sqlx::Connection;
-    let admin = pg_admin_url();
-    let mut conn = match sqlx::PgConnection::connect(&admin).await {
-        Ok(conn) => conn,
-        Err(error) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("Postgres is required in CI but unreachable at {admin}: {error}");
-            }
-            eprintln!(
-                "\n!!!!!!!! SKIPPING POSTGRES TEST: Postgres unreachable at {admin}: {error} !!!!!!!!\n"
-            );
-            return None;
-        }
-    };
-    let name = format!("norma_test_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .expect("create test database");
-    let base = admin
-        .rsplit_once('/')
-        .map_or(admin.as_str(), |(base, _)| base);
-    Some(format!("{base}/{name}"))
-}
+#[path = "support/pg.rs"]
+mod pg;
+use pg::fresh_pg_database;
 
 async fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();

@@ -601,13 +601,7 @@ impl SessionRuntime {
                     }
                     Err(error) => {
                         tracing::error!(%error, "run failed");
-                        let writer = SessionWriter::for_run(
-                            runtime.store.clone(),
-                            runtime.bus.clone(),
-                            tenant.clone(),
-                            session.clone(),
-                            lease.clone(),
-                        );
+                        let writer = runtime.run_writer(&tenant, &session, &lease);
                         let _ = writer
                             .write(vec![], vec![NewEvent {
                                 kind: "terminal".into(),
@@ -636,13 +630,7 @@ impl SessionRuntime {
     ) {
         let run_id = lease.run_id.clone();
         let ids: Vec<String> = waiting.iter().map(|(id, _)| id.clone()).collect();
-        let writer = SessionWriter::for_run(
-            self.store.clone(),
-            self.bus.clone(),
-            tenant.clone(),
-            session.clone(),
-            lease.clone(),
-        );
+        let writer = self.run_writer(&tenant, &session, &lease);
         let _ = writer
             .write(
                 vec![],
@@ -703,6 +691,22 @@ impl SessionRuntime {
                 }
             });
         }
+    }
+
+    /// The writer of a run this replica holds the lease of.
+    fn run_writer(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        lease: &RunLease,
+    ) -> Arc<SessionWriter> {
+        SessionWriter::for_run(
+            self.store.clone(),
+            self.bus.clone(),
+            tenant.clone(),
+            session.clone(),
+            lease.clone(),
+        )
     }
 
     /// Resumes a parked run (a no-op when it is not parked here).
@@ -1020,13 +1024,7 @@ impl SessionRuntime {
             .ok_or(RuntimeError::Closed)?;
         let config: SessionConfig = serde_json::from_value(record.config)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
-        let writer = SessionWriter::for_run(
-            self.store.clone(),
-            self.bus.clone(),
-            tenant.clone(),
-            session.clone(),
-            lease.clone(),
-        );
+        let writer = self.run_writer(tenant, session, lease);
         // A claimed run that never wrote its prompt (the crash came first) starts afresh.
         let resuming = resume
             && !self

@@ -27,12 +27,7 @@ pub fn contain(in_user_namespace: bool) -> Result<(), String> {
         let (uid, gid) = (getuid(), getgid());
         unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID)
             .map_err(|e| format!("unshare(CLONE_NEWUSER|CLONE_NEWPID): {e}"))?;
-        std::fs::write("/proc/self/setgroups", "deny")
-            .map_err(|e| format!("writing /proc/self/setgroups: {e}"))?;
-        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
-            .map_err(|e| format!("writing uid_map: {e}"))?;
-        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
-            .map_err(|e| format!("writing gid_map: {e}"))?;
+        super::netns::map_self(uid, gid)?;
     }
     // SAFETY: the launcher is single-threaded (it runs before any runtime or thread starts),
     // so the child may run arbitrary code before exec.

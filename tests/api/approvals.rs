@@ -1,22 +1,12 @@
 //! Approvals over REST: persisted, listed, decided exactly once, expiring, adding grants.
 
-use crate::helpers::{Backend, TestApp, count, error_code};
+use crate::helpers::{Backend, TestApp, count, error_code, tool_results};
 use crate::on_both_backends;
 use serde_json::{Value, json};
 
 on_both_backends! {
     concurrent_answers_decide_once_and_grants_apply_later => concurrent_answers_decide_once;
     a_prompt_while_an_approval_is_pending_follows_the_session_policy => prompt_while_pending;
-}
-
-fn tool_results(messages: &Value) -> Vec<Value> {
-    messages["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().unwrap().clone())
-        .filter(|b| b["type"] == "tool_result")
-        .collect()
 }
 
 async fn concurrent_answers_decide_once(app: TestApp) {

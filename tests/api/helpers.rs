@@ -253,6 +253,17 @@ impl TestApp {
     }
 }
 
+/// The tool_result blocks of a messages page, in order.
+pub fn tool_results(messages: &Value) -> Vec<Value> {
+    messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap().clone())
+        .filter(|b| b["type"] == "tool_result")
+        .collect()
+}
+
 /// How many events of `kind` there are.
 pub fn count(events: &[serde_json::Value], kind: &str) -> usize {
     events.iter().filter(|e| e["type"] == kind).count()

@@ -3,7 +3,7 @@
 //! directly, then a server starts on that store and must take the run over. The kill -9
 //! tests with the real binary are in tests/crash.rs.
 
-use crate::helpers::{Backend, TestApp, count, fresh_pg_database, test_settings};
+use crate::helpers::{Backend, TestApp, count, fresh_pg_database, test_settings, tool_results};
 use norma::ids::{RunId, SessionId, TenantId};
 use norma::message::Message;
 use norma::store::{
@@ -189,16 +189,6 @@ fn assert_contiguous(events: &[Value]) {
         seqs, expected,
         "event seqs are 1..=N without gap or duplicate"
     );
-}
-
-fn tool_results(messages: &Value) -> Vec<Value> {
-    messages["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().unwrap().clone())
-        .filter(|b| b["type"] == "tool_result")
-        .collect()
 }
 
 async fn interrupted_tool_is_not_rerun(backend: Backend) {
