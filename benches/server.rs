@@ -29,6 +29,12 @@
 //! and the machine's busy share over the phase (`/proc/stat`, includes other processes) is
 //! printed next to them.
 //!
+//! Diagnostics printed with the latencies: the first run after a stream was opened versus the
+//! later runs on it, the `terminal` event's `created_at` → received lag (delivery, not run
+//! time; same clock), the events per run, and on Postgres the transactions per run
+//! (`pg_stat_database`, read after the 10 s statistics flush of idle backends, with the idle
+//! server's own rate subtracted) and the CPU of the bench database's backends.
+//!
 //! Memory: the server's `VmRSS` / `VmHWM` at rest after start-up, after the sequential phase,
 //! right after the throughput phase and after 3 s idle.
 //!
