@@ -167,7 +167,13 @@ impl App {
         tokio::spawn(self.state.runtime.clone().follow_signals(runs_stop.clone()));
         let _stop_on_exit = runs_stop.drop_guard();
         let router = crate::api::router(self.state);
-        axum::serve(self.listener, router)
+        // Events are small and latency matters (SSE): no Nagle delay on accepted connections.
+        let listener = axum::serve::ListenerExt::tap_io(self.listener, |tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "cannot set TCP_NODELAY");
+            }
+        });
+        axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await
     }

@@ -37,6 +37,8 @@ pub struct SessionWriter {
     session: SessionId,
     /// Set for a run's writer: every write checks the run's lease.
     lease: Option<RunLease>,
+    /// Set once the run's end is committed (before it is published).
+    ended: Arc<std::sync::atomic::AtomicBool>,
     pending: Mutex<Pending>,
     /// Serialises writes so sequence order equals emit order.
     write_lock: tokio::sync::Mutex<()>,
@@ -77,6 +79,7 @@ impl SessionWriter {
             tenant,
             session,
             lease,
+            ended: Arc::default(),
             pending: Mutex::new(Pending::default()),
             write_lock: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
@@ -98,6 +101,11 @@ impl SessionWriter {
             .unwrap_or_else(|e| e.into_inner())
             .outputs
             .push(output);
+    }
+
+    /// Set once this writer committed its run's end.
+    pub fn ended(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.ended.clone()
     }
 
     /// Writes everything pending plus `messages` and `events` in one transaction, then publishes.
@@ -140,11 +148,16 @@ impl SessionWriter {
         {
             return Ok(());
         }
+        let ends_run = batch.run_end.is_some();
         let written = self
             .store
             .append(&self.tenant, &self.session, batch)
             .await
             .map_err(|error| HostError(error.to_string()))?;
+        if ends_run {
+            // A client that sees `terminal` may prompt at once: the session is free by then.
+            self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         self.bus.publish(&self.session, &written.events);
         Ok(())
     }

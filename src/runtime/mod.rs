@@ -105,6 +105,8 @@ struct Active {
     tenant: TenantId,
     current: RunId,
     cancel: CancellationToken,
+    /// Set when the current run committed its end (its task is finishing).
+    ended: Arc<std::sync::atomic::AtomicBool>,
     queue: VecDeque<RunId>,
 }
 
@@ -291,7 +293,8 @@ impl SessionRuntime {
         let starts_now = {
             let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(current) = active.get(&session.id) {
-                if placement == Placement::Reject {
+                let ended = current.ended.load(std::sync::atomic::Ordering::SeqCst);
+                if placement == Placement::Reject && !ended {
                     return Err(RuntimeError::Busy(current.current.to_string()));
                 }
                 false
@@ -310,6 +313,7 @@ impl SessionRuntime {
                         tenant: session.tenant.clone(),
                         current: run_id.clone(),
                         cancel: CancellationToken::new(),
+                        ended: Arc::default(),
                         queue: VecDeque::new(),
                     },
                 );
@@ -340,10 +344,18 @@ impl SessionRuntime {
         self.store
             .create_run(&session.tenant, new_run, None)
             .await?;
+        let mut started_after_end = false;
         let orphaned = {
             let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
             match active.get_mut(&session.id) {
                 Some(entry) => {
+                    let placement = if entry.ended.load(std::sync::atomic::Ordering::SeqCst) {
+                        // The current run is over; this one starts as its task finishes.
+                        started_after_end = true;
+                        Placement::Front { interrupt: false }
+                    } else {
+                        placement
+                    };
                     match placement {
                         Placement::Back | Placement::Reject => {
                             entry.queue.push_back(run_id.clone());
@@ -365,6 +377,7 @@ impl SessionRuntime {
                             tenant: session.tenant.clone(),
                             current: run_id.clone(),
                             cancel: CancellationToken::new(),
+                            ended: Arc::default(),
                             queue: VecDeque::from([run_id.clone()]),
                         },
                     );
@@ -375,6 +388,9 @@ impl SessionRuntime {
         if orphaned {
             self.advance(session.tenant.clone(), session.id.clone())
                 .await;
+            return Ok((run_id, PromptStatus::Started));
+        }
+        if started_after_end {
             return Ok((run_id, PromptStatus::Started));
         }
         Ok((run_id, PromptStatus::Queued))
@@ -700,13 +716,24 @@ impl SessionRuntime {
         session: &SessionId,
         lease: &RunLease,
     ) -> Arc<SessionWriter> {
-        SessionWriter::for_run(
+        let writer = SessionWriter::for_run(
             self.store.clone(),
             self.bus.clone(),
             tenant.clone(),
             session.clone(),
             lease.clone(),
-        )
+        );
+        if let Some(active) = self
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(session)
+        {
+            if active.current == lease.run_id {
+                active.ended = writer.ended();
+            }
+        }
+        writer
     }
 
     /// Resumes a parked run (a no-op when it is not parked here).
@@ -802,6 +829,7 @@ impl SessionRuntime {
                     Some(next) => {
                         entry.current = next.clone();
                         entry.cancel = CancellationToken::new();
+                        entry.ended = Arc::default();
                         next
                     }
                     None => {
@@ -874,6 +902,7 @@ impl SessionRuntime {
                         tenant: tenant.clone(),
                         current: RunId::from_string(first.id.clone()),
                         cancel: CancellationToken::new(),
+                        ended: Arc::default(),
                         queue: runs
                             .iter()
                             .map(|run| RunId::from_string(run.id.clone()))

@@ -20,7 +20,10 @@ use std::str::FromStr;
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 pub struct SqliteStore {
+    /// Reads (WAL: they never wait for the writer).
     pool: SqlitePool,
+    /// Writes, one connection: SQLite takes one writer at a time.
+    writer: SqlitePool,
 }
 
 impl SqliteStore {
@@ -42,10 +45,18 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        // SQLite has one writer at a time: writes queue here, in process, instead of
+        // sleeping in SQLite's busy handler while another connection holds the lock.
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            // A queue of writers, not an outage: as patient as SQLite's own busy timeout.
+            .acquire_timeout(options.acquire_timeout.max(Duration::from_secs(10)))
+            .connect_with(connect)
+            .await?;
+        Ok(Self { pool, writer })
     }
 }
 
@@ -112,7 +123,7 @@ impl Store for SqliteStore {
         .bind(session.config.to_string())
         .bind(&created)
         .bind(&created)
-        .fetch_one(&self.pool)
+        .fetch_one(&self.writer)
         .await?;
         session_from_row(&row)
     }
@@ -183,7 +194,7 @@ impl Store for SqliteStore {
         .bind(&at)
         .bind(id.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writer)
         .await?;
         row.as_ref().map(session_from_row).transpose()
     }
@@ -198,7 +209,7 @@ impl Store for SqliteStore {
         let created = ts(created_at);
         let event_count = batch.events.len() as i64;
         let message_count = batch.messages.len() as i64;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         if let Some(lease) = &batch.lease {
             let (status, terminal, ended) = match &batch.run_end {
                 Some(end) => (
@@ -413,7 +424,7 @@ impl Store for SqliteStore {
                 .map_err(|error| StoreError::Internal(error.to_string()))?;
         let done = sqlx::query("DELETE FROM outputs WHERE created_at < ?")
             .bind(ts(cutoff))
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(done.rows_affected())
     }
@@ -468,7 +479,7 @@ impl Store for SqliteStore {
         .bind(ts(now()))
         .bind(approval.session.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writer)
         .await?
         .ok_or(StoreError::NotFound)?;
         approval_from_row(&row)
@@ -483,7 +494,7 @@ impl Store for SqliteStore {
     ) -> StoreResult<Option<ApprovalRecord>> {
         let at = ts(now());
         let must_be_live = decision.status != ApprovalStatus::Expired;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let row = sqlx::query(&format!(
             "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?, decision_reason = ?, \
                  updated_input = ?, grant_id = ? \
@@ -607,7 +618,7 @@ impl Store for SqliteStore {
         .bind(ts(now()))
         .bind(id.as_str())
         .bind(tenant.as_str())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -620,7 +631,7 @@ impl Store for SqliteStore {
         .bind(ts(now()))
         .bind(id.as_str())
         .bind(tenant.as_str())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -661,7 +672,7 @@ impl Store for SqliteStore {
         .bind(started)
         .bind(run.session.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writer)
         .await?
         .ok_or(StoreError::NotFound)?;
         run_from_row(&row)
@@ -689,7 +700,7 @@ impl Store for SqliteStore {
         .bind(tenant.as_str())
         .bind(owner)
         .bind(ts(at))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writer)
         .await?;
         row.as_ref().map(run_from_row).transpose()
     }
@@ -708,7 +719,7 @@ impl Store for SqliteStore {
         .bind(id.as_str())
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -758,7 +769,7 @@ impl Store for SqliteStore {
         )
         .bind(ts(now() + lease_span(lease)))
         .bind(owner)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected())
     }
@@ -782,7 +793,7 @@ impl Store for SqliteStore {
         session: &SessionId,
         names: &[String],
     ) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let owned: Option<i64> =
             sqlx::query_scalar("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")
                 .bind(session.as_str())
@@ -858,7 +869,7 @@ impl Store for SqliteStore {
         .bind(ts(now()))
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound);
@@ -899,7 +910,7 @@ impl Store for SqliteStore {
         .bind(ts(now()))
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound);
@@ -963,7 +974,7 @@ impl Store for SqliteStore {
                 .bind(content.len() as i64)
                 .bind(&at)
                 .bind(&at)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.writer)
                 .await?
             }
             MemoryExpect::Version(version) => {
@@ -979,7 +990,7 @@ impl Store for SqliteStore {
                 .bind(tenant.as_str())
                 .bind(path)
                 .bind(version)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.writer)
                 .await?
             }
         };
@@ -991,7 +1002,7 @@ impl Store for SqliteStore {
         let done = sqlx::query("DELETE FROM memory_notes WHERE tenant_id = ? AND path = ?")
             .bind(tenant.as_str())
             .bind(path)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(done.rows_affected() > 0)
     }
