@@ -88,6 +88,14 @@ impl EventBus {
         }
     }
 
+    /// Drops the channels nobody listens to any more (with the events they still buffer).
+    pub fn prune(&self) -> usize {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let before = channels.len();
+        channels.retain(|_, channel| channel.sender.receiver_count() > 0);
+        before - channels.len()
+    }
+
     /// For events `first..=last` committed elsewhere: `None` when nobody here listens to the
     /// session or they were already published; otherwise the `seq` to read after.
     pub fn missing(&self, session: &SessionId, first: i64, last: i64) -> Option<i64> {
@@ -151,6 +159,19 @@ mod tests {
         drop(bus.subscribe(&session));
         bus.publish(&session, &[event(1)]);
         assert!(bus.channels.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn pruning_drops_only_channels_without_subscribers() {
+        let bus = EventBus::default();
+        let (gone, kept) = (SessionId::generate(), SessionId::generate());
+        let reader = bus.subscribe(&gone);
+        let _kept = bus.subscribe(&kept);
+        bus.publish(&gone, &[event(1)]);
+        drop(reader);
+        assert_eq!(bus.prune(), 1);
+        assert_eq!(bus.channels.lock().unwrap().len(), 1);
+        assert!(bus.channels.lock().unwrap().contains_key(&kept));
     }
 
     #[test]

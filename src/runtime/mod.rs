@@ -834,6 +834,8 @@ impl SessionRuntime {
                     }
                     None => {
                         active.remove(&session);
+                        drop(active);
+                        self.release_env(&session);
                         return;
                     }
                 }
@@ -942,6 +944,8 @@ impl SessionRuntime {
                     if let Err(error) = self.store.renew_leases(&self.settings.replica_id, lease).await {
                         tracing::warn!(%error, "cannot renew run leases");
                     }
+                    // Live channels of sessions whose last SSE client left.
+                    self.bus.prune();
                 }
                 _ = sweep.tick() => {
                     if let Err(error) = self.resume_unfinished().await {
@@ -965,6 +969,21 @@ impl SessionRuntime {
             .get(session)
             .map(|a| a.cancel.clone())
             .unwrap_or_default()
+    }
+
+    /// Forgets an idle session's resources when nothing of them lives on (no background
+    /// task, finished or not, no shell, no undelivered notification): an idle session costs
+    /// only its rows. A session with tasks or shells keeps them until it closes or expires.
+    fn release_env(&self, session: &SessionId) {
+        let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
+        let unused = envs.get(session).is_some_and(|env| {
+            env.shells.tasks.list().is_empty()
+                && env.shells.shells.ids().is_empty()
+                && env.notifications.lock().is_ok_and(|notes| notes.is_empty())
+        });
+        if unused {
+            envs.remove(session);
+        }
     }
 
     fn env_for(
