@@ -140,8 +140,9 @@ fn sse_frame(event: &EventRecord, json: &str) -> Event {
 }
 
 /// Server-sent events: replays everything after `Last-Event-ID` (or `?after=`), then follows
-/// live without gap or duplicate. A client that falls too far behind gets a `reconnect` event
-/// with its last id and is closed.
+/// live without gap or duplicate. A client that falls behind but keeps reading is caught up
+/// from the store; one that stops reading while behind gets a `reconnect` event with its last
+/// id and is closed (resume with `Last-Event-ID`).
 #[utoipa::path(get, path = "/v1/sessions/{id}/stream", tag = "events",
     params(("id" = String, Path, description = "Session id"), StreamParams),
     responses((status = 200, description = "text/event-stream of events (`id:` = seq)"),
