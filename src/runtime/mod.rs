@@ -110,6 +110,20 @@ struct Active {
     queue: VecDeque<RunId>,
 }
 
+impl Active {
+    /// `current` is about to run; `queue` waits behind it (and may start with it: `advance`
+    /// pops the next run to claim).
+    fn new(tenant: &TenantId, current: RunId, queue: VecDeque<RunId>) -> Self {
+        Self {
+            tenant: tenant.clone(),
+            current,
+            cancel: CancellationToken::new(),
+            ended: Arc::default(),
+            queue,
+        }
+    }
+}
+
 /// Server-wide runtime settings.
 #[derive(Clone, Debug)]
 pub struct RuntimeSettings {
@@ -309,13 +323,7 @@ impl SessionRuntime {
                 }
                 active.insert(
                     session.id.clone(),
-                    Active {
-                        tenant: session.tenant.clone(),
-                        current: run_id.clone(),
-                        cancel: CancellationToken::new(),
-                        ended: Arc::default(),
-                        queue: VecDeque::new(),
-                    },
+                    Active::new(&session.tenant, run_id.clone(), VecDeque::new()),
                 );
                 true
             }
@@ -373,13 +381,11 @@ impl SessionRuntime {
                     // The current run ended while this one was being stored: it starts now.
                     active.insert(
                         session.id.clone(),
-                        Active {
-                            tenant: session.tenant.clone(),
-                            current: run_id.clone(),
-                            cancel: CancellationToken::new(),
-                            ended: Arc::default(),
-                            queue: VecDeque::from([run_id.clone()]),
-                        },
+                        Active::new(
+                            &session.tenant,
+                            run_id.clone(),
+                            VecDeque::from([run_id.clone()]),
+                        ),
                     );
                     true
                 }
@@ -900,16 +906,13 @@ impl SessionRuntime {
                 }
                 active.insert(
                     session.clone(),
-                    Active {
-                        tenant: tenant.clone(),
-                        current: RunId::from_string(first.id.clone()),
-                        cancel: CancellationToken::new(),
-                        ended: Arc::default(),
-                        queue: runs
-                            .iter()
+                    Active::new(
+                        &tenant,
+                        RunId::from_string(first.id.clone()),
+                        runs.iter()
                             .map(|run| RunId::from_string(run.id.clone()))
                             .collect(),
-                    },
+                    ),
                 );
             }
             tracing::info!(session_id = %session, tenant = %tenant, runs = runs.len(), "resuming unfinished runs");

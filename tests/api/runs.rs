@@ -1,7 +1,7 @@
 //! Prompts drive real runs of the agent loop (scripted provider, real tools in the session
 //! workspace); events are persisted, paged, and streamed over SSE with replay.
 
-use crate::helpers::{Backend, TestApp, count, error_code};
+use crate::helpers::{Backend, TestApp, count, error_code, tool_results};
 use crate::on_both_backends;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -520,13 +520,7 @@ async fn deferred_tools_are_hidden_until_found_and_run_under_their_own_name() {
     app.prompt(&token, &id, "go").await;
     let events = wait_idle(&app, &token, &id).await;
     let messages = app.messages(&token, &id).await;
-    let results: Vec<Value> = messages["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().unwrap().clone())
-        .filter(|b| b["type"] == "tool_result")
-        .collect();
+    let results = tool_results(&messages);
     assert_eq!(
         results[0]["code"], "TOOL_NOT_FOUND",
         "a hidden tool named directly does not exist"
@@ -550,13 +544,7 @@ async fn deferred_tools_are_hidden_until_found_and_run_under_their_own_name() {
     app.prompt(&token, &id, "again").await;
     wait_for_terminals(&app, &token, &id, 2).await;
     let messages = app.messages(&token, &id).await;
-    let results: Vec<Value> = messages["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().unwrap().clone())
-        .filter(|b| b["type"] == "tool_result")
-        .collect();
+    let results = tool_results(&messages);
     assert_eq!(results.len(), 5);
     assert_eq!(results[4]["is_error"], false, "{}", results[4]);
 }
