@@ -109,16 +109,20 @@ impl ApprovalHub {
     }
 }
 
-/// Whether a run parked, and on which approvals (shared by its approver and its host).
+/// The approvals a run parked on (shared by its approver and its host): it parked as soon as
+/// there is one.
 #[derive(Default)]
 pub struct ParkState {
-    parked: std::sync::atomic::AtomicBool,
     waiting: Mutex<Vec<(String, chrono::DateTime<chrono::Utc>)>>,
 }
 
 impl ParkState {
     pub fn is_parked(&self) -> bool {
-        self.parked.load(std::sync::atomic::Ordering::SeqCst)
+        !self
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     fn park(&self, id: &str, expires_at: chrono::DateTime<chrono::Utc>) {
@@ -126,7 +130,6 @@ impl ParkState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((id.to_owned(), expires_at));
-        self.parked.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The approvals the run parked on, with their expiries.

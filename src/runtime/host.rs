@@ -109,25 +109,16 @@ impl SessionWriter {
     }
 
     /// Writes everything pending plus `messages` and `events` in one transaction, then publishes.
+    /// For a run's writer, a `terminal` event among `events` also ends the run (its status
+    /// follows the terminal reason) in the same transaction.
     pub async fn write(
         &self,
         messages: Vec<NewMessage>,
         events: Vec<NewEvent>,
     ) -> Result<(), HostError> {
-        self.write_batch(messages, events, None).await
-    }
-
-    /// Like [`Self::write`]; a `terminal` event among `events` also ends the run (its status
-    /// follows the terminal reason) in the same transaction.
-    pub async fn write_batch(
-        &self,
-        messages: Vec<NewMessage>,
-        events: Vec<NewEvent>,
-        run_end: Option<RunEnd>,
-    ) -> Result<(), HostError> {
         let _guard = self.write_lock.lock().await;
         let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        let run_end = run_end.or_else(|| {
+        let run_end = self.lease.as_ref().and_then(|_| {
             events
                 .iter()
                 .find(|e| e.kind == "terminal")
@@ -138,14 +129,10 @@ impl SessionWriter {
             events: pending.events,
             outputs: pending.outputs,
             lease: self.lease.clone(),
-            run_end: run_end.filter(|_| self.lease.is_some()),
+            run_end,
         };
         batch.events.extend(events);
-        if batch.events.is_empty()
-            && batch.messages.is_empty()
-            && batch.outputs.is_empty()
-            && batch.run_end.is_none()
-        {
+        if batch.events.is_empty() && batch.messages.is_empty() && batch.outputs.is_empty() {
             return Ok(());
         }
         let ends_run = batch.run_end.is_some();
@@ -180,7 +167,7 @@ impl SessionWriter {
 }
 
 /// How a run ends, from its `terminal` event's payload.
-pub fn run_end_of(terminal: &Value) -> RunEnd {
+fn run_end_of(terminal: &Value) -> RunEnd {
     let status = match terminal["reason"].as_str() {
         Some("cancelled") => RunStatus::Cancelled,
         Some("error") => RunStatus::Failed,

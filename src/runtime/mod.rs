@@ -428,10 +428,10 @@ impl SessionRuntime {
                 RuntimeError::ApprovalPending(pending.into_iter().map(|a| a.id).collect()),
             ),
             crate::session_config::PendingPromptPolicy::Deny => {
-                self.deny_pending(
+                self.deny_approvals(
                     &session.tenant,
                     &session.id,
-                    None,
+                    pending,
                     "a new prompt arrived while this approval was pending",
                 )
                 .await;
@@ -450,10 +450,7 @@ impl SessionRuntime {
         {
             let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(entry) = active.get_mut(session) {
-                if &entry.current == run {
-                    entry.cancel.cancel();
-                    // A parked run resumes to record its cancellation.
-                    self.hub.resume(run.clone());
+                if self.cancel_if_current(entry, run) {
                     return Ok(());
                 }
                 entry.queue.retain(|queued| queued != run);
@@ -475,6 +472,17 @@ impl SessionRuntime {
             }
             _ => Err(RuntimeError::NoSuchRun),
         }
+    }
+
+    /// Cancels `run` if it is the session's current run (`entry`); a parked run resumes to
+    /// record its cancellation.
+    fn cancel_if_current(&self, entry: &Active, run: &RunId) -> bool {
+        if &entry.current != run {
+            return false;
+        }
+        entry.cancel.cancel();
+        self.hub.resume(run.clone());
+        true
     }
 
     /// Acts on what other replicas sharing the store signal: publishes their sessions' new
@@ -524,16 +532,13 @@ impl SessionRuntime {
                 }
                 crate::store::Signal::ApprovalDecided { id } => self.hub.wake(&id),
                 crate::store::Signal::CancelRun { session, run } => {
-                    if let Some(active) = self
+                    if let Some(entry) = self
                         .active
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .get(&session)
                     {
-                        if active.current == run {
-                            active.cancel.cancel();
-                            self.hub.resume(run);
-                        }
+                        self.cancel_if_current(entry, &run);
                     }
                 }
             }
@@ -549,8 +554,8 @@ impl SessionRuntime {
             .get_mut(session)
         {
             Some(active) => {
-                active.cancel.cancel();
-                self.hub.resume(active.current.clone());
+                let current = active.current.clone();
+                self.cancel_if_current(active, &current);
                 std::mem::take(&mut active.queue)
             }
             None => VecDeque::new(),
@@ -760,14 +765,31 @@ impl SessionRuntime {
         tokio::spawn(async move {
             if runtime.cancel_token(&parked.session).is_cancelled() {
                 // Cancelled while parked: its requests are settled, as a waiting run's are.
-                runtime
-                    .deny_pending(
+                match runtime
+                    .store
+                    .list_approvals(
                         &parked.tenant,
                         &parked.session,
-                        Some(&run),
-                        "the run was cancelled",
+                        Some(crate::store::ApprovalStatus::Pending),
                     )
-                    .await;
+                    .await
+                {
+                    Ok(pending) => {
+                        let of_run = pending
+                            .into_iter()
+                            .filter(|a| a.run_id.as_deref() == Some(run.as_str()))
+                            .collect();
+                        runtime
+                            .deny_approvals(
+                                &parked.tenant,
+                                &parked.session,
+                                of_run,
+                                "the run was cancelled",
+                            )
+                            .await;
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot list pending approvals"),
+                }
             }
             runtime.drive(
                 parked.tenant,
@@ -779,30 +801,15 @@ impl SessionRuntime {
         });
     }
 
-    /// Decides the session's pending approvals (of one run, when given) as denied by `system`
-    /// and wakes whoever waits on them.
-    async fn deny_pending(
+    /// Decides these pending approvals as denied by `system` and wakes whoever waits on them.
+    async fn deny_approvals(
         &self,
         tenant: &TenantId,
         session: &SessionId,
-        run: Option<&RunId>,
+        pending: Vec<crate::store::ApprovalRecord>,
         reason: &str,
     ) {
-        let pending = match self
-            .store
-            .list_approvals(tenant, session, Some(crate::store::ApprovalStatus::Pending))
-            .await
-        {
-            Ok(pending) => pending,
-            Err(error) => {
-                tracing::warn!(%error, "cannot list pending approvals");
-                return;
-            }
-        };
         for approval in pending {
-            if run.is_some_and(|run| approval.run_id.as_deref() != Some(run.as_str())) {
-                continue;
-            }
             let id = crate::ids::ApprovalId::from_string(approval.id);
             let decision = crate::store::ApprovalDecision {
                 status: crate::store::ApprovalStatus::Denied,
@@ -1076,13 +1083,15 @@ impl SessionRuntime {
         let config: SessionConfig = serde_json::from_value(record.config)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         let writer = self.run_writer(tenant, session, lease);
-        // A claimed run that never wrote its prompt (the crash came first) starts afresh.
-        let resuming = resume
-            && !self
-                .store
-                .list_run_events(tenant, session, run_id, &["run_started"])
+        let trail = if resume {
+            self.store
+                .list_run_events(tenant, session, run_id, resume::TRAIL_KINDS)
                 .await?
-                .is_empty();
+        } else {
+            Vec::new()
+        };
+        // A claimed run that never wrote its prompt (the crash came first) starts afresh.
+        let resuming = resume::started(&trail);
         if !resuming {
             let prompt = Message::user_text(text.clone());
             writer
@@ -1257,6 +1266,7 @@ impl SessionRuntime {
                     run_id,
                     replica: &self.settings.replica_id,
                 },
+                &trail,
                 &records,
                 &mut history,
                 &cancel,

@@ -20,7 +20,7 @@ use crate::harness::engine::{HistoryAppend, LoopEvent, LoopHost, RunHistory};
 use crate::harness::scheduler::PendingCall;
 use crate::ids::{RunId, SessionId, TenantId};
 use crate::message::{ContentBlock, Message, Role, ToolResultBlock};
-use crate::store::{MessageRecord, Store};
+use crate::store::{EventRecord, MessageRecord, Store};
 use crate::tools::codes;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -54,41 +54,32 @@ struct Call {
     input: Value,
 }
 
-/// Brings the run's history up to date and tells how to continue.
+/// The events of a run that resuming reads: whether it started, and the trail of its
+/// interrupted turn. (A run whose `terminal` event was written is not resumed: the event and
+/// the run's end are one transaction.)
+pub const TRAIL_KINDS: &[&str] = &[
+    "run_started",
+    "model_request",
+    "assistant_delta",
+    "tool_call",
+    "tool_executing",
+    "tool_result",
+];
+
+/// Whether the run wrote its prompt (`run_started`) before it was interrupted.
+pub fn started(trail: &[EventRecord]) -> bool {
+    trail.iter().any(|event| event.kind == "run_started")
+}
+
+/// Brings the run's history up to date and tells how to continue. `events` are the run's
+/// events of [`TRAIL_KINDS`], in order.
 pub async fn recover(
     run: &Resumed<'_>,
+    events: &[EventRecord],
     records: &[MessageRecord],
     history: &mut RunHistory,
     cancel: &CancellationToken,
 ) -> Result<Recovery, RuntimeError> {
-    let events = run
-        .store
-        .list_run_events(
-            run.tenant,
-            run.session,
-            run.run_id,
-            &[
-                "model_request",
-                "assistant_delta",
-                "tool_call",
-                "tool_executing",
-                "tool_result",
-                "terminal",
-            ],
-        )
-        .await?;
-    if let Some(terminal) = events.iter().find(|e| e.kind == "terminal") {
-        // Ended, but the end did not reach the run's row: record it now.
-        run.host
-            .commit(
-                vec![],
-                vec![LoopEvent::new("terminal", terminal.payload.clone())],
-            )
-            .await
-            .map_err(|error| RuntimeError::Setup(error.0))?;
-        return Ok(Recovery::Finished);
-    }
-
     let of_run = |record: &&MessageRecord| record.run_id.as_deref() == Some(run.run_id.as_str());
     let tool_turns_done = records
         .iter()
@@ -106,7 +97,7 @@ pub async fn recover(
     let mut results: HashMap<String, ToolResultBlock> = HashMap::new();
     let mut executing: HashSet<String> = HashSet::new();
     let mut text = String::new();
-    for event in &events {
+    for event in events {
         let id = event.payload["tool_use_id"].as_str().unwrap_or_default();
         match event.kind.as_str() {
             // Streamed text belongs to the last request's response.
