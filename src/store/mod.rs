@@ -391,6 +391,37 @@ impl Default for ConnectOptions {
     }
 }
 
+/// The first state of a new run: queued, or — when claimed — running under a fresh lease of
+/// its claimer with fence 1.
+struct RunStart<'a> {
+    status: RunStatus,
+    owner: Option<&'a str>,
+    lease_expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    fence: i64,
+    started_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl<'a> RunStart<'a> {
+    fn new(claim: Option<(&'a str, Duration)>, at: chrono::DateTime<chrono::Utc>) -> Self {
+        match claim {
+            Some((owner, lease)) => Self {
+                status: RunStatus::Running,
+                owner: Some(owner),
+                lease_expires_at: Some(at + lease_span(lease)),
+                fence: 1,
+                started_at: Some(at),
+            },
+            None => Self {
+                status: RunStatus::Queued,
+                owner: None,
+                lease_expires_at: None,
+                fence: 0,
+                started_at: None,
+            },
+        }
+    }
+}
+
 /// A lease duration as a timestamp offset (saturating at a day).
 fn lease_span(lease: Duration) -> chrono::Duration {
     chrono::Duration::from_std(lease.min(Duration::from_secs(86_400)))

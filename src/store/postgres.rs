@@ -727,16 +727,7 @@ impl Store for PgStore {
         claim: Option<(&str, Duration)>,
     ) -> StoreResult<RunRecord> {
         let created_at = now();
-        let (status, owner, expires, fence, started) = match claim {
-            Some((owner, lease)) => (
-                RunStatus::Running,
-                Some(owner),
-                Some(created_at + lease_span(lease)),
-                1_i64,
-                Some(created_at),
-            ),
-            None => (RunStatus::Queued, None, None, 0, None),
-        };
+        let start = RunStart::new(claim, created_at);
         let mut tx = self.tenant_tx(tenant).await?;
         let row = sqlx::query(&format!(
             "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
@@ -749,12 +740,12 @@ impl Store for PgStore {
         .bind(run.session.as_str())
         .bind(tenant.as_str())
         .bind(&run.prompt)
-        .bind(status.as_str())
-        .bind(owner)
-        .bind(expires)
-        .bind(fence)
+        .bind(start.status.as_str())
+        .bind(start.owner)
+        .bind(start.lease_expires_at)
+        .bind(start.fence)
         .bind(created_at)
-        .bind(started)
+        .bind(start.started_at)
         .fetch_optional(&mut *tx)
         .await?
         .ok_or(StoreError::NotFound)?;

@@ -645,16 +645,7 @@ impl Store for SqliteStore {
         claim: Option<(&str, Duration)>,
     ) -> StoreResult<RunRecord> {
         let created_at = now();
-        let (status, owner, expires, fence, started) = match claim {
-            Some((owner, lease)) => (
-                RunStatus::Running,
-                Some(owner),
-                Some(ts(created_at + lease_span(lease))),
-                1_i64,
-                Some(ts(created_at)),
-            ),
-            None => (RunStatus::Queued, None, None, 0, None),
-        };
+        let start = RunStart::new(claim, created_at);
         let row = sqlx::query(&format!(
             "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
                  fence, created_at, started_at) \
@@ -664,12 +655,12 @@ impl Store for SqliteStore {
         ))
         .bind(run.id.as_str())
         .bind(&run.prompt)
-        .bind(status.as_str())
-        .bind(owner)
-        .bind(expires)
-        .bind(fence)
+        .bind(start.status.as_str())
+        .bind(start.owner)
+        .bind(start.lease_expires_at.map(ts))
+        .bind(start.fence)
         .bind(ts(created_at))
-        .bind(started)
+        .bind(start.started_at.map(ts))
         .bind(run.session.as_str())
         .bind(tenant.as_str())
         .fetch_optional(&self.writer)
