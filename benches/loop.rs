@@ -16,8 +16,9 @@
 
 #[path = "../tests/support/fake_llm.rs"]
 mod fake_llm;
+#[path = "support/model_thread.rs"]
+mod model_thread;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -28,7 +29,8 @@ use axum::body::{Body, Bytes};
 use axum::response::Response;
 use axum::routing::post;
 use fake_llm::anthropic as an;
-use nix::sys::resource::{UsageWho, getrusage};
+use model_thread::{ModelThread, rusage_seconds};
+use nix::sys::resource::UsageWho;
 use norma::harness::engine::{
     Engine, EngineConfig, HistoryAppend, HostError, LoopEvent, LoopHost, RunHistory,
 };
@@ -40,19 +42,11 @@ use norma::llm::{Provider, ProviderConfig, ProviderKind, ToolSpec, build_provide
 use norma::message::{Message, ToolResultBlock};
 use secrecy::SecretString;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 const TOOL_TURNS: usize = 3;
 const CONCURRENCY: usize = 8;
 const WARMUP: usize = 20;
-
-/// CPU seconds (user + system) of `who`.
-fn cpu_seconds(who: UsageWho) -> f64 {
-    let usage = getrusage(who).expect("getrusage");
-    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
-    secs(usage.user_time()) + secs(usage.system_time())
-}
 
 /// The fake answers from the request alone (so concurrent runs do not interfere): while fewer
 /// than [`TOOL_TURNS`] tool results are in the conversation it calls `Lookup`, then it answers.
@@ -80,52 +74,6 @@ async fn answer(body: Bytes) -> Response {
         .header("content-type", "text/event-stream")
         .body(Body::from(frames.concat()))
         .expect("response")
-}
-
-/// The fake server on its own thread; `cpu` asks that thread for its CPU time.
-struct Fake {
-    addr: SocketAddr,
-    cpu: mpsc::UnboundedSender<oneshot::Sender<f64>>,
-}
-
-impl Fake {
-    fn start() -> Self {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("fake-llm".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("fake runtime");
-                runtime.block_on(async move {
-                    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                        .await
-                        .expect("bind");
-                    let (cpu_tx, mut cpu_rx) = mpsc::unbounded_channel::<oneshot::Sender<f64>>();
-                    ready_tx
-                        .send((listener.local_addr().expect("addr"), cpu_tx))
-                        .expect("ready");
-                    // Runs on this thread: the current-thread runtime has no other workers.
-                    tokio::spawn(async move {
-                        while let Some(reply) = cpu_rx.recv().await {
-                            let _ = reply.send(cpu_seconds(UsageWho::RUSAGE_THREAD));
-                        }
-                    });
-                    let app = Router::new().route("/v1/messages", post(answer));
-                    axum::serve(listener, app).await.expect("fake server");
-                });
-            })
-            .expect("fake thread");
-        let (addr, cpu) = ready_rx.recv().expect("fake started");
-        Self { addr, cpu }
-    }
-
-    async fn cpu_seconds(&self) -> f64 {
-        let (tx, rx) = oneshot::channel();
-        self.cpu.send(tx).expect("fake alive");
-        rx.await.expect("fake answers")
-    }
 }
 
 /// A host that keeps history in memory and has one no-op read-only tool.
@@ -236,13 +184,13 @@ impl Phase {
 
 async fn phase(
     name: &str,
-    fake: &Fake,
+    fake: &ModelThread,
     provider: &Arc<dyn Provider>,
     runs: usize,
     concurrency: usize,
 ) -> Phase {
     let fake_before = fake.cpu_seconds().await;
-    let process_before = cpu_seconds(UsageWho::RUSAGE_SELF);
+    let process_before = rusage_seconds(UsageWho::RUSAGE_SELF);
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
@@ -262,7 +210,7 @@ async fn phase(
         latencies.extend(worker.await.expect("worker"));
     }
     let wall = started.elapsed();
-    let process_cpu = cpu_seconds(UsageWho::RUSAGE_SELF) - process_before;
+    let process_cpu = rusage_seconds(UsageWho::RUSAGE_SELF) - process_before;
     let fake_cpu = fake.cpu_seconds().await - fake_before;
     Phase {
         name: name.to_owned(),
@@ -279,7 +227,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
-    let fake = Fake::start();
+    let fake = ModelThread::start(|| Router::new().route("/v1/messages", post(answer)), false);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -46,13 +46,14 @@
 
 #[path = "../tests/support/fake_llm.rs"]
 mod fake_llm;
+#[path = "support/model_thread.rs"]
+mod model_thread;
 #[path = "../tests/support/pg.rs"]
 mod pg;
 #[path = "../tests/support/server.rs"]
 mod server;
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -61,14 +62,14 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use axum::routing::post;
-use axum::serve::ListenerExt;
 use eventsource_stream::Eventsource;
 use fake_llm::anthropic as an;
 use futures::StreamExt;
-use nix::sys::resource::{UsageWho, getrusage};
+use model_thread::{ModelThread, rusage_seconds};
+use nix::sys::resource::UsageWho;
 use serde_json::{Value, json};
 use server::ServerProcess;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 const TENANT: &str = "bench";
 const TOOL_TURNS: usize = 3;
@@ -94,13 +95,6 @@ fn env_usize(key: &str, default: usize) -> usize {
 // ---------------------------------------------------------------------------------------------
 // CPU and memory accounting
 // ---------------------------------------------------------------------------------------------
-
-/// CPU seconds (user + system) of `who`.
-fn rusage_seconds(who: UsageWho) -> f64 {
-    let usage = getrusage(who).expect("getrusage");
-    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
-    secs(usage.user_time()) + secs(usage.system_time())
-}
 
 fn clock_ticks_per_second() -> f64 {
     std::process::Command::new("getconf")
@@ -291,64 +285,31 @@ async fn answer(body: Bytes) -> Response {
 }
 
 struct Fake {
-    addr: SocketAddr,
-    cpu: mpsc::UnboundedSender<oneshot::Sender<f64>>,
+    model: ModelThread,
     requests: Arc<AtomicUsize>,
 }
 
 impl Fake {
     fn start() -> Self {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let requests = Arc::new(AtomicUsize::new(0));
         let counter = requests.clone();
-        std::thread::Builder::new()
-            .name("fake-llm".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("fake runtime");
-                runtime.block_on(async move {
-                    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                        .await
-                        .expect("bind");
-                    let (cpu_tx, mut cpu_rx) = mpsc::unbounded_channel::<oneshot::Sender<f64>>();
-                    ready_tx
-                        .send((listener.local_addr().expect("addr"), cpu_tx))
-                        .expect("ready");
-                    // Runs on this thread: the current-thread runtime has no other workers.
-                    tokio::spawn(async move {
-                        while let Some(reply) = cpu_rx.recv().await {
-                            let _ = reply.send(rusage_seconds(UsageWho::RUSAGE_THREAD));
-                        }
-                    });
-                    let app = Router::new().route(
-                        "/v1/messages",
-                        post(move |body: Bytes| {
-                            counter.fetch_add(1, Ordering::Relaxed);
-                            answer(body)
-                        }),
-                    );
-                    // Like a real model API: no Nagle delay on the streamed answer.
-                    let listener = listener.tap_io(|tcp| {
-                        let _ = tcp.set_nodelay(true);
-                    });
-                    axum::serve(listener, app).await.expect("fake server");
-                });
-            })
-            .expect("fake thread");
-        let (addr, cpu) = ready_rx.recv().expect("fake started");
-        Self {
-            addr,
-            cpu,
-            requests,
-        }
+        let model = ModelThread::start(
+            move || {
+                Router::new().route(
+                    "/v1/messages",
+                    post(move |body: Bytes| {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        answer(body)
+                    }),
+                )
+            },
+            true,
+        );
+        Self { model, requests }
     }
 
     async fn cpu_seconds(&self) -> f64 {
-        let (tx, rx) = oneshot::channel();
-        self.cpu.send(tx).expect("fake alive");
-        rx.await.expect("fake answers")
+        self.model.cpu_seconds().await
     }
 
     fn requests(&self) -> usize {
@@ -886,7 +847,10 @@ fn main() {
         };
         let mut server = ServerProcess::new(database_url.clone())
             .env("NORMA_PROVIDER__KIND", "anthropic")
-            .env("NORMA_PROVIDER__BASE_URL", format!("http://{}", fake.addr))
+            .env(
+                "NORMA_PROVIDER__BASE_URL",
+                format!("http://{}", fake.model.addr),
+            )
             .env("NORMA_PROVIDER__MODEL", "claude-bench")
             .env("NORMA_PROVIDER__API_KEY", "sk-bench-not-secret")
             .env("NORMA_LOG__FILTER", log_filter.clone());
