@@ -1,0 +1,16 @@
+//! The attack corpus (issue "hostile tenants"): every case drives the real `norma serve` binary
+//! as a hostile tenant would, asserts the specific code or limit it must meet, and then checks
+//! that the server is still healthy and still serves another tenant
+//! ([`support::assert_still_serves`]).
+//!
+//! One module per area; each case is one `#[tokio::test]`.
+
+#[path = "../support/fake_llm.rs"]
+#[allow(dead_code)]
+mod fake_llm;
+#[path = "../support/pg.rs"]
+#[allow(dead_code)]
+mod pg;
+#[path = "../support/server.rs"]
+mod server;
+mod support;
