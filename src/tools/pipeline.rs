@@ -261,9 +261,14 @@ impl Pipeline {
             Ok(admitted) => admitted,
             Err(failure) => {
                 tracing::info!(code = failure.code, "tool call refused");
+                // Refusals carry text from rules, hooks and approvers (a deny reason may be
+                // long): they pass the same cap as every other result (N11).
+                let mut result =
+                    ToolResultBlock::error(&ctx.tool_use_id, failure.code, failure.message);
+                let spill = cap_result(&self.output, &mut result, provenance(ctx, name));
                 return CallOutcome {
-                    result: ToolResultBlock::error(&ctx.tool_use_id, failure.code, failure.message),
-                    spill: None,
+                    result,
+                    spill,
                     extra_messages: context_messages(context),
                     decision,
                 };
@@ -308,12 +313,7 @@ impl Pipeline {
                 )
             }
         };
-        let provenance = Provenance {
-            tenant: &ctx.tenant,
-            session_id: &ctx.session_id,
-            tool_name: name,
-        };
-        let spill = cap_result(&self.output, &mut result, provenance);
+        let spill = cap_result(&self.output, &mut result, provenance(ctx, name));
 
         // 7. PostToolUse / PostToolUseFailure
         if let Some(tool_input) = post_input {
@@ -552,6 +552,15 @@ fn validate(entry: &RegisteredTool, input: &Value, prefix: &str) -> Result<(), F
     entry.schema.validate(input).map_err(|violations| {
         Failure::new(codes::INPUT_SCHEMA_INVALID, format!("{prefix}{violations}"))
     })
+}
+
+/// Where a result of this call came from, for a spilled output.
+fn provenance<'a>(ctx: &'a ToolContext, tool_name: &'a str) -> Provenance<'a> {
+    Provenance {
+        tenant: &ctx.tenant,
+        session_id: &ctx.session_id,
+        tool_name,
+    }
 }
 
 fn cancelled() -> Failure {

@@ -286,6 +286,21 @@ async fn schema_failure_never_calls_and_names_the_field() {
     assert_eq!(probe.calls(), 0);
 }
 
+/// N5: an input that fails its schema never reaches the approval step (and so never a
+/// webhook, a persisted approval or a human): validation comes first.
+#[tokio::test]
+async fn schema_failure_never_reaches_the_approver() {
+    let probe = Probe::default();
+    let approver = ScriptedApprover::answering(ApprovalAnswer::Allow {
+        updated_input: None,
+    });
+    let pipeline = pipeline(&probe, TestGate::ask()).with_approver(approver.clone());
+    let outcome = run(&pipeline, json!({"n": "not a number"})).await;
+    assert_eq!(code(&outcome), Some(codes::INPUT_SCHEMA_INVALID));
+    assert!(approver.requests().is_empty());
+    assert_eq!(probe.calls(), 0);
+}
+
 #[tokio::test]
 async fn raw_input_tools_skip_central_validation() {
     let probe = Probe::default();
@@ -754,6 +769,40 @@ async fn large_output_is_capped_spilled_and_post_hooks_see_the_capped_text() {
     };
     assert_eq!(tool_response, &outcome.result.content);
     assert_eq!(output_id.as_deref(), Some(spill.id.as_str()));
+}
+
+/// A refusal (a long deny reason from an approver, or a hook's block reason) passes the same
+/// cap as a tool's own output (N11): the model reads the head, the rest is spilled.
+#[tokio::test]
+async fn refusal_texts_pass_the_common_cap() {
+    let policy = OutputPolicy {
+        head_chars: 50,
+        spill: true,
+    };
+    let long_reason = "no ".repeat(10_000);
+    let probe = Probe::default();
+    let approver = ScriptedApprover::answering(ApprovalAnswer::Deny {
+        reason: long_reason.clone(),
+    });
+    let denied = pipeline(&probe, TestGate::ask())
+        .with_approver(approver)
+        .with_output_policy(policy);
+    let outcome = run(&denied, json!({"n": 50})).await;
+    assert_eq!(code(&outcome), Some(codes::PERMISSION_DENIED));
+    assert!(outcome.result.capped);
+    assert!(outcome.result.content.chars().count() < 200);
+    let spill = outcome.spill.expect("the full refusal is kept");
+    assert!(spill.content.contains(&long_reason));
+    assert_eq!(outcome.result.output_id.as_deref(), Some(spill.id.as_str()));
+
+    let blocked = pipeline(&probe, TestGate::allow_all())
+        .with_hooks(hooks(vec![Ok(HookResponse::block(long_reason.clone()))]))
+        .with_output_policy(policy);
+    let outcome = run(&blocked, json!({"n": 50})).await;
+    assert_eq!(code(&outcome), Some(codes::HOOK_BLOCKED));
+    assert!(outcome.result.capped);
+    assert!(outcome.spill.is_some());
+    assert_eq!(probe.calls(), 0);
 }
 
 #[tokio::test]
