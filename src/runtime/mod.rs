@@ -1145,9 +1145,14 @@ impl SessionRuntime {
         }
         let hidden = registry.deferred_tools();
         if !hidden.is_empty() {
+            let inner = hidden
+                .iter()
+                .filter_map(|tool| registry.lookup(&tool.name))
+                .map(|entry| entry.tool.clone())
+                .collect();
             for tool in [
                 crate::tools::deferred::search_tool(hidden, unlocked.clone()),
-                crate::tools::deferred::execute_tool(),
+                crate::tools::deferred::execute_tool(inner),
             ] {
                 registry
                     .register(tool)
@@ -1316,7 +1321,7 @@ pub async fn expire_idle_sessions(
             continue;
         };
         runtime.close(&session.tenant, &session.id).await;
-        store
+        let written = store
             .append(
                 &session.tenant,
                 &session.id,
@@ -1330,6 +1335,9 @@ pub async fn expire_idle_sessions(
                 },
             )
             .await?;
+        // Live subscribers on this replica see it at once (on SQLite there is no other way;
+        // on Postgres the notification of the same seq is then a duplicate the bus drops).
+        runtime.bus().publish(&session.id, &written.events);
         runtime
             .session_hooks(
                 &closed,

@@ -3,13 +3,19 @@
 //! and `ExecuteExtraTool` runs one by name. The host runs the inner call through the same
 //! pipeline under the inner tool's own name, so its schema, permission and hooks apply; a
 //! hidden tool named directly is refused unless unlocked.
+//!
+//! Neither wrapper changes the world by itself, so the permission ladder judges them by what
+//! they do: `SearchExtraTools` is read-only (it only changes which hidden tools are runnable, so
+//! it is allowed in plan mode), and `ExecuteExtraTool` is read-only and concurrency-safe exactly
+//! when its inner tool is for the inner input — plan mode lets it run a read-only inner tool and
+//! refuses a mutating one, and the scheduler keeps an exclusive inner tool exclusive.
 
 use crate::permission::SelfDecision;
 use crate::tools::builder::ToolBuilder;
 use crate::tools::registry::ProviderTool;
 use crate::tools::{DynTool, ToolOutput};
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 pub const SEARCH_EXTRA_TOOLS: &str = "SearchExtraTools";
@@ -49,6 +55,8 @@ pub fn search_tool(catalog: Vec<ProviderTool>, unlocked: UnlockSet) -> DynTool {
             "required": ["query"],
             "additionalProperties": false
         }))
+        .read_only(true)
+        .concurrency_safe(true)
         .self_decision(SelfDecision::Allow)
         .handler(move |input: Value, _ctx| {
             let catalog = catalog.clone();
@@ -79,9 +87,18 @@ pub fn search_tool(catalog: Vec<ProviderTool>, unlocked: UnlockSet) -> DynTool {
     Arc::new(tool)
 }
 
-/// `ExecuteExtraTool`: validated and permission-checked as itself; the host then runs the
-/// inner tool through the pipeline.
-pub fn execute_tool() -> DynTool {
+/// `ExecuteExtraTool` over the hidden tools `inner` (by name): validated and permission-checked
+/// as itself, judged read-only and concurrency-safe by the inner tool; the host then runs the
+/// inner tool through the pipeline under its own name.
+pub fn execute_tool(inner: Vec<DynTool>) -> DynTool {
+    let inner: Arc<HashMap<String, DynTool>> = Arc::new(
+        inner
+            .into_iter()
+            .map(|tool| (tool.name().to_owned(), tool))
+            .collect(),
+    );
+    let read_only = inner.clone();
+    let concurrency_safe = inner;
     let tool = ToolBuilder::new(EXECUTE_EXTRA_TOOL)
         .description("Run one of the additional tools found with SearchExtraTools.")
         .schema(json!({
@@ -93,9 +110,29 @@ pub fn execute_tool() -> DynTool {
             "required": ["name", "input"],
             "additionalProperties": false
         }))
+        .read_only_when(move |input| {
+            inner_tool(&read_only, input).is_some_and(|(tool, inner)| tool.is_read_only(inner))
+        })
+        .concurrency_safe_when(move |input| {
+            inner_tool(&concurrency_safe, input)
+                .is_some_and(|(tool, inner)| tool.is_concurrency_safe(inner))
+        })
         .self_decision(SelfDecision::Allow)
         .handler(|_input: Value, _ctx| async { Ok(ToolOutput::text("")) })
         .build()
         .expect("the ExecuteExtraTool schema is valid");
     Arc::new(tool)
 }
+
+/// The hidden tool an `ExecuteExtraTool` input names, with the input meant for it.
+fn inner_tool<'a>(
+    tools: &'a HashMap<String, DynTool>,
+    input: &'a Value,
+) -> Option<(&'a DynTool, &'a Value)> {
+    let tool = tools.get(input["name"].as_str()?)?;
+    Some((tool, &input["input"]))
+}
+
+#[cfg(test)]
+#[path = "deferred_tests.rs"]
+mod tests;
