@@ -439,6 +439,33 @@ async fn idle_sessions_expire_and_stop_accepting_prompts() {
     assert_eq!(error_code(prompt).await, (409, "SESSION_CLOSED".into()));
 }
 
+/// A client streaming an idle session when it expires receives `session_expired` live (on
+/// SQLite too, where no store notification carries committed events).
+#[tokio::test]
+async fn a_live_stream_receives_session_expired() {
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.session_idle_expiry_seconds = 1)
+        .await
+        .unwrap();
+    let token = app.token("acme");
+    let id = app.create_session("acme", &json!({})).await;
+    let response = app.get(&format!("/v1/sessions/{id}/stream"), &token).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream().eventsource();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let event = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("session_expired within 20 s")
+            .expect("the stream stays open until the event")
+            .expect("a well-formed SSE event");
+        if event.event == "session_expired" {
+            break;
+        }
+    }
+}
+
 #[tokio::test]
 async fn background_task_completion_reaches_the_loop() {
     let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
