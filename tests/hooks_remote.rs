@@ -67,6 +67,12 @@ async fn hook(State(state): State<Received>, headers: HeaderMap, body: Bytes) ->
     axum::Json(answer).into_response()
 }
 
+/// 10 MiB of whitespace in 1 KiB chunks, with no `Content-Length`: only a streaming cap stops it.
+async fn huge_stream() -> axum::body::Body {
+    let chunks = (0..10 * 1024).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 1024])));
+    axum::body::Body::from_stream(futures::stream::iter(chunks))
+}
+
 async fn spawn_server() -> (String, Received) {
     let state = Received::default();
     let app = Router::new()
@@ -76,6 +82,7 @@ async fn spawn_server() -> (String, Received) {
         .route("/garbage", post(|| async { "not json" }))
         .route("/get-only", get(|| async { "only GET here" }))
         .route("/huge", post(|| async { vec![b' '; 10 * 1024 * 1024] }))
+        .route("/huge-stream", post(huge_stream))
         .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
@@ -488,4 +495,48 @@ async fn the_pipeline_uses_a_remote_policy_hook() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(received.verified.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn an_answer_without_a_length_is_capped_while_streaming() {
+    let (base, _) = spawn_server().await;
+    let error = remote(format!("{base}/huge-stream"), SECRET)
+        .handle(&pre_tool_use("Counter", json!({"n": 1})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, HookError::Failed(text) if text.contains("larger than 65536 bytes")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_that_gets_no_answer_ends_at_its_deadline() {
+    // Accepts connections and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = url::Url::parse(&format!("http://{}/", listener.local_addr().unwrap())).unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let limits = norma::egress::RequestLimits {
+        timeout: Duration::from_millis(200),
+        max_response_bytes: 1024,
+    };
+    let error = egress(true)
+        .post(
+            norma::egress::Purpose::RemoteHook,
+            &url,
+            Default::default(),
+            b"{}".to_vec(),
+            limits,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, norma::egress::EgressError::Timeout(t) if t == limits.timeout),
+        "{error}"
+    );
 }
