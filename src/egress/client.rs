@@ -12,7 +12,9 @@
 //!   a 3xx answer is returned as it is, never followed.
 //! - **Bounded.** Each request has a total deadline (connect, send, and reading the answer)
 //!   and a cap on the answer's body, enforced while streaming (the body is never buffered past
-//!   the cap; a larger `Content-Length` is refused before reading).
+//!   the cap; a larger `Content-Length` is refused before reading). Idle pooled connections
+//!   are few per host ([`MAX_IDLE_PER_HOST`]) and short-lived ([`IDLE_TIMEOUT`]), so tenants
+//!   pointing hooks at many hosts cannot pile up open sockets.
 
 use super::address::AddressPolicy;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
@@ -20,6 +22,11 @@ use std::error::Error as StdError;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Idle pooled connections kept per host.
+pub const MAX_IDLE_PER_HOST: usize = 4;
+/// How long an idle pooled connection is kept.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What an outbound request is for (log lines name it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +110,8 @@ impl EgressClient {
         let http = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
+            .pool_idle_timeout(IDLE_TIMEOUT)
             .dns_resolver(Arc::new(CheckedResolver { policy }))
             .build()
             .map_err(EgressError::Build)?;

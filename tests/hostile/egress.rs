@@ -129,10 +129,12 @@ async fn hooks_to_loopback_are_refused_by_default_and_reveal_nothing() {
         0,
         "no probe reached the loopback listener"
     );
+    let logs = server.logs();
     assert!(
-        server.logs().contains("is refused"),
+        logs.contains("is refused"),
         "the reason is in the server log"
     );
+    assert!(!logs.contains(SECRET), "the hook secret is never logged");
     assert_still_serves(&server).await;
 }
 
