@@ -286,10 +286,23 @@ async fn resolve_checked(
         .map_err(|error| lookup(error.to_string()))?
         .collect();
     addresses.dedup();
+    check_addresses(policy, host, &addresses)?;
+    Ok(addresses)
+}
+
+/// Refuses `host` when it has no address or when any of them is refused by `policy`.
+fn check_addresses(
+    policy: AddressPolicy,
+    host: &str,
+    addresses: &[SocketAddr],
+) -> Result<(), ResolveError> {
     if addresses.is_empty() {
-        return Err(lookup("no address".into()));
+        return Err(ResolveError::Lookup {
+            host: host.to_owned(),
+            detail: "no address".into(),
+        });
     }
-    for address in &addresses {
+    for address in addresses {
         policy
             .check(address.ip())
             .map_err(|range| ResolveError::Refused {
@@ -298,7 +311,7 @@ async fn resolve_checked(
                 range,
             })?;
     }
-    Ok(addresses)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -319,6 +332,27 @@ mod tests {
             .await
             .unwrap();
         assert!(addresses.iter().all(|a| a.ip().is_loopback()));
+    }
+
+    #[test]
+    fn one_non_public_address_refuses_the_whole_name() {
+        let public: SocketAddr = "93.184.216.34:0".parse().unwrap();
+        let metadata: SocketAddr = "169.254.169.254:0".parse().unwrap();
+        let ula: SocketAddr = "[fd00::1]:0".parse().unwrap();
+        let strict = AddressPolicy::PublicOnly;
+        assert!(check_addresses(strict, "ok.example", &[public]).is_ok());
+        for mixed in [[public, metadata], [metadata, public], [public, ula]] {
+            let error = check_addresses(strict, "rebind.example", &mixed).unwrap_err();
+            assert!(
+                matches!(error, ResolveError::Refused { ip, .. } if ip != public.ip()),
+                "{error}"
+            );
+        }
+        assert!(check_addresses(AddressPolicy::AllowPrivate, "lab", &[public, metadata]).is_ok());
+        assert!(matches!(
+            check_addresses(strict, "empty.example", &[]),
+            Err(ResolveError::Lookup { .. })
+        ));
     }
 
     #[tokio::test]
