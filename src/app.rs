@@ -31,6 +31,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("cannot set up token verification: {0}")]
     Keys(#[from] KeyError),
+    #[error("cannot build the outbound HTTP client: {0}")]
+    Egress(#[from] crate::egress::EgressError),
     #[error("cannot locate the sandbox launcher: {0}")]
     Launcher(std::io::Error),
     #[error("cannot bind {addr}: {source}")]
@@ -66,6 +68,9 @@ impl App {
             Some(path) => path.clone(),
             None => std::env::current_exe().map_err(StartError::Launcher)?,
         };
+        let egress = crate::egress::EgressClient::new(
+            crate::egress::AddressPolicy::from_allow_private(settings.allow_private_webhooks),
+        )?;
         let runtime = crate::runtime::SessionRuntime::new(
             store.clone(),
             crate::runtime::RuntimeSettings {
@@ -75,13 +80,13 @@ impl App {
                 sandbox_launcher: launcher,
                 max_concurrent_runs_per_tenant: settings.max_concurrent_runs_per_tenant,
                 output_head_chars: settings.output_head_chars,
-                allow_private_webhooks: settings.allow_private_webhooks,
                 tenant_providers: settings.tenant_providers.clone(),
                 replica_id: settings.replica_id(),
                 run_lease: std::time::Duration::from_secs(settings.run_lease_seconds.max(1)),
                 approval_park_after: (settings.approval_park_after_ms > 0)
                     .then(|| std::time::Duration::from_millis(settings.approval_park_after_ms)),
             },
+            egress,
         );
         let listener =
             TcpListener::bind(settings.bind)

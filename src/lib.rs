@@ -4,6 +4,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod egress;
 pub mod error;
 pub mod harness;
 pub mod hooks;

@@ -6,7 +6,7 @@ use crate::api::runs::load_owned_session;
 use crate::app::AppState;
 use crate::auth::{Principal, scopes};
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::hooks::runner::{HookCatalog, HookRunner, HookStatus};
+use crate::hooks::runner::{HookRunner, HookStatus};
 use crate::session_config::SessionConfig;
 use crate::store::{EventRecord, MessageRecord};
 use axum::Json;
@@ -269,7 +269,7 @@ pub async fn hook_status(
     let session = load_owned_session(&state, &principal, id).await?;
     let config: SessionConfig = serde_json::from_value(session.config)
         .map_err(|_| ApiError::new(crate::error::ErrorCode::Internal, "internal error"))?;
-    let (_, hooks) = HookRunner::from_config(&config.hooks, &HookCatalog::new())
+    let (_, hooks) = HookRunner::from_config(&config.hooks, state.runtime.hook_catalog())
         .map_err(|error| ApiError::invalid(error.to_string()))?;
     Ok(Json(HookStatusReport { hooks }))
 }

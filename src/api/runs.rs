@@ -50,10 +50,18 @@ impl From<RuntimeError> for ApiError {
                 ErrorCode::TenantLimit,
                 format!("the tenant already has {limit} runs in flight"),
             ),
-            RuntimeError::PromptBlocked(reason) => ApiError::new(
+            RuntimeError::PromptBlocked(block) => ApiError::new(
                 ErrorCode::HookBlocked,
-                format!("a UserPromptSubmit hook blocked the prompt: {reason}"),
-            ),
+                format!(
+                    "a UserPromptSubmit hook blocked the prompt: {}",
+                    block.reason
+                ),
+            )
+            .with_details(if block.failed {
+                serde_json::json!({ "hook": block.hook, "hook_code": crate::hooks::HOOK_FAILED })
+            } else {
+                serde_json::json!({ "hook": block.hook })
+            }),
             RuntimeError::NoSuchRun => ApiError::not_found("run"),
             RuntimeError::Store(error) => error.into(),
             RuntimeError::Setup(reason) => {

@@ -6,11 +6,11 @@
 pub mod remote;
 pub mod runner;
 
-pub use remote::{RemoteHook, RemoteHookError};
+pub use remote::{RemoteHook, RemoteHookError, RemoteTarget};
 pub use runner::{
-    DEFAULT_HOOK_TIMEOUT, FailurePolicy, HookBlock, HookCatalog, HookConfig, HookConfigError,
-    HookHandlerConfig, HookOutcome, HookRegistration, HookRunner, HookStatus, HookStatusToken,
-    MissingReason, StopOutcome,
+    DEFAULT_HOOK_TIMEOUT, FailurePolicy, HOOK_FAILED, HookBlock, HookCatalog, HookConfig,
+    HookConfigError, HookHandlerConfig, HookOutcome, HookRegistration, HookRunner, HookStatus,
+    HookStatusToken, MissingReason, StopOutcome,
 };
 
 use crate::ids::{SessionId, TenantId};

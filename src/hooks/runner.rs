@@ -6,11 +6,18 @@
 //! the last non-empty input rewrite wins. The runner is immutable once built and safe to call
 //! concurrently.
 //!
+//! A failed hook's detail (status codes, addresses, error text) goes to the server log with the
+//! session and hook name; what the tenant sees — a block reason, a tool result, an API error —
+//! says only that the hook failed ([`HOOK_FAILED`]), so a remote hook cannot be used to probe
+//! which internal addresses or ports answer.
+//!
 //! Sessions configure hooks with [`HookConfig`]s resolved against a [`HookCatalog`] of
-//! in-process hooks; the result comes with a per-hook [`HookStatus`] report.
+//! in-process hooks (and the outbound client remote hooks use); the result comes with a
+//! per-hook [`HookStatus`] report.
 
-use super::remote::{RemoteHook, RemoteHookError};
+use super::remote::{RemoteHook, RemoteHookError, RemoteTarget};
 use super::{Hook, HookDecision, HookError, HookEvent, HookEventName, HookResponse};
+use crate::egress::EgressClient;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -24,6 +31,8 @@ use tracing::Instrument;
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest per-hook timeout a configuration may ask for.
 pub const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(600);
+/// The only thing a tenant learns of a failed hook (error, timeout, panic, refused address).
+pub const HOOK_FAILED: &str = "HOOK_FAILED";
 
 /// What a failed (errored, panicked, timed-out) hook means.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,7 +121,8 @@ pub struct HookBlock {
     pub reason: String,
     /// A hard prevent (Stop), rather than a block.
     pub prevent: bool,
-    /// The block comes from a fail-closed failure, not from the hook's answer.
+    /// The block comes from a fail-closed failure, not from the hook's answer (the reason is
+    /// then the generic [`HOOK_FAILED`] text).
     pub failed: bool,
 }
 
@@ -199,20 +209,19 @@ impl HookRunner {
                 Ok(answer) => answer,
                 Err(error) => match registration.failure {
                     FailurePolicy::FailOpen => {
-                        tracing::warn!(hook = %registration.name, event = %event_name, %error,
+                        tracing::warn!(session = %event.session_id, tenant = %event.tenant,
+                            hook = %registration.name, event = %event_name, %error,
                             "hook failed; fail_open, continuing");
                         outcome.failures.push((registration.name.clone(), error));
                         continue;
                     }
                     FailurePolicy::FailClosed => {
-                        tracing::warn!(hook = %registration.name, event = %event_name, %error,
+                        tracing::warn!(session = %event.session_id, tenant = %event.tenant,
+                            hook = %registration.name, event = %event_name, %error,
                             "hook failed; fail_closed, blocking");
                         outcome.block = Some(HookBlock {
                             hook: registration.name.clone(),
-                            reason: format!(
-                                "hook {} failed and is fail-closed: {error}",
-                                registration.name
-                            ),
+                            reason: failed_reason(&registration.name),
                             // A failed Stop hook ends the run rather than forcing a turn.
                             prevent: event_name == HookEventName::Stop,
                             failed: true,
@@ -277,12 +286,15 @@ impl HookRunner {
             let hook: Option<Arc<dyn Hook>> = match &config.handler {
                 HookHandlerConfig::InProcess { hook } => catalog.get(hook),
                 HookHandlerConfig::Remote { url, secret } => {
-                    Some(Arc::new(RemoteHook::new(url, secret, timeout).map_err(
-                        |source| HookConfigError::Remote {
+                    let target = RemoteTarget::parse(url, secret).map_err(|source| {
+                        HookConfigError::Remote {
                             name: config.name.clone(),
                             source,
-                        },
-                    )?))
+                        }
+                    })?;
+                    catalog.egress.as_ref().map(|client| -> Arc<dyn Hook> {
+                        Arc::new(RemoteHook::new(target, client.clone(), timeout))
+                    })
                 }
             };
             let status = match hook {
@@ -290,7 +302,10 @@ impl HookRunner {
                     HookStatus::new(config, HookStatusToken::HookConfigDisabled)
                 }
                 None => HookStatus {
-                    missing_reason: Some(MissingReason::NotRegistered),
+                    missing_reason: Some(match config.handler {
+                        HookHandlerConfig::InProcess { .. } => MissingReason::NotRegistered,
+                        HookHandlerConfig::Remote { .. } => MissingReason::NoOutboundClient,
+                    }),
                     ..HookStatus::new(config, HookStatusToken::HookMissing)
                 },
                 Some(hook) if !hook.supports(config.event) => {
@@ -314,6 +329,11 @@ impl HookRunner {
     }
 }
 
+/// The block reason of a failed fail-closed hook: its name and [`HOOK_FAILED`], nothing else.
+pub fn failed_reason(hook: &str) -> String {
+    format!("hook {hook} failed ({HOOK_FAILED})")
+}
+
 /// Runs one hook in its own task under its timeout.
 async fn run_one(
     registration: &HookRegistration,
@@ -334,16 +354,25 @@ async fn run_one(
     }
 }
 
-/// Named in-process hooks a session configuration may refer to.
+/// What a session's hook configuration can bind to: named in-process hooks, and the outbound
+/// client remote hooks post through (without one, remote hooks are reported `HOOK_MISSING`).
 #[derive(Clone, Default)]
 pub struct HookCatalog {
     hooks: HashMap<String, Arc<dyn Hook>>,
+    egress: Option<EgressClient>,
 }
 
 impl HookCatalog {
-    /// An empty catalog.
+    /// An empty catalog with no outbound client.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Lets remote hooks post through `client` (which decides what addresses they reach).
+    #[must_use]
+    pub fn with_egress(mut self, client: EgressClient) -> Self {
+        self.egress = Some(client);
+        self
     }
 
     /// Adds (or replaces) a named hook.
@@ -359,7 +388,10 @@ impl HookCatalog {
 
 impl fmt::Debug for HookCatalog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.hooks.keys()).finish()
+        f.debug_struct("HookCatalog")
+            .field("hooks", &self.hooks.keys().collect::<Vec<_>>())
+            .field("egress", &self.egress.as_ref().map(EgressClient::policy))
+            .finish()
     }
 }
 
@@ -453,6 +485,8 @@ pub enum HookStatusToken {
 pub enum MissingReason {
     /// The in-process hook name is not in the server's catalog.
     NotRegistered,
+    /// A remote hook, resolved without an outbound client (never on a running server).
+    NoOutboundClient,
 }
 
 /// The status of one configured hook. Clients branch on `status_token`; `status_label` is

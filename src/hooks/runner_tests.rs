@@ -228,7 +228,8 @@ async fn the_default_timeout_is_five_seconds_and_fail_closed_blocks() {
     let block = outcome.block.unwrap();
     assert!(block.failed);
     assert!(!block.prevent);
-    assert!(block.reason.contains("timed out"), "{}", block.reason);
+    // The tenant-visible reason is generic; the timeout is in the log only.
+    assert_eq!(block.reason, "hook slow failed (HOOK_FAILED)");
 }
 
 #[tokio::test]
@@ -248,7 +249,7 @@ async fn a_panicking_hook_is_contained() {
     let outcome = closed.runner.run(pre("Bash")).await;
     assert_eq!(
         outcome.block.unwrap().reason,
-        "hook boom failed and is fail-closed: hook panicked"
+        "hook boom failed (HOOK_FAILED)"
     );
 }
 
@@ -398,7 +399,9 @@ fn in_process(hook: &str) -> HookHandlerConfig {
 
 #[test]
 fn configuration_reports_a_status_per_hook() {
-    let mut catalog = HookCatalog::new();
+    let egress = crate::egress::EgressClient::new(crate::egress::AddressPolicy::PublicOnly)
+        .expect("outbound client");
+    let mut catalog = HookCatalog::new().with_egress(egress);
     catalog.insert("pre-only", Arc::new(PreOnly));
     let configs = vec![
         config("ok", PreToolUse, in_process("pre-only")),

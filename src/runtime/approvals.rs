@@ -252,7 +252,8 @@ pub struct RunApprover {
     pub cancel: CancellationToken,
     /// The session's policy-service webhook, if any.
     pub webhook: Option<super::webhook::WebhookConfig>,
-    pub allow_private_webhooks: bool,
+    /// The outbound client webhooks are delivered through.
+    pub egress: crate::egress::EgressClient,
     /// The run was resumed after a restart: a call asks again for the approval it had
     /// requested before (same run, call and input), which is reused rather than duplicated.
     pub resumed: bool,
@@ -318,9 +319,9 @@ impl RunApprover {
             self.run_id.clone(),
         );
         let id = ApprovalId::from_string(record.id.clone());
-        let allow_private = self.allow_private_webhooks;
+        let egress = self.egress.clone();
         tokio::spawn(async move {
-            let outcome = super::webhook::deliver(&webhook, &body, allow_private).await;
+            let outcome = super::webhook::deliver(&egress, &webhook, &body).await;
             let note = |kind: &str, payload: Value| NewEvent {
                 kind: kind.into(),
                 payload,
@@ -349,10 +350,12 @@ impl RunApprover {
                 }
                 Ok(None) => {}
                 Err(error) => {
-                    tracing::warn!(%error, approval_id = %id, "approval webhook failed");
+                    // The detail (addresses, statuses) is for the log; the tenant sees a code.
+                    tracing::warn!(%error, %tenant, %session, approval_id = %id,
+                        "approval webhook failed");
                     let event = note(
                         "approval_webhook_failed",
-                        json!({ "approval_id": id, "error": error.to_string() }),
+                        json!({ "approval_id": id, "code": super::webhook::WEBHOOK_FAILED }),
                     );
                     let _ = writer.write(vec![], vec![event]).await;
                 }

@@ -13,6 +13,7 @@ pub mod host;
 pub mod resume;
 pub mod webhook;
 
+use crate::egress::EgressClient;
 use crate::harness::engine::{Engine, EngineConfig, RunHistory};
 use crate::harness::ledger::RunLedger;
 use crate::harness::turn::TurnLimits;
@@ -63,8 +64,8 @@ pub enum RuntimeError {
     ApprovalPending(Vec<String>),
     #[error("the tenant already has {0} runs in flight")]
     TenantLimit(u32),
-    #[error("a UserPromptSubmit hook blocked the prompt: {0}")]
-    PromptBlocked(String),
+    #[error("a UserPromptSubmit hook blocked the prompt: {}", .0.reason)]
+    PromptBlocked(crate::hooks::HookBlock),
     #[error("no such run")]
     NoSuchRun,
     #[error(transparent)]
@@ -133,7 +134,6 @@ pub struct RuntimeSettings {
     pub sandbox_launcher: PathBuf,
     pub max_concurrent_runs_per_tenant: u32,
     pub output_head_chars: usize,
-    pub allow_private_webhooks: bool,
     pub tenant_providers: std::collections::BTreeMap<String, ProviderConfig>,
     /// This replica's name in run leases.
     pub replica_id: String,
@@ -174,6 +174,8 @@ pub struct SessionRuntime {
     bus: Arc<EventBus>,
     settings: RuntimeSettings,
     http: reqwest::Client,
+    /// The outbound client of remote hooks and approval webhooks.
+    egress: EgressClient,
     sandbox: Arc<Sandbox>,
     hook_catalog: HookCatalog,
     active: Mutex<HashMap<SessionId, Active>>,
@@ -187,7 +189,12 @@ pub struct SessionRuntime {
 }
 
 impl SessionRuntime {
-    pub fn new(store: Arc<dyn Store>, settings: RuntimeSettings) -> Arc<Self> {
+    /// A runtime whose remote hooks and approval webhooks go out through `egress`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        settings: RuntimeSettings,
+        egress: EgressClient,
+    ) -> Arc<Self> {
         let sandbox = Arc::new(Sandbox::probe(SandboxConfig::new(
             settings.sandbox_launcher.clone(),
         )));
@@ -198,7 +205,8 @@ impl SessionRuntime {
             settings,
             http: reqwest::Client::new(),
             sandbox,
-            hook_catalog: HookCatalog::new(),
+            hook_catalog: HookCatalog::new().with_egress(egress.clone()),
+            egress,
             active: Mutex::new(HashMap::new()),
             hub: Arc::new(hub),
             resumes: Mutex::new(Some(resumes)),
@@ -206,6 +214,11 @@ impl SessionRuntime {
             live_grants: Mutex::new(HashMap::new()),
             envs: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// What session hook configurations resolve against (in-process hooks, outbound client).
+    pub fn hook_catalog(&self) -> &HookCatalog {
+        &self.hook_catalog
     }
 
     pub fn bus(&self) -> &Arc<EventBus> {
@@ -296,7 +309,7 @@ impl SessionRuntime {
             )
             .await;
         if let Some(block) = outcome.block {
-            return Err(RuntimeError::PromptBlocked(block.reason));
+            return Err(RuntimeError::PromptBlocked(block));
         }
         let placement = if self.is_busy(&session.id) {
             self.pending_approval_policy(session, policy).await?
@@ -1196,7 +1209,7 @@ impl SessionRuntime {
             grants: grants.clone(),
             cancel: cancel.clone(),
             webhook: config.approvals.webhook.clone(),
-            allow_private_webhooks: self.settings.allow_private_webhooks,
+            egress: self.egress.clone(),
             resumed: resuming,
             park_after: self.settings.approval_park_after,
             park: park.clone(),

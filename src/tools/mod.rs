@@ -20,6 +20,8 @@ pub mod codes {
     pub const INPUT_SCHEMA_INVALID: &str = "INPUT_SCHEMA_INVALID";
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
     pub const HOOK_BLOCKED: &str = "HOOK_BLOCKED";
+    /// A fail-closed PreToolUse hook failed (the detail is in the server log only).
+    pub const HOOK_FAILED: &str = crate::hooks::HOOK_FAILED;
     pub const TOOL_FAILED: &str = "TOOL_FAILED";
     pub const TOOL_TIMEOUT: &str = "TOOL_TIMEOUT";
     pub const CANCELLED: &str = "CANCELLED";

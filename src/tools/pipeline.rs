@@ -5,8 +5,8 @@
 //! 2. schema validation (skipped for raw-input tools) → `INPUT_SCHEMA_INVALID`
 //! 3. permission ([`PermissionGate`]; `Ask` goes to the [`Approver`], or is denied with
 //!    [`Stage::NoCallback`] when there is none) → `PERMISSION_DENIED`
-//! 4. PreToolUse hooks → `HOOK_BLOCKED`; a rewrite is validated and permission-checked again
-//!    and can never widen an approval (D3)
+//! 4. PreToolUse hooks → `HOOK_BLOCKED` (`HOOK_FAILED` when a fail-closed hook failed); a
+//!    rewrite is validated and permission-checked again and can never widen an approval (D3)
 //! 5. `call`, under a per-call timeout and the context's cancel token → `TOOL_FAILED`,
 //!    `TOOL_TIMEOUT`, `CANCELLED` (a panicking tool is a `TOOL_FAILED`)
 //! 6. output cap / spill
@@ -389,6 +389,15 @@ impl Pipeline {
             };
             context.extend(outcome.additional_context);
             if let Some(block) = outcome.block {
+                if block.failed {
+                    return Err(Failure::new(
+                        codes::HOOK_FAILED,
+                        format!(
+                            "{}; it is fail-closed, so the call did not run",
+                            block.reason
+                        ),
+                    ));
+                }
                 return Err(Failure::new(
                     codes::HOOK_BLOCKED,
                     format!("blocked by hook {}: {}", block.hook, block.reason),

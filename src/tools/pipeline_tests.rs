@@ -459,9 +459,12 @@ async fn fail_closed_hook_failure_blocks_and_fail_open_continues() {
     let probe = Probe::default();
     let failing = || Err(HookError::Failed("down".into()));
     let closed = pipeline(&probe, TestGate::allow_all()).with_hooks(hooks(vec![failing()]));
+    let outcome = run(&closed, json!({"n": 5})).await;
+    assert_eq!(code(&outcome), Some(codes::HOOK_FAILED));
+    // The failure's detail ("down") is for the log, never the model or the tenant.
     assert_eq!(
-        code(&run(&closed, json!({"n": 5})).await),
-        Some(codes::HOOK_BLOCKED)
+        outcome.result.content,
+        "hook h0 failed (HOOK_FAILED); it is fail-closed, so the call did not run"
     );
     assert_eq!(probe.calls(), 0);
 

@@ -54,7 +54,9 @@ async fn session_hooks_run_signed_and_can_block_prompts() {
         .into_future(),
     );
 
-    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.allow_private_webhooks = true)
+        .await
+        .unwrap();
     let token = app.token("acme");
     let remote = |name: &str, event: &str| json!({"name": name, "event": event, "handler": {"type": "remote", "url": url, "secret": SECRET}});
     let id = app
@@ -169,9 +171,12 @@ async fn session_end_hooks_run_on_idle_expiry() {
         )
         .into_future(),
     );
-    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.session_idle_expiry_seconds = 1)
-        .await
-        .unwrap();
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.session_idle_expiry_seconds = 1;
+        s.allow_private_webhooks = true;
+    })
+    .await
+    .unwrap();
     app.create_session("acme", &json!({"hooks": [{"name": "end", "event": "SessionEnd", "handler": {"type": "remote", "url": url, "secret": SECRET}}]})).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
@@ -187,4 +192,54 @@ async fn session_end_hooks_run_on_idle_expiry() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn a_prompt_hook_on_a_private_address_fails_closed_with_only_hook_failed() {
+    let seen: Seen = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(
+        axum::serve(
+            listener,
+            axum::Router::new()
+                .route("/hook", axum::routing::post(hook))
+                .with_state(seen.clone()),
+        )
+        .into_future(),
+    );
+    // Private addresses are not allowed (the default): `localhost` resolves to loopback.
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    let url = format!("http://localhost:{port}/hook");
+    let id = app
+        .create_session(
+            "acme",
+            &json!({"hooks": [{"name": "gate", "event": "UserPromptSubmit",
+                "handler": {"type": "remote", "url": url, "secret": SECRET}}],
+                "model": {"script": {"turns": [{"text": "hi"}]}}}),
+        )
+        .await;
+    let response = app.prompt(&token, &id, "hello").await;
+    assert_eq!(response.status(), 422);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "HOOK_BLOCKED");
+    assert_eq!(
+        body["details"],
+        json!({"hook": "gate", "hook_code": "HOOK_FAILED"})
+    );
+    let text = body.to_string();
+    for leak in [
+        "localhost",
+        "127.0.0.1",
+        "loopback",
+        "refused",
+        &port.to_string(),
+    ] {
+        assert!(!text.contains(leak), "{text} leaks {leak}");
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "nothing reached the loopback server"
+    );
 }

@@ -117,8 +117,21 @@ async fn a_dead_policy_service_does_not_lose_the_request() {
     app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 1)
         .await;
     // The delivery fails after its bounded retries; the request stays answerable over REST.
-    app.wait_for_events(&token, &id, |e| count(e, "approval_webhook_failed") == 1)
+    let events = app
+        .wait_for_events(&token, &id, |e| count(e, "approval_webhook_failed") == 1)
         .await;
+    let failed = events
+        .iter()
+        .find(|e| e["type"] == "approval_webhook_failed")
+        .unwrap();
+    // The tenant learns that delivery failed, not why (no status, address or error text).
+    let payload = failed["payload"].as_object().unwrap();
+    assert_eq!(payload["code"], "WEBHOOK_FAILED");
+    assert_eq!(
+        payload.keys().collect::<Vec<_>>(),
+        ["approval_id", "code"],
+        "{payload:?}"
+    );
     let approval = app.first_pending_approval(&token, &id).await;
     let answer = app
         .answer(&token, &id, &approval, &json!({"decision": "allow"}))
@@ -147,4 +160,50 @@ async fn webhooks_to_private_addresses_are_refused_by_default() {
     }
     let bad_secret = app.post_json("/v1/sessions", &token, &json!({"approvals": {"webhook": {"url": "https://policy.example/", "secret": "whsec_!!!"}}})).await;
     assert_eq!(error_code(bad_secret).await.0, 422);
+}
+
+#[tokio::test]
+async fn a_webhook_name_resolving_to_loopback_is_refused_at_delivery() {
+    let seen: Seen = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(
+        axum::serve(
+            listener,
+            axum::Router::new()
+                .route("/approvals", axum::routing::post(policy))
+                .with_state(seen.clone()),
+        )
+        .into_future(),
+    );
+    // A host name passes creation; it is checked when resolved, and refused (loopback).
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("acme");
+    let url = format!("http://localhost:{port}/approvals");
+    let id = app.create_session("acme", &echo_session(&url)).await;
+    app.prompt(&token, &id, "go").await;
+    let events = app
+        .wait_for_events(&token, &id, |e| count(e, "approval_webhook_failed") == 1)
+        .await;
+    let failed = events
+        .iter()
+        .find(|e| e["type"] == "approval_webhook_failed")
+        .unwrap();
+    assert_eq!(failed["payload"]["code"], "WEBHOOK_FAILED");
+    let text = failed.to_string();
+    for leak in ["localhost", "127.0.0.1", "loopback", &port.to_string()] {
+        assert!(!text.contains(leak), "{text} leaks {leak}");
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the policy service was never reached"
+    );
+    // The request stays answerable over REST.
+    let approval = app.first_pending_approval(&token, &id).await;
+    let answer = app
+        .answer(&token, &id, &approval, &json!({"decision": "deny"}))
+        .await;
+    assert_eq!(answer.status(), 200);
+    app.wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
+        .await;
 }

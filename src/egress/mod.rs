@@ -1,0 +1,25 @@
+//! Outbound requests the server makes on a tenant's behalf: remote hooks and approval
+//! webhooks today (providers, WebFetch and MCP over HTTP are meant to move here).
+//!
+//! One [`EgressClient`] is built at start-up from the server's [`AddressPolicy`] and shared by
+//! every caller. It resolves a host name once and refuses the whole name when any of its
+//! addresses is not public (loopback, private networks, link-local and cloud metadata, CGNAT,
+//! multicast, documentation, benchmarking, reserved, and IPv6 forms that reach IPv4 through a
+//! translator — see [`address`]), connects only to the addresses it checked, checks IP-literal
+//! URLs the same way, ignores proxy settings of the environment, never follows redirects, caps
+//! answer bodies while streaming them and bounds each request's total time. The operator
+//! setting `allow_private_webhooks` lifts the address check (for hooks and webhooks alike).
+//!
+//! Every request here is *infrastructure traffic*: a destination a session configured (a hook,
+//! a policy service), subject to the address checks and bounds but never to the permission
+//! ladder. Callers pass a [`Purpose`] so log lines say what a request was for.
+//!
+//! The errors ([`EgressError`]) name hosts and addresses: they are for the server log. What a
+//! tenant sees of a failed hook or webhook is a generic code (`HOOK_FAILED`, `WEBHOOK_FAILED`),
+//! so the server cannot be used to learn which internal addresses or ports answer.
+
+pub mod address;
+pub mod client;
+
+pub use address::{AddressPolicy, is_public, non_public_range};
+pub use client::{Answer, EgressClient, EgressError, Purpose, RequestLimits};
