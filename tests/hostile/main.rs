@@ -5,11 +5,10 @@
 //!
 //! One module per area; each case is one `#[tokio::test]`.
 
+mod config;
 #[path = "../support/fake_llm.rs"]
-#[allow(dead_code)]
 mod fake_llm;
 #[path = "../support/pg.rs"]
-#[allow(dead_code)]
 mod pg;
 #[path = "../support/server.rs"]
 mod server;
