@@ -939,6 +939,8 @@ impl Store for PgStore {
         session: &SessionId,
         items: &[TodoItem],
     ) -> StoreResult<()> {
+        let items = super::storable::todos(items);
+        let items: &[TodoItem] = &items;
         let mut tx = self.tenant_tx(tenant).await?;
         let done = sqlx::query(
             "INSERT INTO session_todos (session_id, tenant_id, items, updated_at) \
@@ -1049,6 +1051,8 @@ impl Store for PgStore {
         content: &str,
         expect: MemoryExpect,
     ) -> StoreResult<MemoryNote> {
+        let content = super::storable::text(content);
+        let content: &str = &content;
         let mut tx = self.tenant_tx(tenant).await?;
         let at = now();
         let row = match expect {

@@ -850,6 +850,8 @@ impl Store for SqliteStore {
         session: &SessionId,
         items: &[TodoItem],
     ) -> StoreResult<()> {
+        let items = super::storable::todos(items);
+        let items: &[TodoItem] = &items;
         let items = serde_json::to_string(items)
             .map_err(|error| StoreError::Internal(error.to_string()))?;
         let done = sqlx::query(
@@ -952,6 +954,8 @@ impl Store for SqliteStore {
         content: &str,
         expect: MemoryExpect,
     ) -> StoreResult<MemoryNote> {
+        let content = super::storable::text(content);
+        let content: &str = &content;
         let at = ts(now());
         let row = match expect {
             MemoryExpect::Absent => {

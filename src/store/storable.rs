@@ -7,13 +7,14 @@
 //! its text or a tool input — must not fail the run. Both backends therefore replace every
 //! U+0000 with U+FFFD (the replacement character) in everything they are given to append
 //! (event payloads, message content, spilled outputs, whose SHA-256 is then of the stored
-//! text) and in approval requests (input and reason), so the two behave the same. Strings
-//! without a NUL are not copied.
+//! text), in approval requests (input and reason), todo items and memory note contents, so
+//! the two behave the same. Strings without a NUL are not copied.
 
-use super::{AppendBatch, NewApproval};
+use super::{AppendBatch, NewApproval, TodoItem};
 use crate::message::{ContentBlock, Message};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 
 /// What replaces a NUL.
 pub const NUL_REPLACEMENT: char = '\u{FFFD}';
@@ -41,6 +42,35 @@ pub fn append_batch(batch: &mut AppendBatch) {
 pub fn approval(approval: &mut NewApproval) {
     value(&mut approval.input);
     string(&mut approval.reason);
+}
+
+/// A storable copy of a text, or the text itself when it has no NUL.
+pub fn text(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Storable todo items (a copy only when one has a NUL).
+pub fn todos(items: &[TodoItem]) -> Cow<'_, [TodoItem]> {
+    if !items
+        .iter()
+        .any(|item| item.id.contains('\0') || item.content.contains('\0'))
+    {
+        return Cow::Borrowed(items);
+    }
+    Cow::Owned(
+        items
+            .iter()
+            .map(|item| TodoItem {
+                id: text(&item.id).into_owned(),
+                content: text(&item.content).into_owned(),
+                ..item.clone()
+            })
+            .collect(),
+    )
 }
 
 /// Makes a history message storable.
