@@ -182,6 +182,38 @@ async fn nul_characters_in_request_bodies_are_422_naming_the_field() {
     support::assert_still_serves(&server).await;
 }
 
+/// A NUL in a path id or a query parameter never reaches the store (on Postgres it would
+/// be a `500`): `404` in the path, `422` in the query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nul_characters_in_paths_and_queries_are_refused_on_postgres() {
+    let Some(url) = crate::pg::fresh_pg_database().await else {
+        return;
+    };
+    let mut server = ServerProcess::new(Some(url));
+    server.start().await;
+    let token = server.token("mallory");
+    let session = create_session(&server, "mallory", &json!({})).await;
+    for path in [
+        "/v1/sessions/ses_%00".to_owned(),
+        format!("/v1/sessions/{session}/runs/run_%00"),
+        format!("/v1/sessions/{session}/outputs/out%00"),
+    ] {
+        let (status, body) = server.get(&path, &token).await;
+        assert_eq!((status, code(&body)), (404, "NOT_FOUND"), "{path}: {body}");
+    }
+    let (status, body) = server.get("/v1/sessions?cursor=%00", &token).await;
+    assert_eq!((status, code(&body)), (422, "INVALID_REQUEST"), "{body}");
+    let (status, body) = server
+        .post(
+            &format!("/v1/sessions/{session}/approvals/apr_%00"),
+            &token,
+            &json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!((status, code(&body)), (404, "NOT_FOUND"), "{body}");
+    support::assert_still_serves(&server).await;
+}
+
 /// A command printing a NUL and a model repeating it (`{{last_tool_result}}`) do not fail the
 /// run on Postgres: the stored text carries U+FFFD instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
