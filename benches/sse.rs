@@ -64,6 +64,8 @@ impl Server {
             .env_remove("RUST_LOG")
             .env("NORMA_DATA_DIR", data_dir)
             .env("NORMA_AUTH__HS256_SECRET", SECRET)
+            // The scenarios drive the model with session scripts.
+            .env("NORMA_ALLOW_SESSION_SCRIPTS", "true")
             .env("NORMA_LOG__FILTER", "warn")
             .env("NORMA_MAX_SESSIONS_PER_TENANT", "100000");
         if let Some(url) = database_url {

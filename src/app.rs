@@ -82,6 +82,7 @@ impl App {
                 output_head_chars: settings.output_head_chars,
                 tenant_providers: settings.tenant_providers.clone(),
                 replica_id: settings.replica_id(),
+                allow_session_scripts: settings.session_scripts_allowed(),
                 run_lease: std::time::Duration::from_secs(settings.run_lease_seconds.max(1)),
                 approval_park_after: (settings.approval_park_after_ms > 0)
                     .then(|| std::time::Duration::from_millis(settings.approval_park_after_ms)),

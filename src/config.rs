@@ -2,6 +2,17 @@
 //!
 //! Nested keys use `__` in the environment: `NORMA_AUTH__ISSUER=…` sets `auth.issuer`.
 //! Secrets are `SecretString`s: they never print in `Debug` output or logs.
+//!
+//! Every `NORMA_*` variable must be a setting: a typo such as `NORMA_DATABSE_URL` stops
+//! start-up instead of silently running on the default SQLite store. The only exceptions are
+//! the variables other programs put into the environment, listed in [`ignored_env_suffix`]:
+//! what Kubernetes injects for a Service whose name starts with `norma` (`NORMA_SERVICE_HOST`,
+//! `NORMA_PORT_8080_TCP`, …), the terminal client's `NORMA_URL` / `NORMA_TOKEN`, `NORMA_CONFIG`
+//! (the `--config` flag) and the test and benchmark harnesses' `NORMA_TEST_*` / `NORMA_BENCH_*`.
+//! `norma serve` logs each ignored name once at start-up (never its value).
+//!
+//! Development mode (no verification key configured) binds loopback only unless `dev = true`
+//! (`--dev`, `NORMA_DEV=true`) says the exposure is intended ([`Settings::check_serving`]).
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -75,9 +86,36 @@ pub struct Settings {
     /// waits for a human: the run resumes from the store on the answer or at expiry); `0`
     /// never parks.
     pub approval_park_after_ms: u64,
+    /// Allows development mode (no verification key configured) on a non-loopback address.
+    pub dev: bool,
+    /// Lets session configs carry a model script (`model.script`, the scripted provider): a
+    /// development and test feature. Always allowed in development mode.
+    pub allow_session_scripts: bool,
 }
 
 impl Settings {
+    /// Whether sessions may bring a model script: in development mode, or when the operator
+    /// set `allow_session_scripts`.
+    pub fn session_scripts_allowed(&self) -> bool {
+        self.allow_session_scripts || self.auth.is_development()
+    }
+
+    /// Checks that only `norma serve` needs: development mode (anyone holding a token minted
+    /// with the generated key is any tenant) is refused on a non-loopback address unless
+    /// `dev` is set.
+    pub fn check_serving(&self) -> Result<(), ConfigError> {
+        if self.auth.is_development() && !self.bind.ip().is_loopback() && !self.dev {
+            return Err(ConfigError::Invalid(format!(
+                "no auth key is configured (development mode) and `bind` is {}, which is not a \
+                 loopback address: configure a key (auth.hs256_secret, auth.hs256_secret_file, \
+                 auth.public_keys or auth.jwks_file), bind 127.0.0.1, or pass `--dev` \
+                 (NORMA_DEV=true) to expose development mode on purpose",
+                self.bind
+            )));
+        }
+        Ok(())
+    }
+
     /// The configured replica name, or the host name.
     pub fn replica_id(&self) -> String {
         self.replica_id.clone().unwrap_or_else(|| {
@@ -113,6 +151,8 @@ impl Default for Settings {
             replica_id: None,
             run_lease_seconds: 30,
             approval_park_after_ms: 5_000,
+            dev: false,
+            allow_session_scripts: false,
         }
     }
 }
@@ -205,6 +245,92 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev: Option<bool>,
+}
+
+/// The environment prefix of every setting.
+const ENV_PREFIX: &str = "NORMA_";
+
+/// Whether `suffix` (the part of a `NORMA_*` variable after `NORMA_`, any case) names a
+/// variable that other programs set and the server ignores rather than refusing:
+/// - `URL`, `TOKEN`: the terminal client's; `CONFIG`: the `--config` flag's;
+/// - `TEST_*`, `BENCH_*`: the test and benchmark harnesses';
+/// - what Kubernetes injects for a Service named `norma` or `norma-<x>` (`<x>` becomes
+///   `<X>_`): `[<X>_]SERVICE_HOST`, `[<X>_]SERVICE_PORT[_<port name>]`, `[<X>_]PORT`,
+///   `[<X>_]PORT_<number>_<TCP|UDP|SCTP>[_PROTO|_PORT|_ADDR]`.
+pub fn ignored_env_suffix(suffix: &str) -> bool {
+    let key = suffix.to_ascii_uppercase();
+    if matches!(key.as_str(), "URL" | "TOKEN" | "CONFIG")
+        || key.starts_with("TEST_")
+        || key.starts_with("BENCH_")
+    {
+        return true;
+    }
+    // Kubernetes Service variables: `<name>` is this suffix up to the Service part.
+    let parts: Vec<&str> = key.split('_').collect();
+    (0..parts.len()).any(|start| kubernetes_service_tail(&parts[start..]))
+        && parts.iter().all(|part| !part.is_empty())
+}
+
+/// `SERVICE_HOST`, `SERVICE_PORT…`, `PORT`, `PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]`.
+fn kubernetes_service_tail(parts: &[&str]) -> bool {
+    match parts {
+        ["SERVICE", "HOST"] | ["SERVICE", "PORT", ..] | ["PORT"] => true,
+        ["PORT", number, proto, rest @ ..] => {
+            !number.is_empty()
+                && number.bytes().all(|b| b.is_ascii_digit())
+                && matches!(*proto, "TCP" | "UDP" | "SCTP")
+                && matches!(rest, [] | ["PROTO"] | ["PORT"] | ["ADDR"])
+        }
+        _ => false,
+    }
+}
+
+/// A figment error as people need it: an unknown key that came from the environment names
+/// the variable (`NORMA_DATABSE_URL`), not only the key it became (`databse_url`).
+fn describe(error: figment::Error) -> String {
+    error
+        .into_iter()
+        .map(|error| {
+            let from_env = error
+                .metadata
+                .as_ref()
+                .is_some_and(|m| m.name.contains("environment"));
+            match &error.kind {
+                figment::error::Kind::UnknownField(field, _) if from_env => {
+                    let path = if error.path.is_empty() {
+                        field.clone()
+                    } else {
+                        error.path.join("__")
+                    };
+                    format!(
+                        "environment variable {ENV_PREFIX}{} is not a setting (a typo?); \
+                         every {ENV_PREFIX}* variable must be one, except the ignored ones \
+                         listed in README \"Configuration\" ({error})",
+                        path.to_ascii_uppercase()
+                    )
+                }
+                _ => error.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The `NORMA_*` variables of this process that are ignored (see [`ignored_env_suffix`]),
+/// by name, for the start-up log.
+pub fn ignored_environment() -> Vec<String> {
+    let mut names: Vec<String> = std::env::vars_os()
+        .filter_map(|(key, _)| key.into_string().ok())
+        .filter(|key| {
+            key.get(..ENV_PREFIX.len())
+                .is_some_and(|prefix| prefix.eq_ignore_ascii_case(ENV_PREFIX))
+                && ignored_env_suffix(&key[ENV_PREFIX.len()..])
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 impl Settings {
@@ -222,11 +348,15 @@ impl Settings {
             figment = figment.merge(Toml::file(file));
         }
         figment = figment
-            .merge(Env::prefixed("NORMA_").split("__").ignore(&["config"]))
+            .merge(
+                Env::prefixed(ENV_PREFIX)
+                    .filter(|key| !ignored_env_suffix(key.as_str()))
+                    .split("__"),
+            )
             .merge(Serialized::defaults(overrides));
         let settings: Settings = figment
             .extract()
-            .map_err(|error| ConfigError::Invalid(error.to_string()))?;
+            .map_err(|error| ConfigError::Invalid(describe(error)))?;
         settings.validate()?;
         Ok(settings)
     }
@@ -306,6 +436,90 @@ mod tests {
             assert!(error.contains("bnid"), "{error}");
             jail.set_env("NORMA_DATABASE_MAX_CONNECTIONS", "0");
             assert!(Settings::load(None, &Overrides::default()).is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn kubernetes_client_and_harness_variables_are_ignored_and_typos_are_not() {
+        figment::Jail::expect_with(|jail| {
+            for (key, value) in [
+                ("NORMA_SERVICE_HOST", "10.0.0.7"),
+                ("NORMA_SERVICE_PORT", "80"),
+                ("NORMA_SERVICE_PORT_HTTP", "80"),
+                ("NORMA_PORT", "tcp://10.0.0.7:80"),
+                ("NORMA_PORT_8080_TCP", "tcp://10.0.0.7:8080"),
+                ("NORMA_PORT_8080_TCP_PROTO", "tcp"),
+                ("NORMA_PORT_8080_TCP_PORT", "8080"),
+                ("NORMA_PORT_8080_TCP_ADDR", "10.0.0.7"),
+                ("NORMA_DB_SERVICE_HOST", "10.0.0.8"),
+                ("NORMA_DB_PORT_5432_TCP", "tcp://10.0.0.8:5432"),
+                ("NORMA_URL", "http://norma"),
+                ("NORMA_TOKEN", "eyJ-not-a-setting"),
+                ("NORMA_TEST_PG_URL", "postgres://x"),
+                ("NORMA_BENCH_PG", "1"),
+                ("NORMA_MAX_BODY_BYTES", "4096"),
+            ] {
+                jail.set_env(key, value);
+            }
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(settings.max_body_bytes, 4096, "real settings still apply");
+            let ignored = ignored_environment();
+            assert!(ignored.contains(&"NORMA_PORT_8080_TCP_ADDR".to_owned()));
+            assert!(ignored.contains(&"NORMA_TOKEN".to_owned()));
+            assert!(!ignored.contains(&"NORMA_MAX_BODY_BYTES".to_owned()));
+
+            jail.set_env("NORMA_DATABSE_URL", "postgres://typo");
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("NORMA_DATABSE_URL"), "{error}");
+            Ok(())
+        });
+        for not_ignored in [
+            "DATABSE_URL",
+            "PORT_HTTP",
+            "PORT_80_HTTP",
+            "PORT_80_TCP_HOST",
+            "SERVICE",
+            "AUTH__SERVICE_HOST",
+            "TESTING",
+        ] {
+            assert!(!ignored_env_suffix(not_ignored), "{not_ignored}");
+        }
+    }
+
+    #[test]
+    fn development_mode_binds_loopback_unless_dev_is_set() {
+        let mut settings = Settings::default();
+        assert!(settings.auth.is_development());
+        settings.check_serving().unwrap();
+        settings.bind = "0.0.0.0:8080".parse().unwrap();
+        let error = settings.check_serving().unwrap_err().to_string();
+        assert!(
+            error.contains("--dev") && error.contains("0.0.0.0:8080"),
+            "{error}"
+        );
+        settings.dev = true;
+        settings.check_serving().unwrap();
+        settings.dev = false;
+        settings.auth.hs256_secret = Some(SecretString::from("k".repeat(32)));
+        settings.check_serving().unwrap();
+    }
+
+    #[test]
+    fn session_scripts_are_allowed_in_development_mode_or_when_set() {
+        let mut settings = Settings::default();
+        assert!(settings.session_scripts_allowed(), "development mode");
+        settings.auth.hs256_secret = Some(SecretString::from("k".repeat(32)));
+        assert!(!settings.session_scripts_allowed());
+        settings.allow_session_scripts = true;
+        assert!(settings.session_scripts_allowed());
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("NORMA_ALLOW_SESSION_SCRIPTS", "true");
+            jail.set_env("NORMA_DEV", "true");
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert!(settings.allow_session_scripts && settings.dev);
             Ok(())
         });
     }

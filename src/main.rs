@@ -36,6 +36,10 @@ enum Command {
         /// Overrides `bind`.
         #[arg(long)]
         bind: Option<SocketAddr>,
+        /// Allows development mode (no auth key configured) on a non-loopback address
+        /// (the `dev` setting).
+        #[arg(long)]
+        dev: bool,
     },
     /// Print a signed HS256 token (development key or configured secret).
     Token {
@@ -67,14 +71,15 @@ fn main() -> anyhow::Result<()> {
         norma::sandbox::launcher::main_from_args(args);
     }
     let cli = Cli::parse();
-    let bind = match &cli.command {
-        Command::Serve { bind } => *bind,
-        _ => None,
+    let (bind, dev) = match &cli.command {
+        Command::Serve { bind, dev } => (*bind, dev.then_some(true)),
+        _ => (None, None),
     };
     let overrides = Overrides {
         bind,
         data_dir: cli.data_dir.clone(),
         database_url: cli.database_url.clone(),
+        dev,
     };
     match cli.command {
         Command::Openapi => {
@@ -119,10 +124,40 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Serve { .. } => {
             let settings = Settings::load(cli.config.as_deref(), &overrides)?;
+            settings.check_serving()?;
             let _telemetry = norma::telemetry::init(&settings.log);
+            for name in norma::config::ignored_environment() {
+                tracing::info!(variable = %name, "environment variable ignored (not a setting)");
+            }
             runtime()?.block_on(serve(settings))
         }
     }
+}
+
+/// Development mode: a token for tenant `dev` when stdout is a terminal; otherwise (stdout is
+/// a log file, a pipe, a container log) only how to mint one, so no token lands in a log.
+fn print_development_notice(app: &App, addr: SocketAddr) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    println!("Development mode: no auth key configured; using a generated key in the data dir.");
+    if std::io::stdout().is_terminal() {
+        let token = app.state().verifier.mint(&TokenRequest {
+            tenant: "dev".into(),
+            subject: "dev-user".into(),
+            scopes: scopes::ALL.iter().map(|s| s.to_string()).collect(),
+            ttl: Duration::from_secs(24 * 3600),
+        })?;
+        println!("Bearer token for tenant `dev` (valid 24 h):\n\n  {token}\n");
+        println!(
+            "Try: curl -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{}}' http://{addr}/v1/sessions"
+        );
+    } else {
+        println!(
+            "Not printing a token (stdout is not a terminal). Mint one with: \
+             norma token --tenant dev --data-dir {}",
+            app.state().settings.data_dir.display()
+        );
+    }
+    Ok(())
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -138,19 +173,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let addr = app.local_addr()?;
     tracing::info!(%addr, store = app.state().store.backend(), "norma listening");
     if development {
-        let token = app.state().verifier.mint(&TokenRequest {
-            tenant: "dev".into(),
-            subject: "dev-user".into(),
-            scopes: scopes::ALL.iter().map(|s| s.to_string()).collect(),
-            ttl: Duration::from_secs(24 * 3600),
-        })?;
-        println!(
-            "Development mode: no auth key configured; using a generated key in the data dir."
-        );
-        println!("Bearer token for tenant `dev` (valid 24 h):\n\n  {token}\n");
-        println!(
-            "Try: curl -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{}}' http://{addr}/v1/sessions"
-        );
+        print_development_notice(&app, addr)?;
     }
     app.run_until(shutdown_signal()).await?;
     tracing::info!("norma stopped");

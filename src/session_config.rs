@@ -219,7 +219,12 @@ impl SessionConfig {
         let config: SessionConfig = serde_path_to_error::deserialize(value).map_err(|error| {
             let path = error.path().to_string();
             ConfigViolation::new(
-                if path == "." { "(root)".into() } else { path },
+                // An unknown empty key has an empty path: name the object it is in.
+                if path == "." || path.is_empty() {
+                    "(root)".into()
+                } else {
+                    path
+                },
                 error.into_inner().to_string(),
             )
         })?;
@@ -348,6 +353,7 @@ mod tests {
             (json!({"title": "t".repeat(201)}), "title"),
             (json!({"metadata": {"big": "x".repeat(17_000)}}), "metadata"),
             (json!([]), "(root)"),
+            (json!({"": 1}), "(root)"),
             (
                 json!({"permission": {"allow": ["Bash(git status:*"]}}),
                 "permission",
@@ -364,3 +370,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "session_config_fuzz.rs"]
+mod fuzz;

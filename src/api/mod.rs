@@ -138,6 +138,7 @@ pub fn router(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
+        .layer(axum::middleware::from_fn(refuse_nul_in_uri))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
@@ -147,6 +148,27 @@ pub fn router(state: AppState) -> Router {
             axum::http::header::AUTHORIZATION,
         ]))
         .with_state(state)
+}
+
+/// A NUL (`%00`) in the URI never reaches a handler (the store cannot keep it, so an id or
+/// cursor carrying one would fail as a `500` on Postgres): in the path it names nothing
+/// (`404 NOT_FOUND`, like any unknown id), in the query it is `422 INVALID_REQUEST`. Request
+/// bodies are checked by [`extract::AppJson`].
+async fn refuse_nul_in_uri(
+    request: Request<axum::body::Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    let has_nul = |text: &str| text.as_bytes().windows(3).any(|w| w == b"%00");
+    let uri = request.uri();
+    if has_nul(uri.path()) {
+        return ApiError::not_found("resource").into_response();
+    }
+    if uri.query().is_some_and(has_nul) {
+        return ApiError::invalid("query parameters must not contain NUL characters (%00)")
+            .with_details(serde_json::json!({ "field": "(query)" }))
+            .into_response();
+    }
+    next.run(request).await
 }
 
 fn openapi_document() -> Response {

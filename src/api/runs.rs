@@ -64,6 +64,8 @@ impl From<RuntimeError> for ApiError {
             }),
             RuntimeError::NoSuchRun => ApiError::not_found("run"),
             RuntimeError::Store(error) => error.into(),
+            RuntimeError::ScriptsNotAllowed => ApiError::invalid(error.to_string())
+                .with_details(serde_json::json!({ "field": "model.script" })),
             RuntimeError::Setup(reason) => {
                 tracing::error!(%reason, "cannot prepare run");
                 ApiError::new(ErrorCode::Internal, "internal error")

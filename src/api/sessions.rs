@@ -90,6 +90,7 @@ pub async fn create_session(
         ApiError::invalid(format!("invalid session config: {violation}"))
             .with_details(json!({ "field": violation.field }))
     })?;
+    ensure_script_allowed(&state, config.model.script.is_some())?;
     if let Some(webhook) = &config.approvals.webhook {
         webhook
             .validate(crate::egress::AddressPolicy::from_allow_private(
@@ -250,6 +251,7 @@ pub async fn fork_session(
 ) -> ApiResult<(StatusCode, Json<SessionResponse>)> {
     principal.require(scopes::SESSIONS_WRITE)?;
     let source = crate::api::runs::load_owned_session(&state, &principal, id).await?;
+    ensure_script_allowed(&state, !source.config["model"]["script"].is_null())?;
     let mut messages = state
         .store
         .list_messages(&principal.tenant, &source.id, 0, u32::MAX)
@@ -317,6 +319,21 @@ pub async fn fork_session(
         StatusCode::CREATED,
         Json(SessionResponse::from_record(record, &state)?),
     ))
+}
+
+/// Refuses a session config with a model script (`model.script`) unless this server allows
+/// them (development mode or `allow_session_scripts`): `422 INVALID_REQUEST`, field
+/// `model.script`.
+fn ensure_script_allowed(state: &AppState, has_script: bool) -> ApiResult<()> {
+    if has_script && !state.settings.session_scripts_allowed() {
+        return Err(ApiError::invalid(
+            "invalid session config: model.script: scripted model turns are a development and \
+             test feature and this server does not allow them (the operator enables them with \
+             `allow_session_scripts`)",
+        )
+        .with_details(json!({ "field": "model.script" })));
+    }
+    Ok(())
 }
 
 /// Refuses a new session when the tenant already has `max_sessions_per_tenant` open ones.

@@ -85,6 +85,26 @@ pub struct JwtVerifier {
     jwks_reload_interval: Duration,
 }
 
+/// The shortest HS256 secret accepted, in bytes (the hash's output size, RFC 7518 §3.2).
+pub const MIN_HS256_SECRET_BYTES: usize = 32;
+
+/// Refuses an HS256 secret shorter than [`MIN_HS256_SECRET_BYTES`] (an empty one included).
+/// The message gives the length, never the secret.
+fn long_enough(secret: SecretString, what: &str) -> Result<SecretString, KeyError> {
+    let len = secret.expose_secret().len();
+    if len < MIN_HS256_SECRET_BYTES {
+        return Err(KeyError::Invalid {
+            what: what.to_owned(),
+            reason: format!(
+                "an HS256 secret must be at least {MIN_HS256_SECRET_BYTES} bytes, this one has \
+                 {len}{}; generate one with `openssl rand -base64 48`",
+                if len == 0 { " (empty)" } else { "" }
+            ),
+        });
+    }
+    Ok(secret)
+}
+
 /// The file in the data dir holding the development signing key.
 pub const DEV_KEY_FILE: &str = "dev-signing-key";
 
@@ -93,9 +113,15 @@ impl JwtVerifier {
     /// is read from, or generated into, `<data_dir>/dev-signing-key`.
     pub fn from_settings(settings: &AuthSettings, data_dir: &Path) -> Result<Self, KeyError> {
         let secret = match (&settings.hs256_secret, &settings.hs256_secret_file) {
-            (Some(secret), _) => Some(secret.clone()),
-            (None, Some(path)) => Some(SecretString::from(read(path)?.trim().to_owned())),
-            (None, None) if settings.is_development() => Some(dev_secret(data_dir)?),
+            (Some(secret), _) => Some(long_enough(secret.clone(), "auth.hs256_secret")?),
+            (None, Some(path)) => Some(long_enough(
+                SecretString::from(read(path)?.trim().to_owned()),
+                &format!("auth.hs256_secret_file ({})", path.display()),
+            )?),
+            (None, None) if settings.is_development() => Some(long_enough(
+                dev_secret(data_dir)?,
+                &format!("{}", data_dir.join(DEV_KEY_FILE).display()),
+            )?),
             (None, None) => None,
         };
         let mut pem_keys = HashMap::new();
@@ -392,4 +418,48 @@ fn dev_secret(data_dir: &Path) -> Result<SecretString, KeyError> {
         .map_err(io)?;
     file.write_all(secret.as_bytes()).map_err(io)?;
     Ok(SecretString::from(secret))
+}
+
+#[cfg(test)]
+mod secret_length_tests {
+    use super::*;
+
+    fn with_secret(secret: Option<&str>, file: Option<PathBuf>) -> Result<JwtVerifier, KeyError> {
+        let settings = AuthSettings {
+            hs256_secret: secret.map(|s| SecretString::from(s.to_owned())),
+            hs256_secret_file: file,
+            ..AuthSettings::default()
+        };
+        JwtVerifier::from_settings(&settings, Path::new("/nonexistent"))
+    }
+
+    #[test]
+    fn hs256_secrets_shorter_than_32_bytes_are_refused_without_echoing_them() {
+        let error = with_secret(Some("hunter2"), None).err().expect("refused");
+        let message = error.to_string();
+        assert!(
+            message.contains("auth.hs256_secret") && message.contains("32"),
+            "{message}"
+        );
+        assert!(!message.contains("hunter2"), "{message}");
+        assert!(with_secret(Some(&"s".repeat(31)), None).is_err());
+        assert!(with_secret(Some(&"s".repeat(32)), None).is_ok());
+    }
+
+    #[test]
+    fn secret_files_are_trimmed_and_an_empty_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "").unwrap();
+        let message = with_secret(None, Some(file.clone()))
+            .err()
+            .expect("empty file refused")
+            .to_string();
+        assert!(message.contains("empty"), "{message}");
+        // 31 bytes and a newline (as `echo` writes): the newline is not part of the key.
+        std::fs::write(&file, format!("{}\n", "s".repeat(31))).unwrap();
+        assert!(with_secret(None, Some(file.clone())).is_err());
+        std::fs::write(&file, format!("{}\n", "s".repeat(32))).unwrap();
+        assert!(with_secret(None, Some(file)).is_ok());
+    }
 }

@@ -72,6 +72,21 @@ pub enum RuntimeError {
     Store(#[from] StoreError),
     #[error("cannot prepare the run: {0}")]
     Setup(String),
+    #[error(
+        "the session's model script is not allowed on this server (scripted model turns are a \
+         development and test feature, enabled by the operator with `allow_session_scripts`)"
+    )]
+    ScriptsNotAllowed,
+}
+
+impl RuntimeError {
+    /// The `code` of the `terminal` event of a run that ended with this error.
+    fn terminal_code(&self) -> &'static str {
+        match self {
+            Self::ScriptsNotAllowed => "SCRIPTS_NOT_ALLOWED",
+            _ => "RUN_FAILED",
+        }
+    }
 }
 
 /// Where a prompt goes when the session is busy.
@@ -141,6 +156,9 @@ pub struct RuntimeSettings {
     pub run_lease: std::time::Duration,
     /// How long a call waits in process for an approval before its run parks (`None`: never).
     pub approval_park_after: Option<std::time::Duration>,
+    /// Whether sessions may run their own model script (`model.script`). A stored session
+    /// whose script is no longer allowed fails its next run with `SCRIPTS_NOT_ALLOWED`.
+    pub allow_session_scripts: bool,
 }
 
 /// A run parked on approvals: what it takes to resume it.
@@ -645,7 +663,7 @@ impl SessionRuntime {
                         let _ = writer
                             .write(vec![], vec![NewEvent {
                                 kind: "terminal".into(),
-                                payload: json!({ "reason": "error", "code": "RUN_FAILED", "message": error.to_string() }),
+                                payload: json!({ "reason": "error", "code": error.terminal_code(), "message": error.to_string() }),
                                 run_id: Some(lease.run_id.to_string()),
                             }])
                             .await;
@@ -1065,6 +1083,11 @@ impl SessionRuntime {
     ) -> Result<Arc<dyn Provider>, RuntimeError> {
         let mut provider = self.provider_config(tenant).clone();
         if let Some(script) = &config.model.script {
+            // Checked here, when the run starts, not only at creation: the session may have
+            // been stored by a server that allowed scripts.
+            if !self.settings.allow_session_scripts {
+                return Err(RuntimeError::ScriptsNotAllowed);
+            }
             provider = ProviderConfig {
                 kind: llm::ProviderKind::Scripted,
                 script: Some(script.clone()),

@@ -8,6 +8,7 @@
 mod models;
 pub mod postgres;
 pub mod sqlite;
+pub mod storable;
 mod tool_state;
 
 pub use models::*;

@@ -184,8 +184,9 @@ impl Store for PgStore {
         &self,
         tenant: &TenantId,
         session: &SessionId,
-        batch: AppendBatch,
+        mut batch: AppendBatch,
     ) -> StoreResult<AppendResult> {
+        super::storable::append_batch(&mut batch);
         let created_at = now();
         let mut tx = self.tenant_tx(tenant).await?;
         if let Some(lease) = &batch.lease {
@@ -493,8 +494,9 @@ impl Store for PgStore {
     async fn create_approval(
         &self,
         tenant: &TenantId,
-        approval: NewApproval,
+        mut approval: NewApproval,
     ) -> StoreResult<ApprovalRecord> {
+        super::storable::approval(&mut approval);
         let mut tx = self.tenant_tx(tenant).await?;
         let row = sqlx::query(&format!(
             "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \
@@ -937,6 +939,8 @@ impl Store for PgStore {
         session: &SessionId,
         items: &[TodoItem],
     ) -> StoreResult<()> {
+        let items = super::storable::todos(items);
+        let items: &[TodoItem] = &items;
         let mut tx = self.tenant_tx(tenant).await?;
         let done = sqlx::query(
             "INSERT INTO session_todos (session_id, tenant_id, items, updated_at) \
@@ -1047,6 +1051,8 @@ impl Store for PgStore {
         content: &str,
         expect: MemoryExpect,
     ) -> StoreResult<MemoryNote> {
+        let content = super::storable::text(content);
+        let content: &str = &content;
         let mut tx = self.tenant_tx(tenant).await?;
         let at = now();
         let row = match expect {

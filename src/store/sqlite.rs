@@ -203,8 +203,9 @@ impl Store for SqliteStore {
         &self,
         tenant: &TenantId,
         session: &SessionId,
-        batch: AppendBatch,
+        mut batch: AppendBatch,
     ) -> StoreResult<AppendResult> {
+        super::storable::append_batch(&mut batch);
         let created_at = now();
         let created = ts(created_at);
         let event_count = batch.events.len() as i64;
@@ -460,8 +461,9 @@ impl Store for SqliteStore {
     async fn create_approval(
         &self,
         tenant: &TenantId,
-        approval: NewApproval,
+        mut approval: NewApproval,
     ) -> StoreResult<ApprovalRecord> {
+        super::storable::approval(&mut approval);
         let row = sqlx::query(&format!(
             "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \
                  input_sha256, reason, expires_at, created_at) \
@@ -848,6 +850,8 @@ impl Store for SqliteStore {
         session: &SessionId,
         items: &[TodoItem],
     ) -> StoreResult<()> {
+        let items = super::storable::todos(items);
+        let items: &[TodoItem] = &items;
         let items = serde_json::to_string(items)
             .map_err(|error| StoreError::Internal(error.to_string()))?;
         let done = sqlx::query(
@@ -950,6 +954,8 @@ impl Store for SqliteStore {
         content: &str,
         expect: MemoryExpect,
     ) -> StoreResult<MemoryNote> {
+        let content = super::storable::text(content);
+        let content: &str = &content;
         let at = ts(now());
         let row = match expect {
             MemoryExpect::Absent => {

@@ -38,6 +38,8 @@ pub fn test_settings(data_dir: &std::path::Path) -> Settings {
     settings.auth.audience = AUDIENCE.into();
     settings.auth.hs256_secret = Some(SecretString::from(TEST_SECRET));
     settings.sandbox_launcher = Some(std::path::PathBuf::from(env!("CARGO_BIN_EXE_norma")));
+    // Tests drive the model with session scripts (refused by default once a key is set).
+    settings.allow_session_scripts = true;
     settings
 }
 
@@ -46,6 +48,8 @@ pub struct TestApp {
     pub addr: SocketAddr,
     pub client: Client,
     pub backend: Backend,
+    /// The configured store URL (`None`: the SQLite file in the data dir).
+    pub database_url: Option<String>,
     verifier: JwtVerifier,
     shutdown: Option<oneshot::Sender<()>>,
     _data_dir: tempfile::TempDir,
@@ -73,6 +77,10 @@ impl TestApp {
     pub async fn start(settings: Settings, backend: Backend, data_dir: tempfile::TempDir) -> Self {
         let verifier =
             JwtVerifier::from_settings(&settings.auth, &settings.data_dir).expect("verifier");
+        let database_url = settings
+            .database_url
+            .as_ref()
+            .map(|url| secrecy::ExposeSecret::expose_secret(url).to_owned());
         let app = App::build(settings).await.expect("app builds");
         let addr = app.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel::<()>();
@@ -86,6 +94,7 @@ impl TestApp {
                 .build()
                 .expect("client"),
             backend,
+            database_url,
             verifier,
             shutdown: Some(tx),
             _data_dir: data_dir,

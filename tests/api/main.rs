@@ -3,6 +3,7 @@
 
 mod approvals;
 mod auth;
+mod config;
 mod errors;
 mod health;
 mod helpers;

@@ -60,6 +60,7 @@ store_suite!(
     run_leases_are_exclusive_and_fence_stale_writers,
     queued_runs_are_claimed_in_order_and_cancellable,
     unlocked_tools_are_kept_per_session,
+    nul_characters_are_stored_as_replacement_characters,
 );
 
 async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
@@ -748,4 +749,96 @@ async fn unlocked_tools_are_kept_per_session(store: Arc<dyn Store>) {
             .await,
         Err(StoreError::NotFound)
     ));
+}
+
+/// Model and tool text with NULs (Postgres refuses them in `text` and `jsonb`) is stored on
+/// both backends alike, every NUL replaced by U+FFFD; a spilled output's digest is of the
+/// stored text.
+async fn nul_characters_are_stored_as_replacement_characters(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let output_id = OutputId::generate();
+    store
+        .append(
+            &tenant,
+            &id,
+            AppendBatch {
+                messages: vec![NewMessage {
+                    message: Message {
+                        role: Role::Assistant,
+                        content: vec![
+                            ContentBlock::Text {
+                                text: "a\u{0}b".into(),
+                            },
+                            ContentBlock::ToolUse {
+                                id: "tu_1".into(),
+                                name: "Bash".into(),
+                                input: json!({"command": "printf \u{0}", "k\u{0}": 1}),
+                            },
+                        ],
+                    },
+                    run_id: None,
+                    compaction_boundary: false,
+                }],
+                events: vec![NewEvent {
+                    kind: "assistant_delta".into(),
+                    payload: json!({"text": "x\u{0}y"}),
+                    run_id: None,
+                }],
+                outputs: vec![NewOutput {
+                    id: output_id.clone(),
+                    tool_use_id: "tu_1".into(),
+                    tool_name: "Bash".into(),
+                    content: "out\u{0}put".into(),
+                    sha256: hex::encode(Sha256::digest("out\u{0}put".as_bytes())),
+                }],
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("a NUL does not fail the write");
+    let events = store.list_events(&tenant, &id, 0, 10).await.unwrap();
+    assert_eq!(events[0].payload, json!({"text": "x\u{FFFD}y"}));
+    let messages = store.list_messages(&tenant, &id, 0, 10).await.unwrap();
+    assert_eq!(
+        messages[0].content[0],
+        ContentBlock::Text {
+            text: "a\u{FFFD}b".into()
+        }
+    );
+    assert!(matches!(
+        &messages[0].content[1],
+        ContentBlock::ToolUse { input, .. }
+            if *input == json!({"command": "printf \u{FFFD}", "k\u{FFFD}": 1})
+    ));
+    let output = store
+        .get_output(&tenant, &id, &output_id)
+        .await
+        .unwrap()
+        .expect("output");
+    assert_eq!(output.content, "out\u{FFFD}put");
+    assert_eq!(
+        output.sha256,
+        hex::encode(Sha256::digest("out\u{FFFD}put".as_bytes()))
+    );
+
+    let todo = norma::store::TodoItem {
+        id: "1".into(),
+        content: "do\u{0}it".into(),
+        status: norma::store::TodoStatus::Pending,
+        priority: norma::store::TodoPriority::High,
+    };
+    store.put_todos(&tenant, &id, &[todo]).await.unwrap();
+    let todos = store.get_todos(&tenant, &id).await.unwrap();
+    assert_eq!(todos[0].content, "do\u{FFFD}it");
+    let note = store
+        .memory_put(
+            &tenant,
+            "notes/a",
+            "n\u{0}te",
+            norma::store::MemoryExpect::Absent,
+        )
+        .await
+        .unwrap();
+    assert_eq!(note.content, "n\u{FFFD}te");
 }

@@ -67,6 +67,9 @@ impl ServerProcess {
             ("NORMA_AUTH__ISSUER".into(), ISSUER.into()),
             ("NORMA_AUTH__AUDIENCE".into(), AUDIENCE.into()),
             ("NORMA_LOG__FILTER".into(), "info".into()),
+            // Tests drive the model with session scripts; a server with a key configured
+            // refuses them unless told otherwise (override with "false" to test that).
+            ("NORMA_ALLOW_SESSION_SCRIPTS".into(), "true".into()),
             // Plain logs for failure messages.
             ("NO_COLOR".into(), "1".into()),
         ];
@@ -94,27 +97,29 @@ impl ServerProcess {
         self
     }
 
+    /// Removes an environment variable from every later start (e.g. the HS256 secret, for
+    /// development mode).
+    pub fn without_env(mut self, key: &str) -> Self {
+        self.env.retain(|(k, _)| k != key);
+        self
+    }
+
+    /// Trusts tokens signed with `secret` from now on ([`Self::token`] mints with it), e.g.
+    /// the development key the server generated in its data dir.
+    pub fn use_signing_secret(&mut self, secret: &str) {
+        let mut auth = AuthSettings {
+            issuer: ISSUER.into(),
+            audience: AUDIENCE.into(),
+            ..AuthSettings::default()
+        };
+        auth.hs256_secret = Some(SecretString::from(secret.to_owned()));
+        self.verifier = JwtVerifier::from_settings(&auth, self.root.path()).expect("verifier");
+    }
+
     /// Spawns `norma serve` and waits (bounded) until `/readyz` answers 200.
     pub async fn start(&mut self) {
         assert!(self.child.is_none(), "server already running");
-        self.starts += 1;
-        let log_path = self.log_path(self.starts);
-        let log = std::fs::File::create(&log_path).expect("log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_norma"));
-        command
-            .arg("serve")
-            .current_dir(self.root.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
-            .stderr(log);
-        // Nothing from the test's own environment configures the child.
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("NORMA_") || key == "RUST_LOG" {
-                command.env_remove(key);
-            }
-        }
-        command.envs(self.env.iter().map(|(k, v)| (k, v)));
-        self.child = Some(command.spawn().expect("spawn norma serve"));
+        self.child = Some(self.spawn());
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = self
@@ -143,6 +148,51 @@ impl ServerProcess {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Spawns `norma serve` expecting it to refuse to start: waits (bounded) for it to exit
+    /// and returns its exit status and its output. Panics if it is still running (or ready).
+    pub async fn start_expecting_refusal(&mut self) -> (std::process::ExitStatus, String) {
+        assert!(self.child.is_none(), "server already running");
+        let mut child = self.spawn();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = child.try_wait().expect("child status") {
+                let log = std::fs::read_to_string(self.log_path(self.starts)).unwrap_or_default();
+                return (status, log);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "norma serve did not exit within {START_TIMEOUT:?}\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Spawns `norma serve` with this server's environment, output to the next log file.
+    fn spawn(&mut self) -> Child {
+        self.starts += 1;
+        let log_path = self.log_path(self.starts);
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_norma"));
+        command
+            .arg("serve")
+            .current_dir(self.root.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log);
+        // Nothing from the test's own environment configures the child.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("NORMA_") || key == "RUST_LOG" {
+                command.env_remove(key);
+            }
+        }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        command.spawn().expect("spawn norma serve")
     }
 
     /// Kills the child with SIGKILL (no shutdown code runs) and reaps it.
