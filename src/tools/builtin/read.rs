@@ -1,6 +1,6 @@
 //! Read: a text file of the workspace with line numbers, by line range.
 
-use super::{blocking, parse_input};
+use super::{MAX_FILE_BYTES, blocking, parse_input};
 use crate::permission::{SelfDecision, Subject};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
@@ -8,8 +8,6 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// Largest file Read opens.
-pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 /// Lines returned when no limit is given.
 pub const DEFAULT_LIMIT: usize = 2000;
 /// Longer lines are cut to this many characters.
@@ -95,7 +93,7 @@ impl Tool for ReadTool {
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(input)?;
         let root = ctx.workspace.clone();
-        blocking(move || {
+        blocking(move |_| {
             let ws = Workspace::for_tool(root.as_ref())?;
             let rel = ws.resolve(&input.file_path)?;
             let text = ws.read_text(&rel, MAX_FILE_BYTES)?;
