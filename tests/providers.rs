@@ -1179,6 +1179,74 @@ async fn scripted_honours_cancel() {
     assert_eq!(error, ProviderError::Cancelled);
 }
 
+#[tokio::test]
+async fn scripted_expansion_is_bounded_before_expanding() {
+    // The reproduction: 50 `{{last_user_text}}` and a 20,000-character prompt.
+    let provider = scripted(Some(json!({"turns": [
+        {"text": "{{last_user_text}}".repeat(50)}
+    ]})));
+    let prompt = "p".repeat(20_000);
+    let (turn, items) = run(
+        provider.as_ref(),
+        &request(vec![Message::user_text(&prompt)]),
+    )
+    .await;
+    let error = turn.expect_err("over the expansion limit");
+    assert_eq!(error.code(), "MODEL_OUTPUT_TOO_LARGE");
+    assert!(items.is_empty(), "nothing is streamed: {}", items.len());
+
+    // The same in a tool input.
+    let provider = scripted(Some(json!({"turns": [
+        {"tool_calls": [{"name": "Write", "input": {"content": "{{last_user_text}}".repeat(50)}}]}
+    ]})));
+    let (turn, _) = run(
+        provider.as_ref(),
+        &request(vec![Message::user_text(&prompt)]),
+    )
+    .await;
+    assert_eq!(
+        turn.expect_err("tool input").code(),
+        "MODEL_OUTPUT_TOO_LARGE"
+    );
+}
+
+#[tokio::test]
+async fn scripted_placeholders_are_cut_and_substituted_once() {
+    let provider = scripted(Some(json!({"turns": [{"text": "<{{last_user_text}}>"}]})));
+    let prompt = "q".repeat(100_000);
+    let (turn, items) = run(
+        provider.as_ref(),
+        &request(vec![Message::user_text(&prompt)]),
+    )
+    .await;
+    let text = text_of(&turn.expect("turn"));
+    assert!(
+        text.starts_with(&format!("<{}", "q".repeat(65_536))),
+        "cut value"
+    );
+    assert!(
+        text.ends_with("… [cut at 65536 bytes]>"),
+        "{}",
+        &text[text.len() - 40..]
+    );
+    let deltas = items
+        .iter()
+        .filter(|item| matches!(item, StreamItem::TextDelta(_)))
+        .count();
+    assert!(deltas <= 64, "{deltas} deltas for one block");
+
+    // A value holding a placeholder is not expanded again.
+    let provider = scripted(Some(
+        json!({"turns": [{"text": "{{last_user_text}}{{last_user_text}}"}]}),
+    ));
+    let history = vec![Message::user_text("{{last_user_text}}")];
+    let (turn, _) = run(provider.as_ref(), &request(history)).await;
+    assert_eq!(
+        text_of(&turn.expect("turn")),
+        "{{last_user_text}}{{last_user_text}}"
+    );
+}
+
 // ---------------------------------------------------------------- Config and keys
 
 #[test]
