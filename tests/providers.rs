@@ -1055,6 +1055,32 @@ async fn conformance_retry_after_over_http() {
     }
 }
 
+// ---------------------------------------------------------------- Output budget
+
+#[tokio::test]
+async fn a_response_past_the_output_budget_fails_with_a_code() {
+    // Text past the per-response limit, in well-formed events.
+    let fake = FakeLlm::start().await;
+    let mut frames = vec![
+        an::message_start(1),
+        an::block_start(0, json!({"type": "text", "text": ""})),
+    ];
+    let chunk = "y".repeat(256 * 1024);
+    frames.extend((0..5).map(|_| an::text_delta(0, &chunk)));
+    frames.push(an::block_stop(0));
+    frames.push(an::message_delta("end_turn", 1));
+    fake.push(Reply::sse(frames));
+    let (turn, _) = run(provider(&anthropic(&fake.url())).as_ref(), &hello()).await;
+    assert_eq!(turn.unwrap_err().code(), "MODEL_OUTPUT_TOO_LARGE");
+
+    // One event line that never ends: the body budget stops the read.
+    let fake = FakeLlm::start().await;
+    let endless = format!("data: {}", "z".repeat(33 * 1024 * 1024));
+    fake.push(Reply::sse(vec![an::message_start(1), endless]));
+    let (turn, _) = run(provider(&anthropic(&fake.url())).as_ref(), &hello()).await;
+    assert_eq!(turn.unwrap_err().code(), "MODEL_OUTPUT_TOO_LARGE");
+}
+
 // ---------------------------------------------------------------- Scripted provider
 
 fn scripted(script: Option<Value>) -> Arc<dyn Provider> {

@@ -13,6 +13,10 @@
 //! | tool-input JSON (all calls together) | [`MAX_TOOL_INPUT_BYTES`] |
 //! | tool calls | [`MAX_TOOL_CALLS`] |
 //! | stream items (deltas and the rest) | [`MAX_STREAM_ITEMS`] |
+//! | HTTP response body bytes (SSE framing included) | [`MAX_RESPONSE_BYTES`] |
+//!
+//! The body limit is enforced where the body is read ([`super::sse`]); it also bounds what the
+//! SSE parser buffers for an event line that never ends.
 
 use super::{ProviderError, StreamItem};
 
@@ -26,6 +30,9 @@ pub const MAX_TOOL_INPUT_BYTES: usize = 12 * 1024 * 1024;
 pub const MAX_TOOL_CALLS: usize = 64;
 /// Stream items (deltas, starts, usage, …) one response may produce.
 pub const MAX_STREAM_ITEMS: usize = 100_000;
+
+/// Bytes of one streamed HTTP response body, framing included.
+pub const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 
 /// What one response has accumulated so far.
 #[derive(Debug, Default)]
