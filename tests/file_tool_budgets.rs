@@ -249,3 +249,28 @@ async fn patterns_over_their_limits_are_refused() {
         "PATTERN_INVALID"
     );
 }
+
+#[tokio::test]
+async fn read_of_many_short_lines_stops_at_its_output_budget() {
+    let fx = Fixture::new();
+    // 1 MiB of empty lines would number into ~8 MiB.
+    std::fs::write(fx.root.join("empty-lines.txt"), "\n".repeat(1 << 20)).expect("write");
+    let out = fx
+        .call(
+            "Read",
+            json!({"file_path": "empty-lines.txt", "limit": 2_000_000}),
+        )
+        .await
+        .expect("read");
+    assert!(
+        out.text.len() <= norma::tools::builtin::read::MAX_OUTPUT_BYTES + 200,
+        "{}",
+        out.text.len()
+    );
+    let note = out.text.lines().last().expect("note");
+    assert!(
+        note.starts_with("(lines 1-")
+            && note.ends_with(" of 1048576; use offset/limit to read more)"),
+        "{note}"
+    );
+}

@@ -20,6 +20,8 @@ use std::time::SystemTime;
 
 /// Most paths returned.
 pub const MAX_RESULTS: usize = 1000;
+/// Most bytes of listed paths.
+pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 /// Most regular files one walk collects (Glob and Grep); the rest of the tree is not visited.
 pub const MAX_WALK_FILES: usize = 100_000;
 
@@ -189,16 +191,22 @@ impl Tool for GlobTool {
                 hits.sort_by(|a, b| b.modified.cmp(&a.modified).then(a.rel.cmp(&b.rel)));
             }
             let total = hits.len();
-            let mut out: Vec<String> = hits
-                .iter()
-                .take(MAX_RESULTS)
-                .map(|f| f.rel.to_string_lossy().into_owned())
-                .collect();
+            let mut out: Vec<String> = Vec::new();
+            let mut bytes = 0usize;
+            for hit in hits.iter().take(MAX_RESULTS) {
+                let path = hit.rel.to_string_lossy().into_owned();
+                bytes += path.len() + 1;
+                if bytes > MAX_OUTPUT_BYTES {
+                    break;
+                }
+                out.push(path);
+            }
+            let shown = out.len();
             if total == 0 && !walk.capped {
                 return Ok(ToolOutput::text("No files found"));
             }
-            if total > MAX_RESULTS {
-                out.push(format!("({total} files; showing the first {MAX_RESULTS})"));
+            if total > shown {
+                out.push(format!("({total} files; showing the first {shown})"));
             }
             if walk.capped {
                 out.push(format!(

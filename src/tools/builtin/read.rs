@@ -1,4 +1,8 @@
 //! Read: a text file of the workspace with line numbers, by line range.
+//!
+//! Budget: the file is at most [`MAX_FILE_BYTES`]; lines are cut at [`MAX_LINE_CHARS`]; the
+//! numbered answer stops at [`MAX_OUTPUT_BYTES`] (numbering a file of empty lines would
+//! otherwise multiply its size by eight) and says which lines it holds.
 
 use super::{MAX_FILE_BYTES, blocking, parse_input};
 use crate::permission::{SelfDecision, Subject};
@@ -12,6 +16,8 @@ use serde_json::{Value, json};
 pub const DEFAULT_LIMIT: usize = 2000;
 /// Longer lines are cut to this many characters.
 pub const MAX_LINE_CHARS: usize = 2000;
+/// Most bytes of one numbered answer.
+pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 
 #[derive(Deserialize)]
 struct Input {
@@ -50,10 +56,15 @@ impl Default for ReadTool {
     }
 }
 
-/// Formats `text` like `cat -n` from line `offset` (1-based), at most `limit` lines.
-pub fn number_lines(text: &str, offset: usize, limit: usize) -> String {
+/// Formats `text` like `cat -n` from line `offset` (1-based), at most `limit` lines and about
+/// [`MAX_OUTPUT_BYTES`] bytes; returns the text and the number of the last line included.
+pub fn number_lines(text: &str, offset: usize, limit: usize) -> (String, usize) {
     let mut out = String::new();
+    let mut last = offset.saturating_sub(1);
     for (idx, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
+        if out.len() >= MAX_OUTPUT_BYTES {
+            break;
+        }
         let line: String = if line.chars().count() > MAX_LINE_CHARS {
             line.chars()
                 .take(MAX_LINE_CHARS)
@@ -63,8 +74,9 @@ pub fn number_lines(text: &str, offset: usize, limit: usize) -> String {
             line.to_string()
         };
         out.push_str(&format!("{:>6}\t{line}\n", idx + 1));
+        last = idx + 1;
     }
-    out
+    (out, last)
 }
 
 #[async_trait]
@@ -108,8 +120,7 @@ impl Tool for ReadTool {
                     "(the file has {total} lines; offset {offset} is past the end)"
                 )));
             }
-            let mut out = number_lines(&text, offset, limit);
-            let last = (offset - 1 + limit).min(total);
+            let (mut out, last) = number_lines(&text, offset, limit);
             if last < total {
                 out.push_str(&format!(
                     "(lines {offset}-{last} of {total}; use offset/limit to read more)\n"
