@@ -40,11 +40,11 @@ use crate::message::{ContentBlock, Role};
 /// Characters per text delta (at least; long blocks use bigger deltas).
 const DELTA_CHARS: usize = 12;
 /// Most deltas one text or thinking block is streamed in.
-pub const MAX_DELTAS_PER_BLOCK: usize = 64;
+pub const MAX_DELTAS_PER_BLOCK: usize = 50_000;
 /// Longest value a placeholder expands to, in bytes; longer values are cut with a marker.
 pub const MAX_PLACEHOLDER_BYTES: usize = 64 * 1024;
 /// Largest expanded turn (thinking + text + tool-input strings), in bytes.
-pub const MAX_EXPANDED_BYTES: usize = 256 * 1024;
+pub const MAX_EXPANDED_BYTES: usize = 512 * 1024;
 const LAST_TOOL_RESULT: &str = "{{last_tool_result}}";
 const LAST_USER_TEXT: &str = "{{last_user_text}}";
 /// Characters per estimated token.
