@@ -142,3 +142,59 @@ async fn catastrophic_patterns_are_refused_at_compilation() {
     );
     assert_still_serves(&server).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_model_endpoint_cannot_grow_a_response_without_limit() {
+    use crate::fake_llm::{FakeLlm, Reply, anthropic as an};
+    let fake = FakeLlm::start().await;
+    // One event line that never ends (past the 32 MiB body budget).
+    fake.push(Reply::sse(vec![
+        an::message_start(1),
+        format!("data: {}", "z".repeat(33 * 1024 * 1024)),
+    ]));
+    // A response with more tool calls than one response may make.
+    let mut frames = vec![an::message_start(1)];
+    for index in 0..65 {
+        frames.push(an::block_start(
+            index,
+            json!({"type": "tool_use", "id": format!("toolu_{index}"), "name": "LS", "input": {}}),
+        ));
+        frames.push(an::json_delta(index, "{}"));
+        frames.push(an::block_stop(index));
+    }
+    frames.push(an::message_delta("tool_use", 1));
+    frames.push(an::message_stop());
+    fake.push(Reply::sse(frames));
+    let url = fake.url();
+    let server = start_server(&[
+        ("NORMA_PROVIDER__KIND", "anthropic"),
+        ("NORMA_PROVIDER__BASE_URL", url.as_str()),
+        ("NORMA_PROVIDER__MODEL", "claude-test"),
+        ("NORMA_PROVIDER__API_KEY", "test-key-not-secret"),
+    ])
+    .await;
+    let session = create_session(
+        &server,
+        ATTACKER,
+        &json!({"permission": {"mode": "bypass"}}),
+    )
+    .await;
+    for attempt in ["endless line", "65 tool calls"] {
+        let events = prompt_and_wait(&server, ATTACKER, &session, "go", WITHIN).await;
+        let end = terminal(&events);
+        assert_eq!(
+            end["payload"]["reason"],
+            "error",
+            "{attempt}: {}",
+            summarize(&events)
+        );
+        assert_eq!(
+            end["payload"]["code"], "MODEL_OUTPUT_TOO_LARGE",
+            "{attempt}"
+        );
+        // Calls start while the response streams; the 65th never does.
+        let ran = tool_codes(&events);
+        assert!(ran.len() <= 64, "{attempt}: {} tool results", ran.len());
+    }
+    assert_still_serves(&server).await;
+}
