@@ -85,7 +85,7 @@ async fn write_and_notebook_results_are_bounded() {
     assert!(!fx.root.join("big.txt").exists());
     // A compact notebook whose pretty-printed form passes the limit: deeply nested metadata.
     let nested = format!("{}{}", "[".repeat(120), "]".repeat(120));
-    let items = vec![nested; 9_000].join(",");
+    let items = vec![nested; 4_000].join(",");
     let nb = format!(
         r#"{{"cells":[{{"id":"c1","cell_type":"code","metadata":{{"x":[{items}]}},"source":[],"outputs":[],"execution_count":null}}],"metadata":{{}},"nbformat":4,"nbformat_minor":5}}"#
     );
@@ -97,6 +97,13 @@ async fn write_and_notebook_results_are_bounded() {
         std::fs::read_to_string(fx.root.join("n.ipynb")).expect("nb"),
         nb
     );
+    // Too many values to parse: refused by a scan before parsing.
+    let many = vec!["[]"; 600_000].join(",");
+    let nb =
+        format!(r#"{{"cells":[],"metadata":{{"x":[{many}]}},"nbformat":4,"nbformat_minor":5}}"#);
+    std::fs::write(fx.root.join("m.ipynb"), &nb).expect("nb");
+    let input = json!({"notebook_path": "m.ipynb", "cell_index": 0, "edit_mode": "insert"});
+    assert_eq!(fx.code("NotebookEdit", input).await, "NOTEBOOK_INVALID");
 }
 
 #[tokio::test]

@@ -4,7 +4,8 @@
 //! Size budget: the notebook read is at most [`super::MAX_FILE_BYTES`], and the rewritten
 //! notebook is serialized into a writer that refuses to grow past the same limit
 //! (`FILE_TOO_LARGE`) — pretty-printing deeply nested JSON multiplies its size, so the check is
-//! made while writing, not after.
+//! made while writing, not after. Before parsing, a linear scan refuses notebooks with more
+//! than [`MAX_NOTEBOOK_VALUES`] JSON values (`NOTEBOOK_INVALID`), which bounds the parsed form.
 
 use super::{MAX_FILE_BYTES, blocking, codes, parse_input};
 use crate::permission::Subject;
@@ -13,6 +14,34 @@ use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+/// Most JSON values (arrays, objects, elements) a notebook may hold: parsed into memory each
+/// value costs tens of bytes, so a 10 MiB file of `[[],[],…]` would otherwise take ~16 times
+/// its size.
+pub const MAX_NOTEBOOK_VALUES: usize = 500_000;
+
+/// Counts the structural tokens (`[`, `{`, `,`) of JSON text outside strings — an upper bound
+/// on its number of values, by a linear scan without parsing.
+fn structural_tokens(text: &str) -> usize {
+    let (mut count, mut in_string, mut escaped) = (0usize, false, false);
+    for byte in text.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' | b',' => count += 1,
+            _ => {}
+        }
+    }
+    count
+}
 
 /// A `Vec` writer that fails once more than `limit` bytes would be written.
 struct CappedWriter {
@@ -238,6 +267,11 @@ impl Tool for NotebookEditTool {
             let ws = Workspace::for_tool(root.as_ref())?;
             let rel = ws.resolve(&input.notebook_path)?;
             let text = ws.read_text(&rel, MAX_FILE_BYTES)?;
+            if structural_tokens(&text) > MAX_NOTEBOOK_VALUES {
+                return Err(invalid(format!(
+                    "the notebook holds more than {MAX_NOTEBOOK_VALUES} JSON values"
+                )));
+            }
             let mut notebook: Value = serde_json::from_str(&text)
                 .map_err(|e| invalid(format!("not a JSON notebook: {e}")))?;
             let summary = edit_notebook(&mut notebook, &input)?;
@@ -249,5 +283,16 @@ impl Tool for NotebookEditTool {
             )))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structural_tokens_skip_strings() {
+        assert_eq!(structural_tokens(r#"{"a":[1,2],"b":"[,{\"]"}"#), 4);
+        assert_eq!(structural_tokens("[]"), 1);
     }
 }
