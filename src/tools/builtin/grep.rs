@@ -19,9 +19,13 @@ use globset::GlobMatcher;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::io::{Read, Seek};
+use std::path::{Path, PathBuf};
 
-/// Largest file searched; bigger files are skipped.
+/// Bytes read from the start of a file to decide whether it is binary.
+const BINARY_SNIFF_BYTES: usize = 8192;
+
+/// Largest file searched (streamed, never read whole); bigger files are skipped.
 pub const MAX_FILE_BYTES: u64 = 20 * 1024 * 1024;
 /// Output lines returned when no head_limit is given.
 pub const DEFAULT_HEAD_LIMIT: usize = 1000;
@@ -212,6 +216,27 @@ impl Sink for Collect<'_> {
     }
 }
 
+/// Opens a walked file for a streaming search: a regular file within [`MAX_FILE_BYTES`] whose
+/// first 8 KiB hold no NUL byte (binary files are skipped). The reader stops at the size the
+/// file had when opened, so a file growing during the search (a background `yes > f`) cannot
+/// keep the search — and its thread — going.
+fn open_for_search(ws: &Workspace, file: &Path) -> Option<impl Read> {
+    let (mut handle, meta) = ws.open_regular(file).ok()?;
+    if meta.len() > MAX_FILE_BYTES {
+        return None;
+    }
+    let mut head = Vec::with_capacity(BINARY_SNIFF_BYTES);
+    (&mut handle)
+        .take(BINARY_SNIFF_BYTES as u64)
+        .read_to_end(&mut head)
+        .ok()?;
+    if looks_binary(&head) {
+        return None;
+    }
+    handle.rewind().ok()?;
+    Some(handle.take(meta.len()))
+}
+
 fn file_filter(glob: Option<&str>) -> Result<Option<(GlobMatcher, bool)>, ToolError> {
     glob.map(|g| Ok((patterns::glob_matcher(g, false)?, g.contains('/'))))
         .transpose()
@@ -238,6 +263,8 @@ fn search(ws: &Workspace, input: &Input, interrupt: &Interrupt) -> Result<String
     let mut searcher = SearcherBuilder::new()
         .line_number(true)
         .binary_detection(BinaryDetection::quit(0))
+        // The line buffer never grows past the file limit (a single enormous line).
+        .heap_limit(Some(MAX_FILE_BYTES as usize + (64 << 10)))
         .before_context(if content { before } else { 0 })
         .after_context(if content { after } else { 0 })
         .build();
@@ -264,12 +291,9 @@ fn search(ws: &Workspace, input: &Input, interrupt: &Interrupt) -> Result<String
         }
         // Files that cannot be read confined (hard links, escapes, non-regular files, races)
         // are skipped.
-        let Ok(bytes) = ws.read_file(&file, MAX_FILE_BYTES) else {
+        let Some(reader) = open_for_search(ws, &file) else {
             continue;
         };
-        if looks_binary(&bytes) {
-            continue;
-        }
         let display = file.to_string_lossy().into_owned();
         // Context groups of different files are separated like ripgrep does.
         let mark = out.lines.len();
@@ -284,9 +308,12 @@ fn search(ws: &Workspace, input: &Input, interrupt: &Interrupt) -> Result<String
             interrupt,
             matches: 0,
         };
-        searcher
-            .search_slice(&matcher, &bytes, &mut sink)
-            .map_err(|e| ToolError::failed(format!("{display}: {e}")))?;
+        // A read error (a file changed under the search, a line past the heap limit) ends this
+        // file's search only; matches found before it count.
+        if let Err(error) = searcher.search_reader(&matcher, reader, &mut sink) {
+            let path = display.as_str();
+            tracing::debug!(%error, path, "grep stopped searching a file");
+        }
         let matches = sink.matches;
         interrupt.check()?;
         if matches == 0 {
