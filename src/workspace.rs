@@ -6,6 +6,13 @@
 //! over-long paths, and then opens it beneath a `cap_std::fs::Dir`, which refuses `..` escapes,
 //! absolute paths and symlinks that lead outside — also when one is swapped in during the call.
 //! Regular files with more than one hard link are refused: their content lives outside too.
+//!
+//! Only regular files are opened for reading. The parent directory is opened beneath the
+//! handle, then the last component with `O_NONBLOCK | O_NOFOLLOW` relative to it; the opened
+//! descriptor is `fstat`ed and anything but a regular file — a FIFO, a socket, a device, a
+//! directory, a symlink as the last component — is refused with `NOT_A_REGULAR_FILE` before a
+//! single byte is read. Without this a FIFO made by a command (`mkfifo p`) would block a
+//! blocking-pool thread forever on `open` or `read`.
 
 use crate::ids::{SessionId, TenantId};
 use crate::tools::ToolError;
@@ -21,7 +28,7 @@ pub mod codes {
     pub const PATH_INVALID: &str = "PATH_INVALID";
     pub const PATH_TOO_LONG: &str = "PATH_TOO_LONG";
     pub const FILE_NOT_FOUND: &str = "FILE_NOT_FOUND";
-    pub const NOT_A_FILE: &str = "NOT_A_FILE";
+    pub const NOT_A_REGULAR_FILE: &str = "NOT_A_REGULAR_FILE";
     pub const NOT_A_DIRECTORY: &str = "NOT_A_DIRECTORY";
     pub const HARD_LINKED_FILE: &str = "HARD_LINKED_FILE";
     pub const FILE_TOO_LARGE: &str = "FILE_TOO_LARGE";
@@ -168,29 +175,67 @@ impl Workspace {
         }
     }
 
-    /// Reads a regular file, refusing hard-linked files and files over `max_bytes`.
-    pub fn read_file(&self, rel: &Path, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
+    /// Opens `rel` for reading if and only if it is a regular file with one link.
+    ///
+    /// The last component is opened with `O_NONBLOCK | O_NOFOLLOW` beneath its (confined)
+    /// parent directory and checked with `fstat` on the opened descriptor, so neither a FIFO nor
+    /// a symlink or file swapped in between check and open is ever read.
+    pub fn open_regular(
+        &self,
+        rel: &Path,
+    ) -> Result<(std::fs::File, std::fs::Metadata), ToolError> {
+        use nix::fcntl::{OFlag, openat};
+        use nix::sys::stat::Mode;
         let display = self.display(rel);
-        let file = self
+        let Some(name) = rel.file_name() else {
+            return Err(not_regular(&display, "a directory"));
+        };
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let parent_dir = self
             .dir
-            .open(dot_if_empty(rel))
+            .open_dir(dot_if_empty(parent))
             .map_err(|e| map_io(e, &display))?;
+        let flags = OFlag::O_RDONLY
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC;
+        let fd = match openat(&parent_dir, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            // O_NOFOLLOW on a symlink: ELOOP. Say what it is rather than "outside".
+            Err(nix::errno::Errno::ELOOP) => {
+                return Err(not_regular(&display, "a symbolic link"));
+            }
+            Err(errno) => return Err(map_io(io::Error::from(errno), &display)),
+        };
+        let file = std::fs::File::from(fd);
         let meta = file.metadata().map_err(|e| map_io(e, &display))?;
-        if meta.is_dir() {
-            return Err(ToolError::new(
-                codes::NOT_A_FILE,
-                format!("{display} is a directory"),
-            ));
+        let kind = meta.file_type();
+        if !kind.is_file() {
+            use std::os::unix::fs::FileTypeExt;
+            let what = if kind.is_dir() {
+                "a directory"
+            } else if kind.is_fifo() {
+                "a FIFO (named pipe)"
+            } else if kind.is_socket() {
+                "a socket"
+            } else if kind.is_char_device() || kind.is_block_device() {
+                "a device"
+            } else {
+                "not a regular file"
+            };
+            return Err(not_regular(&display, what));
         }
-        if !meta.is_file() {
-            return Err(ToolError::new(
-                codes::NOT_A_FILE,
-                format!("{display} is not a regular file"),
-            ));
-        }
-        if meta.nlink() > 1 {
+        if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
             return Err(hard_linked(&display));
         }
+        Ok((file, meta))
+    }
+
+    /// Reads a regular file (see [`Workspace::open_regular`]), refusing files over `max_bytes`.
+    pub fn read_file(&self, rel: &Path, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
+        let display = self.display(rel);
+        let (file, meta) = self.open_regular(rel)?;
         if meta.len() > max_bytes {
             return Err(ToolError::new(
                 codes::FILE_TOO_LARGE,
@@ -252,13 +297,12 @@ impl Workspace {
             Err(e) => return Err(map_io(e, &display)),
         };
         match parent_dir.symlink_metadata(name) {
-            Ok(meta) if meta.is_dir() => {
-                return Err(ToolError::new(
-                    codes::NOT_A_FILE,
-                    format!("{display} is a directory"),
-                ));
-            }
+            Ok(meta) if meta.is_dir() => return Err(not_regular(&display, "a directory")),
             Ok(meta) if meta.is_file() && meta.nlink() > 1 => return Err(hard_linked(&display)),
+            Ok(meta) if !meta.is_file() && !meta.is_symlink() => {
+                // FIFOs, sockets, devices: never replaced or written through.
+                return Err(not_regular(&display, "not a regular file"));
+            }
             Ok(meta) if meta.is_symlink() => {
                 // A link leading outside is refused; one staying inside is replaced by the
                 // new file (the rename never writes through a link).
@@ -344,6 +388,13 @@ fn outside(model_path: &str) -> ToolError {
     )
 }
 
+fn not_regular(display: &str, what: &str) -> ToolError {
+    ToolError::new(
+        codes::NOT_A_REGULAR_FILE,
+        format!("{display} is {what}; file tools open regular files only"),
+    )
+}
+
 fn hard_linked(display: &str) -> ToolError {
     ToolError::new(
         codes::HARD_LINKED_FILE,
@@ -365,9 +416,9 @@ pub fn map_io(e: io::Error, display: &str) -> ToolError {
             codes::NOT_A_DIRECTORY,
             format!("{display}: a path component is not a directory"),
         ),
-        Some(libc::EISDIR) => {
-            ToolError::new(codes::NOT_A_FILE, format!("{display} is a directory"))
-        }
+        Some(libc::EISDIR) => not_regular(display, "a directory"),
+        // Opening a FIFO for writing without a reader, or a device without its driver.
+        Some(libc::ENXIO) | Some(libc::ENODEV) => not_regular(display, "not a regular file"),
         // cap-std reports escapes (`..`, absolute symlinks, links leaving the root) as EPERM
         // or EXDEV; symlink loops as ELOOP.
         Some(libc::EPERM) | Some(libc::EXDEV) | Some(libc::ELOOP) | Some(libc::EACCES) => {

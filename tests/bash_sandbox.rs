@@ -554,3 +554,42 @@ async fn shell_registry_shutdown_kills_shells() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!fx.ws.join("alive.txt").exists());
 }
+
+#[tokio::test]
+async fn shell_read_returns_a_bounded_slice_of_new_output() {
+    let fx = Fx::new();
+    let out = fx
+        .call(
+            "ShellStart",
+            json!({"command": "head -c 300000 /dev/zero | tr '\\0' a; echo; echo END-$((1+1)); sleep 100"}),
+        )
+        .await
+        .expect("start");
+    let id = out.text.split_whitespace().last().expect("id").to_string();
+    let (mut omitted, mut ended) = (false, false);
+    for _ in 0..40 {
+        let out = fx
+            .call("ShellRead", json!({"shell_id": id, "wait_ms": 500}))
+            .await
+            .expect("read");
+        let new = out
+            .text
+            .split("--- new output ---\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n--- screen ---").next())
+            .expect("new output section");
+        assert!(
+            new.len() <= norma::tools::builtin::pty::MAX_READ_BYTES + 100,
+            "{} bytes of new output in one read",
+            new.len()
+        );
+        omitted |= new.contains("earlier bytes omitted]");
+        if new.contains("END-2") {
+            ended = true;
+            break;
+        }
+    }
+    assert!(ended, "the shell's output never ended");
+    assert!(omitted, "300,000 bytes came back without an omission note");
+    fx.env.shells.shutdown();
+}

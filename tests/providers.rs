@@ -1055,6 +1055,32 @@ async fn conformance_retry_after_over_http() {
     }
 }
 
+// ---------------------------------------------------------------- Output budget
+
+#[tokio::test]
+async fn a_response_past_the_output_budget_fails_with_a_code() {
+    // Text past the per-response limit, in well-formed events.
+    let fake = FakeLlm::start().await;
+    let mut frames = vec![
+        an::message_start(1),
+        an::block_start(0, json!({"type": "text", "text": ""})),
+    ];
+    let chunk = "y".repeat(256 * 1024);
+    frames.extend((0..5).map(|_| an::text_delta(0, &chunk)));
+    frames.push(an::block_stop(0));
+    frames.push(an::message_delta("end_turn", 1));
+    fake.push(Reply::sse(frames));
+    let (turn, _) = run(provider(&anthropic(&fake.url())).as_ref(), &hello()).await;
+    assert_eq!(turn.unwrap_err().code(), "MODEL_OUTPUT_TOO_LARGE");
+
+    // One event line that never ends: the body budget stops the read.
+    let fake = FakeLlm::start().await;
+    let endless = format!("data: {}", "z".repeat(33 * 1024 * 1024));
+    fake.push(Reply::sse(vec![an::message_start(1), endless]));
+    let (turn, _) = run(provider(&anthropic(&fake.url())).as_ref(), &hello()).await;
+    assert_eq!(turn.unwrap_err().code(), "MODEL_OUTPUT_TOO_LARGE");
+}
+
 // ---------------------------------------------------------------- Scripted provider
 
 fn scripted(script: Option<Value>) -> Arc<dyn Provider> {
@@ -1177,6 +1203,77 @@ async fn scripted_honours_cancel() {
         .err()
         .expect("cancelled");
     assert_eq!(error, ProviderError::Cancelled);
+}
+
+#[tokio::test]
+async fn scripted_expansion_is_bounded_before_expanding() {
+    // The reproduction: 50 `{{last_user_text}}` and a 20,000-character prompt.
+    let provider = scripted(Some(json!({"turns": [
+        {"text": "{{last_user_text}}".repeat(50)}
+    ]})));
+    let prompt = "p".repeat(20_000);
+    let (turn, items) = run(
+        provider.as_ref(),
+        &request(vec![Message::user_text(&prompt)]),
+    )
+    .await;
+    let error = turn.expect_err("over the expansion limit");
+    assert_eq!(error.code(), "MODEL_OUTPUT_TOO_LARGE");
+    assert!(items.is_empty(), "nothing is streamed: {}", items.len());
+
+    // The same in a tool input.
+    let provider = scripted(Some(json!({"turns": [
+        {"tool_calls": [{"name": "Write", "input": {"content": "{{last_user_text}}".repeat(50)}}]}
+    ]})));
+    let (turn, _) = run(
+        provider.as_ref(),
+        &request(vec![Message::user_text(&prompt)]),
+    )
+    .await;
+    assert_eq!(
+        turn.expect_err("tool input").code(),
+        "MODEL_OUTPUT_TOO_LARGE"
+    );
+}
+
+#[tokio::test]
+async fn scripted_placeholders_are_cut_and_substituted_once() {
+    let provider = scripted(Some(json!({"turns": [{"text": "<{{last_user_text}}>"}]})));
+    let prompt = "q".repeat(100_000);
+    let (turn, items) = run(
+        provider.as_ref(),
+        &request(vec![Message::user_text(&prompt)]),
+    )
+    .await;
+    let text = text_of(&turn.expect("turn"));
+    assert!(
+        text.starts_with(&format!("<{}", "q".repeat(65_536))),
+        "cut value"
+    );
+    assert!(
+        text.ends_with("… [cut at 65536 bytes]>"),
+        "{}",
+        &text[text.len() - 40..]
+    );
+    let deltas = items
+        .iter()
+        .filter(|item| matches!(item, StreamItem::TextDelta(_)))
+        .count();
+    assert!(
+        deltas <= norma::llm::scripted::MAX_DELTAS_PER_BLOCK && deltas > 1,
+        "{deltas} deltas for one block"
+    );
+
+    // A value holding a placeholder is not expanded again.
+    let provider = scripted(Some(
+        json!({"turns": [{"text": "{{last_user_text}}{{last_user_text}}"}]}),
+    ));
+    let history = vec![Message::user_text("{{last_user_text}}")];
+    let (turn, _) = run(provider.as_ref(), &request(history)).await;
+    assert_eq!(
+        text_of(&turn.expect("turn")),
+        "{{last_user_text}}{{last_user_text}}"
+    );
 }
 
 // ---------------------------------------------------------------- Config and keys

@@ -203,3 +203,27 @@ fn error_codes_are_upper_snake_and_distinct() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_response_past_its_budget_fails_before_the_item_is_reported() {
+    let chunk = "x".repeat(64 * 1024);
+    let items: Vec<Result<StreamItem, ProviderError>> =
+        std::iter::repeat_with(|| Ok(StreamItem::TextDelta(chunk.clone())))
+            .take(budget::MAX_TEXT_BYTES / chunk.len() + 1)
+            .chain([Ok(StreamItem::Stop(StopReason::EndTurn))])
+            .collect();
+    let mut reported = 0usize;
+    let error = collect(stream::iter(items), |item| {
+        if let StreamItem::TextDelta(text) = item {
+            reported += text.len();
+        }
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(error.code(), "MODEL_OUTPUT_TOO_LARGE");
+    assert_eq!(
+        reported,
+        budget::MAX_TEXT_BYTES,
+        "the item past the limit was not reported"
+    );
+}

@@ -33,6 +33,10 @@ pub enum ProviderError {
     /// The provider is misconfigured (unknown model, missing key, bad script, …).
     #[error("provider configuration error: {0}")]
     Config(String),
+    /// One response went past a per-turn output budget (see `crate::llm::budget`): text,
+    /// thinking, tool-input bytes, tool calls or stream items, or a scripted turn's expansion.
+    #[error("model output too large: {0}")]
+    OutputTooLarge(String),
 }
 
 impl ProviderError {
@@ -47,6 +51,7 @@ impl ProviderError {
             Self::Cancelled => "CANCELLED",
             Self::EmptyResponse => "EMPTY_RESPONSE",
             Self::Config(_) => "PROVIDER_CONFIG",
+            Self::OutputTooLarge(_) => "MODEL_OUTPUT_TOO_LARGE",
         }
     }
 
@@ -61,7 +66,8 @@ impl ProviderError {
             | Self::Decode(_)
             | Self::Cancelled
             | Self::EmptyResponse
-            | Self::Config(_) => false,
+            | Self::Config(_)
+            | Self::OutputTooLarge(_) => false,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! [`retry`], once, around every HTTP request; the loop never sees wire formats.
 
 pub mod anthropic;
+pub mod budget;
 pub mod config;
 pub mod error;
 pub mod openai;
@@ -102,7 +103,9 @@ pub fn build_provider(
 /// arrives (for live events). Blocks keep wire order: consecutive text deltas form one text
 /// block, thinking deltas one thinking block (closed by its signature), each tool call one
 /// tool_use block at the position where it started. The first error is returned; a stream
-/// that ends without [`StreamItem::Stop`] is [`ProviderError::StreamDropped`].
+/// that ends without [`StreamItem::Stop`] is [`ProviderError::StreamDropped`]. Every item is
+/// counted against the per-turn [`budget`] first; past a limit the stream is dropped with
+/// [`ProviderError::OutputTooLarge`] and the item is neither reported nor kept.
 pub async fn collect<S>(
     mut stream: S,
     mut on_item: impl FnMut(&StreamItem),
@@ -114,8 +117,10 @@ where
     let mut tool_positions: HashMap<usize, usize> = HashMap::new();
     let mut usage = Usage::default();
     let mut stop = None;
+    let mut budget = budget::TurnBudget::default();
     while let Some(item) = stream.next().await {
         let item = item?;
+        budget.admit(&item)?;
         on_item(&item);
         match item {
             StreamItem::TextDelta(delta) => match blocks.last_mut() {

@@ -17,6 +17,13 @@
 //! in the text and in string values of tool inputs. Tool call ids are `toolu_scripted_{k}_{i}`.
 //! `stop` defaults to `tool_use` when the turn calls tools and `end_turn` otherwise.
 //!
+//! Size budget: a placeholder's value is cut to [`MAX_PLACEHOLDER_BYTES`] (with a marker), the
+//! substitution is one pass (a value that itself contains a placeholder is not expanded
+//! again), and the expanded size of the whole turn — thinking, text and every tool-input
+//! string — is computed from the placeholder counts *before* anything is expanded; over
+//! [`MAX_EXPANDED_BYTES`] the request fails with `MODEL_OUTPUT_TOO_LARGE`. Each block streams
+//! in at most [`MAX_DELTAS_PER_BLOCK`] deltas, so one turn yields a bounded number of events.
+//!
 //! Without a script, every request is answered with one end_turn text turn echoing the last
 //! user text. Output streams as the same [`StreamItem`]s as the HTTP providers (several text
 //! deltas, tool input in fragments), with usage estimated at 4 characters per token.
@@ -30,8 +37,16 @@ use tokio_util::sync::CancellationToken;
 use super::{ItemStream, ModelRequest, Provider, ProviderError, StopReason, StreamItem, Usage};
 use crate::message::{ContentBlock, Role};
 
-/// Characters per text delta.
+/// Characters per text delta (at least; long blocks use bigger deltas).
 const DELTA_CHARS: usize = 12;
+/// Most deltas one text or thinking block is streamed in.
+pub const MAX_DELTAS_PER_BLOCK: usize = 50_000;
+/// Longest value a placeholder expands to, in bytes; longer values are cut with a marker.
+pub const MAX_PLACEHOLDER_BYTES: usize = 64 * 1024;
+/// Largest expanded turn (thinking + text + tool-input strings), in bytes.
+pub const MAX_EXPANDED_BYTES: usize = 512 * 1024;
+const LAST_TOOL_RESULT: &str = "{{last_tool_result}}";
+const LAST_USER_TEXT: &str = "{{last_user_text}}";
 /// Characters per estimated token.
 const CHARS_PER_TOKEN: u64 = 4;
 
@@ -194,14 +209,58 @@ impl Context {
         Self {
             assistant_turns,
             trailing_tool_result,
-            last_tool_result,
-            last_user_text,
+            last_tool_result: cut_placeholder_value(last_tool_result),
+            last_user_text: cut_placeholder_value(last_user_text),
         }
     }
 
+    /// The byte length of `text` once filled, computed without expanding.
+    fn filled_len(&self, text: &str) -> usize {
+        let results = text.matches(LAST_TOOL_RESULT).count();
+        let users = text.matches(LAST_USER_TEXT).count();
+        text.len() - results * LAST_TOOL_RESULT.len() - users * LAST_USER_TEXT.len()
+            + results.saturating_mul(self.last_tool_result.len())
+            + users.saturating_mul(self.last_user_text.len())
+    }
+
+    /// The byte length of every string of `value` once filled (keys and structure aside).
+    fn filled_value_len(&self, value: &Value) -> usize {
+        let mut total = 0usize;
+        let mut pending = vec![value];
+        while let Some(value) = pending.pop() {
+            match value {
+                Value::String(text) => total = total.saturating_add(self.filled_len(text)),
+                Value::Array(items) => pending.extend(items),
+                Value::Object(map) => {
+                    total = total.saturating_add(map.keys().map(String::len).sum());
+                    pending.extend(map.values());
+                }
+                _ => total = total.saturating_add(8),
+            }
+        }
+        total
+    }
+
+    /// Replaces the placeholders in one pass: substituted values are not scanned again.
     fn fill(&self, text: &str) -> String {
-        text.replace("{{last_tool_result}}", &self.last_tool_result)
-            .replace("{{last_user_text}}", &self.last_user_text)
+        let mut out = String::with_capacity(self.filled_len(text));
+        let mut rest = text;
+        while let Some(at) = rest.find("{{") {
+            out.push_str(&rest[..at]);
+            let tail = &rest[at..];
+            if let Some(after) = tail.strip_prefix(LAST_TOOL_RESULT) {
+                out.push_str(&self.last_tool_result);
+                rest = after;
+            } else if let Some(after) = tail.strip_prefix(LAST_USER_TEXT) {
+                out.push_str(&self.last_user_text);
+                rest = after;
+            } else {
+                out.push('{');
+                rest = &tail[1..];
+            }
+        }
+        out.push_str(rest);
+        out
     }
 
     fn fill_value(&self, value: &Value) -> Value {
@@ -216,6 +275,24 @@ impl Context {
             other => other.clone(),
         }
     }
+}
+
+/// `value` cut to [`MAX_PLACEHOLDER_BYTES`] on a character boundary, with a marker.
+fn cut_placeholder_value(value: String) -> String {
+    if value.len() <= MAX_PLACEHOLDER_BYTES {
+        return value;
+    }
+    let mut end = MAX_PLACEHOLDER_BYTES;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [cut at {MAX_PLACEHOLDER_BYTES} bytes]", &value[..end])
+}
+
+/// Characters per delta for a block of `text`: at least [`DELTA_CHARS`], and large enough that
+/// the block takes at most [`MAX_DELTAS_PER_BLOCK`] deltas.
+fn delta_size(text: &str) -> usize {
+    DELTA_CHARS.max(text.chars().count().div_ceil(MAX_DELTAS_PER_BLOCK))
 }
 
 /// Splits `text` into pieces of at most `size` characters.
@@ -237,15 +314,33 @@ fn request_chars(request: &ModelRequest) -> usize {
     request.system.as_deref().map_or(0, str::len) + messages + tools
 }
 
-/// The stream items of one scripted turn.
-fn play(turn: &ScriptTurn, request: &ModelRequest) -> Vec<StreamItem> {
+/// The stream items of one scripted turn, or `MODEL_OUTPUT_TOO_LARGE` when its expansion
+/// would pass [`MAX_EXPANDED_BYTES`] (checked before expanding).
+fn play(turn: &ScriptTurn, request: &ModelRequest) -> Result<Vec<StreamItem>, ProviderError> {
     let context = Context::of(request);
+    let expanded = turn
+        .thinking
+        .as_deref()
+        .map_or(0, str::len)
+        .saturating_add(turn.text.as_deref().map_or(0, |t| context.filled_len(t)))
+        .saturating_add(
+            turn.tool_calls
+                .iter()
+                .map(|call| context.filled_value_len(&call.input))
+                .fold(0usize, usize::saturating_add),
+        );
+    if expanded > MAX_EXPANDED_BYTES {
+        return Err(ProviderError::OutputTooLarge(format!(
+            "the scripted turn expands to {expanded} bytes, more than the \
+             {MAX_EXPANDED_BYTES}-byte limit"
+        )));
+    }
     let mut items = Vec::new();
     let mut output_chars = 0;
     if let Some(thinking) = turn.thinking.as_deref().filter(|t| !t.is_empty()) {
         output_chars += thinking.len();
         items.extend(
-            chunks(thinking, DELTA_CHARS)
+            chunks(thinking, delta_size(thinking))
                 .into_iter()
                 .map(StreamItem::ThinkingDelta),
         );
@@ -255,7 +350,7 @@ fn play(turn: &ScriptTurn, request: &ModelRequest) -> Vec<StreamItem> {
         let text = context.fill(text);
         output_chars += text.len();
         items.extend(
-            chunks(&text, DELTA_CHARS)
+            chunks(&text, delta_size(&text))
                 .into_iter()
                 .map(StreamItem::TextDelta),
         );
@@ -297,7 +392,7 @@ fn play(turn: &ScriptTurn, request: &ModelRequest) -> Vec<StreamItem> {
         cache_write_tokens: 0,
     }));
     items.push(StreamItem::Stop(stop));
-    items
+    Ok(items)
 }
 
 #[async_trait]
@@ -314,7 +409,7 @@ impl Provider for ScriptedProvider {
         if cancel.is_cancelled() {
             return Err(ProviderError::Cancelled);
         }
-        let items = play(&self.choose(request), request);
+        let items = play(&self.choose(request), request)?;
         let cancel = cancel.clone();
         let stream = async_stream::stream! {
             for item in items {

@@ -10,7 +10,10 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::budget::MAX_RESPONSE_BYTES;
 use super::{ItemStream, ProviderError, StreamItem};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Turns one wire format's events into stream items.
 pub trait SseDecoder: Send + 'static {
@@ -28,8 +31,26 @@ pub fn decode<D: SseDecoder>(
     cancel: CancellationToken,
     mut decoder: D,
 ) -> ItemStream {
+    // The body is read through a byte budget: past it the byte stream ends early and the
+    // response fails with `MODEL_OUTPUT_TOO_LARGE`, which also bounds what the event parser
+    // buffers for one endless event line.
+    let over_budget = Arc::new(AtomicBool::new(false));
+    let body = {
+        let over_budget = over_budget.clone();
+        let mut seen = 0usize;
+        response.bytes_stream().take_while(move |chunk| {
+            if let Ok(bytes) = chunk {
+                seen = seen.saturating_add(bytes.len());
+                if seen > MAX_RESPONSE_BYTES {
+                    over_budget.store(true, Ordering::Relaxed);
+                    return futures::future::ready(false);
+                }
+            }
+            futures::future::ready(true)
+        })
+    };
     let stream = async_stream::stream! {
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = body.eventsource();
         loop {
             let next = tokio::select! {
                 biased;
@@ -50,6 +71,11 @@ pub fn decode<D: SseDecoder>(
                 }
                 Some(Err(EventStreamError::Parser(error))) => {
                     Err(ProviderError::Decode(error.to_string()))
+                }
+                None if over_budget.load(Ordering::Relaxed) => {
+                    Err(ProviderError::OutputTooLarge(format!(
+                        "the response body passed {MAX_RESPONSE_BYTES} bytes"
+                    )))
                 }
                 None => decoder.on_end(),
             };

@@ -14,3 +14,4 @@ mod pg;
 #[path = "../support/server.rs"]
 mod server;
 mod support;
+mod tools;

@@ -1,7 +1,13 @@
 //! Edit and MultiEdit: exact string replacement in a workspace file. Every edit is applied in
 //! memory first; the file is written once, atomically, only when all edits succeeded.
+//!
+//! Size budget: before an edit allocates its result, the result's length is computed from the
+//! match count and the length difference of the strings; a result over
+//! [`super::MAX_FILE_BYTES`] is refused with `FILE_TOO_LARGE`. So 24 doubling `replace_all`
+//! edits of a 1-byte file stop at the first edit past 10 MiB instead of growing to 16 MiB (or
+//! 1 TiB with 40 edits). MultiEdit takes at most [`MAX_EDITS`] edits.
 
-use super::{blocking, codes, parse_input};
+use super::{Interrupt, MAX_FILE_BYTES, blocking, codes, parse_input};
 use crate::permission::Subject;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
@@ -9,8 +15,8 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// Largest file the edit tools open.
-pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Most edits one MultiEdit call may carry (`EDIT_INVALID` beyond).
+pub const MAX_EDITS: usize = 256;
 
 /// One replacement.
 #[derive(Clone, Debug, Deserialize)]
@@ -21,8 +27,18 @@ pub struct EditSpec {
     pub replace_all: bool,
 }
 
+/// The length of `content` after replacing `count` occurrences of `old` by `new`, or `None`
+/// when it does not fit in a `u64`.
+fn edited_len(content: &str, count: usize, old: &str, new: &str) -> Option<u64> {
+    let count = count as u64;
+    (content.len() as u64)
+        .checked_sub(count.checked_mul(old.len() as u64)?)?
+        .checked_add(count.checked_mul(new.len() as u64)?)
+}
+
 /// Applies one edit to `content`: `old_string` must occur exactly once unless `replace_all`.
-pub fn apply_edit(content: &str, edit: &EditSpec) -> Result<String, ToolError> {
+/// A result longer than `max_bytes` is refused with `FILE_TOO_LARGE` before it is built.
+pub fn apply_edit(content: &str, edit: &EditSpec, max_bytes: u64) -> Result<String, ToolError> {
     if edit.old_string.is_empty() {
         return Err(ToolError::new(
             codes::EDIT_INVALID,
@@ -36,6 +52,18 @@ pub fn apply_edit(content: &str, edit: &EditSpec) -> Result<String, ToolError> {
         ));
     }
     let count = content.matches(edit.old_string.as_str()).count();
+    if count == 1 || (count > 1 && edit.replace_all) {
+        let len = edited_len(content, count, &edit.old_string, &edit.new_string);
+        if len.is_none_or(|len| len > max_bytes) {
+            return Err(ToolError::new(
+                crate::workspace::codes::FILE_TOO_LARGE,
+                format!(
+                    "the edit would make the file {} bytes, more than the {max_bytes}-byte limit",
+                    len.map_or_else(|| "too many".to_string(), |len| len.to_string())
+                ),
+            ));
+        }
+    }
     match count {
         0 => Err(ToolError::new(
             codes::EDIT_NOT_FOUND,
@@ -56,12 +84,14 @@ fn edit_file(
     root: Option<std::path::PathBuf>,
     path: &str,
     edits: &[EditSpec],
+    interrupt: &Interrupt,
 ) -> Result<ToolOutput, ToolError> {
     let ws = Workspace::for_tool(root.as_ref())?;
     let rel = ws.resolve(path)?;
     let mut content = ws.read_text(&rel, MAX_FILE_BYTES)?;
     for (idx, edit) in edits.iter().enumerate() {
-        content = apply_edit(&content, edit).map_err(|e| {
+        interrupt.check()?;
+        content = apply_edit(&content, edit, MAX_FILE_BYTES).map_err(|e| {
             if edits.len() > 1 {
                 ToolError::new(
                     e.code,
@@ -142,7 +172,7 @@ impl Tool for EditTool {
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: EditInput = parse_input(input)?;
         let root = ctx.workspace.clone();
-        blocking(move || edit_file(root, &input.file_path, &[input.edit])).await
+        blocking(move |interrupt| edit_file(root, &input.file_path, &[input.edit], interrupt)).await
     }
 }
 
@@ -168,6 +198,7 @@ impl MultiEditTool {
                     "edits": {
                         "type": "array",
                         "minItems": 1,
+                        "maxItems": MAX_EDITS,
                         "items": {
                             "type": "object",
                             "properties": edit_properties(),
@@ -214,7 +245,13 @@ impl Tool for MultiEditTool {
                 "edits must not be empty",
             ));
         }
+        if input.edits.len() > MAX_EDITS {
+            return Err(ToolError::new(
+                codes::EDIT_INVALID,
+                format!("at most {MAX_EDITS} edits per call"),
+            ));
+        }
         let root = ctx.workspace.clone();
-        blocking(move || edit_file(root, &input.file_path, &input.edits)).await
+        blocking(move |interrupt| edit_file(root, &input.file_path, &input.edits, interrupt)).await
     }
 }

@@ -2,14 +2,16 @@
 //!
 //! The walk (shared with Grep) always starts at the canonical workspace root and never follows
 //! symlinks, so neither a symlinked directory nor one swapped in during the walk leads outside;
-//! a sub-directory search is a filter on that walk, not a new root.
+//! a sub-directory search is a filter on that walk, not a new root. Only regular files are
+//! listed (FIFOs, sockets and devices are skipped), the walk checks the call's [`Interrupt`] at
+//! every entry so a timed-out call frees its thread, and it stops after [`MAX_WALK_FILES`]
+//! files (the answer then says so).
 
-use super::{blocking, codes, parse_input};
+use super::{Interrupt, blocking, parse_input, patterns};
 use crate::permission::{SelfDecision, Subject};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
-use globset::GlobBuilder;
 use ignore::WalkBuilder;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -18,6 +20,10 @@ use std::time::SystemTime;
 
 /// Most paths returned.
 pub const MAX_RESULTS: usize = 1000;
+/// Most bytes of listed paths.
+pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
+/// Most regular files one walk collects (Glob and Grep); the rest of the tree is not visited.
+pub const MAX_WALK_FILES: usize = 100_000;
 
 /// A regular file found by [`walk_files`].
 #[derive(Clone, Debug)]
@@ -27,9 +33,21 @@ pub struct WalkedFile {
     pub modified: SystemTime,
 }
 
-/// Regular files (not symlinks) beneath `rel_dir`, honouring .gitignore / .ignore files inside
-/// the workspace and skipping hidden entries. Sorted by path.
-pub fn walk_files(ws: &Workspace, rel_dir: &Path) -> Result<Vec<WalkedFile>, ToolError> {
+/// The result of a walk: regular files, and whether the walk stopped at [`MAX_WALK_FILES`].
+#[derive(Debug, Default)]
+pub struct Walk {
+    pub files: Vec<WalkedFile>,
+    pub capped: bool,
+}
+
+/// Regular files (not symlinks, FIFOs, sockets or devices) beneath `rel_dir`, honouring
+/// .gitignore / .ignore files inside the workspace and skipping hidden entries. Sorted by path.
+/// Stops with `CANCELLED` once `interrupt` is set, and after [`MAX_WALK_FILES`] files.
+pub fn walk_files(
+    ws: &Workspace,
+    rel_dir: &Path,
+    interrupt: &Interrupt,
+) -> Result<Walk, ToolError> {
     let root = ws.root().to_path_buf();
     let target = rel_dir.to_path_buf();
     let filter_root = root.clone();
@@ -47,7 +65,13 @@ pub fn walk_files(ws: &Workspace, rel_dir: &Path) -> Result<Vec<WalkedFile>, Too
             rel.starts_with(&target) || target.starts_with(rel)
         });
     let mut files = Vec::new();
+    let mut capped = false;
     for entry in builder.build() {
+        interrupt.check()?;
+        if files.len() >= MAX_WALK_FILES {
+            capped = true;
+            break;
+        }
         // Unreadable entries (permissions, races) are skipped like ripgrep does.
         let Ok(entry) = entry else { continue };
         let Some(kind) = entry.file_type() else {
@@ -73,7 +97,7 @@ pub fn walk_files(ws: &Workspace, rel_dir: &Path) -> Result<Vec<WalkedFile>, Too
         });
     }
     files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(files)
+    Ok(Walk { files, capped })
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -148,16 +172,14 @@ impl Tool for GlobTool {
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(input)?;
         let root = ctx.workspace.clone();
-        blocking(move || {
-            let matcher = GlobBuilder::new(&input.pattern)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| ToolError::new(codes::PATTERN_INVALID, e.to_string()))?
-                .compile_matcher();
+        let matcher = patterns::glob_matcher(&input.pattern, true)?;
+        blocking(move |interrupt| {
             let ws = Workspace::for_tool(root.as_ref())?;
             let rel_dir = ws.resolve(&input.path)?;
             ws.open_dir(&rel_dir)?;
-            let mut hits: Vec<WalkedFile> = walk_files(&ws, &rel_dir)?
+            let walk = walk_files(&ws, &rel_dir, interrupt)?;
+            let mut hits: Vec<WalkedFile> = walk
+                .files
                 .into_iter()
                 .filter(|f| {
                     f.rel
@@ -169,16 +191,27 @@ impl Tool for GlobTool {
                 hits.sort_by(|a, b| b.modified.cmp(&a.modified).then(a.rel.cmp(&b.rel)));
             }
             let total = hits.len();
-            let mut out: Vec<String> = hits
-                .iter()
-                .take(MAX_RESULTS)
-                .map(|f| f.rel.to_string_lossy().into_owned())
-                .collect();
-            if total == 0 {
+            let mut out: Vec<String> = Vec::new();
+            let mut bytes = 0usize;
+            for hit in hits.iter().take(MAX_RESULTS) {
+                let path = hit.rel.to_string_lossy().into_owned();
+                bytes += path.len() + 1;
+                if bytes > MAX_OUTPUT_BYTES {
+                    break;
+                }
+                out.push(path);
+            }
+            let shown = out.len();
+            if total == 0 && !walk.capped {
                 return Ok(ToolOutput::text("No files found"));
             }
-            if total > MAX_RESULTS {
-                out.push(format!("({total} files; showing the first {MAX_RESULTS})"));
+            if total > shown {
+                out.push(format!("({total} files; showing the first {shown})"));
+            }
+            if walk.capped {
+                out.push(format!(
+                    "(the search stopped after {MAX_WALK_FILES} files; narrow `path`)"
+                ));
             }
             Ok(ToolOutput::text(out.join("\n")))
         })

@@ -14,6 +14,7 @@ pub mod grep;
 pub mod ls;
 pub mod memory;
 pub mod notebook;
+pub mod patterns;
 pub mod plan;
 pub mod pty;
 pub mod read;
@@ -28,6 +29,7 @@ use crate::tools::{DynTool, ToolError, codes as tool_codes};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Error codes of the built-in tools (besides [`crate::workspace::codes`]).
 pub mod codes {
@@ -44,7 +46,13 @@ pub mod codes {
     pub const SHELL_NOT_FOUND: &str = "SHELL_NOT_FOUND";
     pub const SHELL_CLOSED: &str = "SHELL_CLOSED";
     pub const SPAWN_FAILED: &str = "SPAWN_FAILED";
+    /// A glob or regex over its length, nesting or compiled-size limit.
+    pub const PATTERN_TOO_COMPLEX: &str = "PATTERN_TOO_COMPLEX";
 }
+
+/// Largest file the file tools read, and largest result Write, Edit, MultiEdit and
+/// NotebookEdit may produce (`FILE_TOO_LARGE`).
+pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 
 /// The eight file tools.
 pub fn file_tools() -> Vec<DynTool> {
@@ -130,11 +138,114 @@ pub(crate) fn parse_input<T: DeserializeOwned>(input: Value) -> Result<T, ToolEr
         .map_err(|e| ToolError::new(tool_codes::INPUT_SCHEMA_INVALID, e.to_string()))
 }
 
-/// Runs blocking filesystem work off the async executor.
+/// A stop signal for work running on a blocking-pool thread.
+///
+/// Dropping the future of a tool call (the pipeline's timeout, the run's cancel token) does not
+/// stop a `spawn_blocking` closure; without a signal a walk over a huge tree would keep its
+/// thread long after the call ended. [`blocking`] hands the closure an `Interrupt` that is set
+/// when the awaiting future goes away, and long loops call [`Interrupt::check`] as they go.
+#[derive(Clone, Debug, Default)]
+pub struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    /// A fresh, unset signal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the call that started the work is gone.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// `Err(CANCELLED)` once the call that started the work is gone.
+    pub fn check(&self) -> Result<(), ToolError> {
+        if self.is_set() {
+            Err(ToolError::new(
+                tool_codes::CANCELLED,
+                "the tool call ended (timeout or cancel) before its work finished",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sets the signal.
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Sets the interrupt when dropped: when the awaiting future completes or is dropped.
+struct SetOnDrop(Interrupt);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
+/// Runs blocking filesystem work off the async executor. The closure gets an [`Interrupt`]
+/// that is set as soon as the calling future is dropped (timeout or cancel), so loops in the
+/// work stop and free the blocking thread promptly.
 pub(crate) async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+    work: impl FnOnce(&Interrupt) -> Result<T, ToolError> + Send + 'static,
 ) -> Result<T, ToolError> {
-    tokio::task::spawn_blocking(work)
+    let interrupt = Interrupt::new();
+    let guard = SetOnDrop(interrupt.clone());
+    let result = tokio::task::spawn_blocking(move || work(&interrupt))
         .await
-        .map_err(|e| ToolError::failed(format!("worker failed: {e}")))?
+        .map_err(|e| ToolError::failed(format!("worker failed: {e}")))?;
+    drop(guard);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn dropping_the_call_interrupts_its_blocking_work() {
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
+        let call = blocking(move |interrupt| {
+            started_tx.send(()).expect("started");
+            // Spins until the call is gone, like a walk over an endless tree.
+            loop {
+                if let Err(error) = interrupt.check() {
+                    stopped_tx.send(error.code).expect("stopped");
+                    return Err::<(), _>(error);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        // The pipeline's timeout drops the call future the same way.
+        let timed_out = tokio::time::timeout(Duration::from_millis(50), call).await;
+        assert!(timed_out.is_err(), "the work never ends on its own");
+        started_rx.recv().expect("the work ran");
+        let code = tokio::task::spawn_blocking(move || stopped_rx.recv())
+            .await
+            .expect("join")
+            .expect("the blocking work saw the interrupt and returned");
+        assert_eq!(code, tool_codes::CANCELLED);
+    }
+
+    #[test]
+    fn a_set_interrupt_stops_a_walk() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ws = crate::workspace::Workspace::create(
+            tmp.path(),
+            &TenantId::new("acme"),
+            &SessionId::generate(),
+        )
+        .expect("workspace");
+        std::fs::write(ws.root().join("a.txt"), "a").expect("write");
+        let interrupt = Interrupt::new();
+        let walk = glob::walk_files(&ws, std::path::Path::new(""), &interrupt).expect("walk");
+        assert_eq!(walk.files.len(), 1);
+        interrupt.set();
+        let error = glob::walk_files(&ws, std::path::Path::new(""), &interrupt).unwrap_err();
+        assert_eq!(error.code, tool_codes::CANCELLED);
+    }
 }

@@ -1,7 +1,13 @@
 //! NotebookEdit: replace, insert or delete one cell of a Jupyter notebook (.ipynb) in the
 //! workspace, addressed by cell id or index; the notebook is rewritten atomically.
+//!
+//! Size budget: the notebook read is at most [`super::MAX_FILE_BYTES`], and the rewritten
+//! notebook is serialized into a writer that refuses to grow past the same limit
+//! (`FILE_TOO_LARGE`) — pretty-printing deeply nested JSON multiplies its size, so the check is
+//! made while writing, not after. Before parsing, a linear scan refuses notebooks with more
+//! than [`MAX_NOTEBOOK_VALUES`] JSON values (`NOTEBOOK_INVALID`), which bounds the parsed form.
 
-use super::{blocking, codes, parse_input};
+use super::{MAX_FILE_BYTES, blocking, codes, parse_input};
 use crate::permission::Subject;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
@@ -9,8 +15,75 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// Largest notebook opened.
-pub const MAX_FILE_BYTES: u64 = 20 * 1024 * 1024;
+/// Most JSON values (arrays, objects, elements) a notebook may hold: parsed into memory each
+/// value costs tens of bytes, so a 10 MiB file of `[[],[],…]` would otherwise take ~16 times
+/// its size.
+pub const MAX_NOTEBOOK_VALUES: usize = 500_000;
+
+/// Counts the structural tokens (`[`, `{`, `,`) of JSON text outside strings — an upper bound
+/// on its number of values, by a linear scan without parsing.
+fn structural_tokens(text: &str) -> usize {
+    let (mut count, mut in_string, mut escaped) = (0usize, false, false);
+    for byte in text.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' | b',' => count += 1,
+            _ => {}
+        }
+    }
+    count
+}
+
+/// A `Vec` writer that fails once more than `limit` bytes would be written.
+struct CappedWriter {
+    buf: Vec<u8>,
+    limit: u64,
+    over: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if (self.buf.len() + data.len()) as u64 > self.limit {
+            self.over = true;
+            return Err(std::io::Error::other("size limit"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The notebook as pretty JSON with a final newline, or `FILE_TOO_LARGE` past `limit` bytes.
+fn serialize_capped(notebook: &Value, limit: u64) -> Result<Vec<u8>, ToolError> {
+    let mut writer = CappedWriter {
+        buf: Vec::new(),
+        limit: limit.saturating_sub(1),
+        over: false,
+    };
+    if let Err(error) = serde_json::to_writer_pretty(&mut writer, notebook) {
+        return Err(if writer.over {
+            ToolError::new(
+                crate::workspace::codes::FILE_TOO_LARGE,
+                format!("the edited notebook would be more than the {limit}-byte file limit"),
+            )
+        } else {
+            invalid(error.to_string())
+        });
+    }
+    writer.buf.push(b'\n');
+    Ok(writer.buf)
+}
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -183,23 +256,43 @@ impl Tool for NotebookEditTool {
     }
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(input)?;
+        if input.new_source.len() as u64 > MAX_FILE_BYTES {
+            return Err(ToolError::new(
+                crate::workspace::codes::FILE_TOO_LARGE,
+                format!("new_source is more than the {MAX_FILE_BYTES}-byte file limit"),
+            ));
+        }
         let root = ctx.workspace.clone();
-        blocking(move || {
+        blocking(move |_| {
             let ws = Workspace::for_tool(root.as_ref())?;
             let rel = ws.resolve(&input.notebook_path)?;
             let text = ws.read_text(&rel, MAX_FILE_BYTES)?;
+            if structural_tokens(&text) > MAX_NOTEBOOK_VALUES {
+                return Err(invalid(format!(
+                    "the notebook holds more than {MAX_NOTEBOOK_VALUES} JSON values"
+                )));
+            }
             let mut notebook: Value = serde_json::from_str(&text)
                 .map_err(|e| invalid(format!("not a JSON notebook: {e}")))?;
             let summary = edit_notebook(&mut notebook, &input)?;
-            let mut out =
-                serde_json::to_string_pretty(&notebook).map_err(|e| invalid(e.to_string()))?;
-            out.push('\n');
-            ws.write_atomic(&rel, out.as_bytes())?;
+            let out = serialize_capped(&notebook, MAX_FILE_BYTES)?;
+            ws.write_atomic(&rel, &out)?;
             Ok(ToolOutput::text(format!(
                 "{summary} in {}",
                 ws.display(&rel)
             )))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structural_tokens_skip_strings() {
+        assert_eq!(structural_tokens(r#"{"a":[1,2],"b":"[,{\"]"}"#), 4);
+        assert_eq!(structural_tokens("[]"), 1);
     }
 }

@@ -25,6 +25,11 @@ use std::time::Duration;
 pub const MAX_SHELLS: usize = 8;
 /// Bytes of terminal output kept per shell.
 pub const MAX_BUFFER_BYTES: usize = 1024 * 1024;
+/// Most bytes of new output one ShellRead returns (the newest; older unread bytes are
+/// reported as omitted).
+pub const MAX_READ_BYTES: usize = 64 * 1024;
+/// Bytes of the buffer's tail rendered as the current screen.
+const SCREEN_TAIL_BYTES: usize = 64 * 1024;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A poisoned lock only means another thread panicked mid-update of plain data.
@@ -443,9 +448,18 @@ impl Tool for ShellReadTool {
         }
         let rows = *lock(&shell.rows) as usize;
         let mut screen = lock(&shell.screen);
-        let new = String::from_utf8_lossy(&screen.data[screen.read_pos..]).into_owned();
+        let unread = screen.data.len() - screen.read_pos.min(screen.data.len());
+        let from = screen.data.len() - unread.min(MAX_READ_BYTES);
+        let mut new = String::new();
+        if unread > MAX_READ_BYTES {
+            new.push_str(&format!(
+                "[… {} earlier bytes omitted]\n",
+                unread - MAX_READ_BYTES
+            ));
+        }
+        new.push_str(&String::from_utf8_lossy(&screen.data[from..]));
         screen.read_pos = screen.data.len();
-        let tail_start = screen.data.len().saturating_sub(64 * 1024);
+        let tail_start = screen.data.len().saturating_sub(SCREEN_TAIL_BYTES);
         let plain = strip_ansi(&String::from_utf8_lossy(&screen.data[tail_start..]));
         let lines: Vec<&str> = plain.lines().collect();
         let visible = lines[lines.len().saturating_sub(rows)..].join("\n");

@@ -1,6 +1,10 @@
 //! Read: a text file of the workspace with line numbers, by line range.
+//!
+//! Budget: the file is at most [`MAX_FILE_BYTES`]; lines are cut at [`MAX_LINE_CHARS`]; the
+//! numbered answer stops at [`MAX_OUTPUT_BYTES`] (numbering a file of empty lines would
+//! otherwise multiply its size by eight) and says which lines it holds.
 
-use super::{blocking, parse_input};
+use super::{MAX_FILE_BYTES, blocking, parse_input};
 use crate::permission::{SelfDecision, Subject};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
@@ -8,12 +12,12 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// Largest file Read opens.
-pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 /// Lines returned when no limit is given.
 pub const DEFAULT_LIMIT: usize = 2000;
 /// Longer lines are cut to this many characters.
 pub const MAX_LINE_CHARS: usize = 2000;
+/// Most bytes of one numbered answer.
+pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 
 #[derive(Deserialize)]
 struct Input {
@@ -52,10 +56,15 @@ impl Default for ReadTool {
     }
 }
 
-/// Formats `text` like `cat -n` from line `offset` (1-based), at most `limit` lines.
-pub fn number_lines(text: &str, offset: usize, limit: usize) -> String {
+/// Formats `text` like `cat -n` from line `offset` (1-based), at most `limit` lines and about
+/// [`MAX_OUTPUT_BYTES`] bytes; returns the text and the number of the last line included.
+pub fn number_lines(text: &str, offset: usize, limit: usize) -> (String, usize) {
     let mut out = String::new();
+    let mut last = offset.saturating_sub(1);
     for (idx, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
+        if out.len() >= MAX_OUTPUT_BYTES {
+            break;
+        }
         let line: String = if line.chars().count() > MAX_LINE_CHARS {
             line.chars()
                 .take(MAX_LINE_CHARS)
@@ -65,8 +74,9 @@ pub fn number_lines(text: &str, offset: usize, limit: usize) -> String {
             line.to_string()
         };
         out.push_str(&format!("{:>6}\t{line}\n", idx + 1));
+        last = idx + 1;
     }
-    out
+    (out, last)
 }
 
 #[async_trait]
@@ -95,7 +105,7 @@ impl Tool for ReadTool {
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(input)?;
         let root = ctx.workspace.clone();
-        blocking(move || {
+        blocking(move |_| {
             let ws = Workspace::for_tool(root.as_ref())?;
             let rel = ws.resolve(&input.file_path)?;
             let text = ws.read_text(&rel, MAX_FILE_BYTES)?;
@@ -110,8 +120,7 @@ impl Tool for ReadTool {
                     "(the file has {total} lines; offset {offset} is past the end)"
                 )));
             }
-            let mut out = number_lines(&text, offset, limit);
-            let last = (offset - 1 + limit).min(total);
+            let (mut out, last) = number_lines(&text, offset, limit);
             if last < total {
                 out.push_str(&format!(
                     "(lines {offset}-{last} of {total}; use offset/limit to read more)\n"

@@ -1,6 +1,8 @@
-//! Write: creates or replaces a file of the workspace, atomically.
+//! Write: creates or replaces a file of the workspace, atomically. Content over
+//! [`super::MAX_FILE_BYTES`] is refused with `FILE_TOO_LARGE`; an existing target that is not a
+//! regular file (FIFO, socket, device, directory) with `NOT_A_REGULAR_FILE`.
 
-use super::{blocking, parse_input};
+use super::{MAX_FILE_BYTES, blocking, parse_input};
 use crate::permission::Subject;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
@@ -61,8 +63,17 @@ impl Tool for WriteTool {
     }
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(input)?;
+        if input.content.len() as u64 > MAX_FILE_BYTES {
+            return Err(ToolError::new(
+                crate::workspace::codes::FILE_TOO_LARGE,
+                format!(
+                    "the content is {} bytes, more than the {MAX_FILE_BYTES}-byte file limit",
+                    input.content.len()
+                ),
+            ));
+        }
         let root = ctx.workspace.clone();
-        blocking(move || {
+        blocking(move |_| {
             let ws = Workspace::for_tool(root.as_ref())?;
             let rel = ws.resolve(&input.file_path)?;
             ws.write_atomic(&rel, input.content.as_bytes())?;
