@@ -73,7 +73,7 @@ impl App {
                 workspaces_dir: settings.data_dir.join("workspaces"),
                 data_dir: settings.data_dir.clone(),
                 sandbox_launcher: launcher,
-                max_concurrent_runs_per_tenant: settings.max_concurrent_runs_per_tenant,
+                limits: settings.limits.clone(),
                 output_head_chars: settings.output_head_chars,
                 allow_private_webhooks: settings.allow_private_webhooks,
                 tenant_providers: settings.tenant_providers.clone(),

@@ -21,6 +21,8 @@ pub mod codes {
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
     pub const HOOK_BLOCKED: &str = "HOOK_BLOCKED";
     pub const TOOL_FAILED: &str = "TOOL_FAILED";
+    /// A tenant limit (`[limits]`) stops the call, e.g. too many background tasks or shells.
+    pub const TENANT_LIMIT: &str = "TENANT_LIMIT";
     pub const TOOL_TIMEOUT: &str = "TOOL_TIMEOUT";
     pub const CANCELLED: &str = "CANCELLED";
     pub const INTERRUPTED: &str = "INTERRUPTED";

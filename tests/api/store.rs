@@ -3,6 +3,7 @@
 
 use norma::ids::RunId;
 use norma::ids::{OutputId, SessionId, TenantId};
+use norma::limits::RunCaps;
 use norma::message::{ContentBlock, Message, Role, ToolResultBlock};
 use norma::store::{
     AppendBatch, ConnectOptions, NewEvent, NewMessage, NewOutput, NewRun, NewSession, RunEnd,
@@ -12,6 +13,11 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::store_limits::{
+    holds_are_capped_released_and_expire, pending_approvals_are_capped_per_tenant,
+    run_admission_counts_live_running_and_queued_runs,
+};
 
 async fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -60,6 +66,9 @@ store_suite!(
     run_leases_are_exclusive_and_fence_stale_writers,
     queued_runs_are_claimed_in_order_and_cancellable,
     unlocked_tools_are_kept_per_session,
+    run_admission_counts_live_running_and_queued_runs,
+    holds_are_capped_released_and_expire,
+    pending_approvals_are_capped_per_tenant,
 );
 
 async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
@@ -480,7 +489,12 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
     let session = new_session(&store, "t1").await;
     let long = Duration::from_secs(60);
     let run = store
-        .create_run(&tenant, new_run(&session, "go"), Some(("replica-a", long)))
+        .create_run(
+            &tenant,
+            new_run(&session, "go"),
+            Some(("replica-a", long)),
+            RunCaps::UNLIMITED,
+        )
         .await
         .unwrap();
     assert_eq!(run.status, RunStatus::Running);
@@ -492,13 +506,13 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
     // Another replica cannot take a live lease; the same replica (restarted) can.
     assert!(
         store
-            .claim_run(&tenant, &run_id, "replica-b", long)
+            .claim_run(&tenant, &run_id, "replica-b", long, RunCaps::UNLIMITED)
             .await
             .unwrap()
             .is_none()
     );
     let reclaimed = store
-        .claim_run(&tenant, &run_id, "replica-a", long)
+        .claim_run(&tenant, &run_id, "replica-a", long, RunCaps::UNLIMITED)
         .await
         .unwrap()
         .expect("own run");
@@ -527,13 +541,19 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
 
     // An expired lease is taken over by another replica, which can then write.
     let short = store
-        .claim_run(&tenant, &run_id, "replica-a", Duration::from_millis(1))
+        .claim_run(
+            &tenant,
+            &run_id,
+            "replica-a",
+            Duration::from_millis(1),
+            RunCaps::UNLIMITED,
+        )
         .await
         .unwrap()
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let taken = store
-        .claim_run(&tenant, &run_id, "replica-b", long)
+        .claim_run(&tenant, &run_id, "replica-b", long, RunCaps::UNLIMITED)
         .await
         .unwrap()
         .expect("expired lease");
@@ -571,7 +591,7 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
     // A finished run cannot be claimed again, nor written by its last holder.
     assert!(
         store
-            .claim_run(&tenant, &run_id, "replica-b", long)
+            .claim_run(&tenant, &run_id, "replica-b", long, RunCaps::UNLIMITED)
             .await
             .unwrap()
             .is_none()
@@ -612,15 +632,20 @@ async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>)
     let other = new_session(&store, "t2").await;
     let long = Duration::from_secs(60);
     let first = store
-        .create_run(&tenant, new_run(&session, "one"), None)
+        .create_run(&tenant, new_run(&session, "one"), None, RunCaps::UNLIMITED)
         .await
         .unwrap();
     let second = store
-        .create_run(&tenant, new_run(&session, "two"), None)
+        .create_run(&tenant, new_run(&session, "two"), None, RunCaps::UNLIMITED)
         .await
         .unwrap();
     let elsewhere = store
-        .create_run(&TenantId::new("t2"), new_run(&other, "x"), None)
+        .create_run(
+            &TenantId::new("t2"),
+            new_run(&other, "x"),
+            None,
+            RunCaps::UNLIMITED,
+        )
         .await
         .unwrap();
     assert_eq!(first.status, RunStatus::Queued);
@@ -628,7 +653,7 @@ async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>)
     // A run cannot be created in another tenant's session.
     assert!(matches!(
         store
-            .create_run(&tenant, new_run(&other, "forged"), None)
+            .create_run(&tenant, new_run(&other, "forged"), None, RunCaps::UNLIMITED)
             .await,
         Err(StoreError::NotFound)
     ));
@@ -661,7 +686,7 @@ async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>)
     );
     assert!(
         store
-            .claim_run(&tenant, &second_id, "replica-a", long)
+            .claim_run(&tenant, &second_id, "replica-a", long, RunCaps::UNLIMITED)
             .await
             .unwrap()
             .is_none(),
@@ -673,6 +698,7 @@ async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>)
             &RunId::from_string(first.id.clone()),
             "replica-a",
             long,
+            RunCaps::UNLIMITED,
         )
         .await
         .unwrap()

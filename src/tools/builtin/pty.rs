@@ -50,18 +50,27 @@ struct Shell {
     screen: Arc<Mutex<Screen>>,
     /// Text written since the last newline: checked together with the next write.
     pending_line: Mutex<String>,
+    /// The shell's tenant-limit hold, released when the shell is gone.
+    _hold: Option<crate::limits::HoldGuard>,
 }
 
 /// The PTY shells of one session.
 #[derive(Default)]
 pub struct ShellRegistry {
     shells: Mutex<BTreeMap<String, Arc<Shell>>>,
+    /// Where an open shell is counted against the tenant's limits (unset: not counted).
+    holds: std::sync::OnceLock<crate::limits::SessionHolds>,
 }
 
 impl ShellRegistry {
     /// An empty registry.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// Counts this session's open shells against the tenant's limits from now on.
+    pub fn set_holds(&self, holds: crate::limits::SessionHolds) {
+        let _ = self.holds.set(holds);
     }
 
     fn get(&self, id: &str) -> Result<Arc<Shell>, ToolError> {
@@ -216,6 +225,10 @@ impl Tool for ShellStartTool {
             ));
         }
         let ws = Workspace::for_tool(ctx.workspace.as_ref())?;
+        let hold = match self.shells.holds.get() {
+            Some(holds) => Some(holds.take(crate::limits::HoldKind::Shell).await?),
+            None => None,
+        };
         let program: Vec<&str> = match &input.command {
             Some(command) => vec!["/bin/bash", "-c", command],
             None => vec!["/bin/bash", "--noprofile", "--norc", "-i"],
@@ -285,6 +298,7 @@ impl Tool for ShellStartTool {
             rows: Mutex::new(rows),
             screen,
             pending_line: Mutex::new(String::new()),
+            _hold: hold,
         });
         lock(&self.shells.shells).insert(id.clone(), shell);
         Ok(ToolOutput::text(format!("Started shell {id}")))
