@@ -9,6 +9,19 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 use std::time::Duration;
 
+/// A session whose first run sleeps in a Bash call: busy for a minute.
+fn sleeping_config() -> Value {
+    json!({"permission": {"mode": "bypass"}, "model": {"script": {"turns": [
+        {"tool_calls": [{"name": "Bash", "input": {"command": "sleep 60", "timeout": 90000}}]},
+        {"text": "done"}
+    ]}}})
+}
+
+/// Starts the sleeping run of a [`sleeping_config`] session.
+async fn start_sleeping(app: &TestApp, token: &str, id: &str) {
+    assert_eq!(app.prompt(token, id, "go").await.status(), 202);
+}
+
 /// A session whose first run asks for approval of a Bash call and waits: busy until answered.
 fn waiting_config() -> Value {
     json!({"model": {"script": {"turns": [
@@ -56,10 +69,10 @@ async fn queued_prompts_are_capped(backend: Backend) {
         return;
     };
     let token = app.token("acme");
-    let a = app.create_session("acme", &waiting_config()).await;
-    let b = app.create_session("acme", &waiting_config()).await;
-    start_waiting(&app, &token, &a).await;
-    start_waiting(&app, &token, &b).await;
+    let a = app.create_session("acme", &sleeping_config()).await;
+    let b = app.create_session("acme", &sleeping_config()).await;
+    start_sleeping(&app, &token, &a).await;
+    start_sleeping(&app, &token, &b).await;
     let mut queued = Vec::new();
     for _ in 0..2 {
         let response = enqueue(&app, &token, &a).await;
@@ -79,8 +92,8 @@ async fn queued_prompts_are_capped(backend: Backend) {
     );
     // Another tenant queues freely.
     let other = app.token("other");
-    let c = app.create_session("other", &waiting_config()).await;
-    start_waiting(&app, &other, &c).await;
+    let c = app.create_session("other", &sleeping_config()).await;
+    start_sleeping(&app, &other, &c).await;
     assert_eq!(enqueue(&app, &other, &c).await.status(), 202);
     // Cancelling a queued prompt frees its slot.
     let cancelled = app
@@ -227,16 +240,17 @@ async fn tasks_and_shells_are_capped(backend: Backend) {
     let other = app.create_session("acme", &one).await;
     let results = run_to_end(&app, &token, &other).await;
     assert_eq!(results[0]["code"], "TENANT_LIMIT", "{results:?}");
-    // ...until the session holding it closes (the release is asynchronous: retry).
+    // ...until the session holding it closes (the release is asynchronous: retry, each time
+    // in a fresh session, as a script plays once per session).
     app.delete(&format!("/v1/sessions/{shells}"), &token).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let results = run_to_end(&app, &token, &other).await;
-        let last = results.last().unwrap();
-        if last.get("code").is_none_or(Value::is_null) {
+        let retry = app.create_session("acme", &one).await;
+        let results = run_to_end(&app, &token, &retry).await;
+        if results[0].get("code").is_none_or(Value::is_null) {
             break;
         }
-        assert_eq!(last["code"], "TENANT_LIMIT", "{results:?}");
+        assert_eq!(results[0]["code"], "TENANT_LIMIT", "{results:?}");
         assert!(
             tokio::time::Instant::now() < deadline,
             "the shell was never released"

@@ -184,15 +184,11 @@ pub async fn holds_are_capped_released_and_expire(store: Arc<dyn Store>) {
         .await
         .unwrap();
     // A dying replica's shell: its lease is short and never renewed.
+    let short = Duration::from_secs(1);
     store
         .acquire_hold(
             &tenant,
-            hold(
-                HoldKind::Shell,
-                &b,
-                "replica-dead",
-                Duration::from_millis(1),
-            ),
+            hold(HoldKind::Shell, &b, "replica-dead", short),
             caps,
         )
         .await
@@ -206,7 +202,7 @@ pub async fn holds_are_capped_released_and_expire(store: Arc<dyn Store>) {
         ),
         (Limit::Shells, 2)
     );
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
     // The live replica's heartbeat renews its holds, the dead one's expire.
     store.renew_leases("replica-a", long).await.unwrap();
     assert_eq!(

@@ -11,15 +11,15 @@ use crate::support::{assert_still_serves, code, create_session, start_server};
 
 const ATTACKER: &str = "attacker";
 
-/// A session whose run asks for approval of a Bash call and waits: busy until answered.
-fn waiting_config() -> Value {
-    json!({"model": {"script": {"turns": [
-        {"tool_calls": [{"name": "Bash", "input": {"command": "echo approved"}}]},
+/// A session whose run sleeps in a Bash call: busy for a minute.
+fn sleeping_config() -> Value {
+    json!({"permission": {"mode": "bypass"}, "model": {"script": {"turns": [
+        {"tool_calls": [{"name": "Bash", "input": {"command": "sleep 60", "timeout": 90000}}]},
         {"text": "done"}
     ]}}})
 }
 
-async fn start_waiting(server: &ServerProcess, session: &str) {
+async fn start_sleeping(server: &ServerProcess, session: &str) {
     let token = server.token(ATTACKER);
     let (status, body) = server
         .post(
@@ -29,15 +29,6 @@ async fn start_waiting(server: &ServerProcess, session: &str) {
         )
         .await;
     assert_eq!(status, 202, "{body}");
-    server
-        .wait_for_events(
-            &token,
-            session,
-            Duration::from_secs(30),
-            "approval requested",
-            |events| events.iter().any(|e| e["type"] == "approval_requested"),
-        )
-        .await;
 }
 
 async fn open_stream(server: &ServerProcess, token: &str, session: &str) -> reqwest::Response {
@@ -54,8 +45,8 @@ async fn open_stream(server: &ServerProcess, token: &str, session: &str) -> reqw
 async fn three_hundred_enqueued_prompts_are_bounded() {
     let server = start_server(&[]).await;
     let token = server.token(ATTACKER);
-    let session = create_session(&server, ATTACKER, &waiting_config()).await;
-    start_waiting(&server, &session).await;
+    let session = create_session(&server, ATTACKER, &sleeping_config()).await;
+    start_sleeping(&server, &session).await;
     let (mut accepted, mut refused) = (0, 0);
     for n in 0..300 {
         let (status, body) = server
