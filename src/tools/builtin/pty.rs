@@ -21,7 +21,8 @@ use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Most shells one session may keep open.
+/// Most shells one registry keeps open when no tenant limits count them (server sessions
+/// use `limits.shells_per_session` and `limits.shells` instead).
 pub const MAX_SHELLS: usize = 8;
 /// Bytes of terminal output kept per shell.
 pub const MAX_BUFFER_BYTES: usize = 1024 * 1024;
@@ -218,16 +219,20 @@ impl Tool for ShellStartTool {
         if let Some(command) = &input.command {
             check_command(command)?;
         }
-        if lock(&self.shells.shells).len() >= MAX_SHELLS {
-            return Err(ToolError::new(
-                codes::SPAWN_FAILED,
-                format!("at most {MAX_SHELLS} shells may be open; close one first"),
-            ));
-        }
         let ws = Workspace::for_tool(ctx.workspace.as_ref())?;
+        // In a server session the tenant limits count open shells (per session and per
+        // tenant, across replicas); a registry without holds keeps the in-process ceiling.
         let hold = match self.shells.holds.get() {
             Some(holds) => Some(holds.take(crate::limits::HoldKind::Shell).await?),
-            None => None,
+            None => {
+                if lock(&self.shells.shells).len() >= MAX_SHELLS {
+                    return Err(ToolError::new(
+                        codes::SPAWN_FAILED,
+                        format!("at most {MAX_SHELLS} shells may be open; close one first"),
+                    ));
+                }
+                None
+            }
         };
         let program: Vec<&str> = match &input.command {
             Some(command) => vec!["/bin/bash", "-c", command],
