@@ -172,13 +172,13 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes spilled outputs older than `older_than`; returns how many were deleted.
     async fn purge_outputs(&self, older_than: Duration) -> StoreResult<u64>;
 
-    /// Open sessions of every tenant with no activity since `idle_before` (system-level: used
-    /// by the idle-expiry sweep only).
+    /// Open sessions of every tenant with no activity since `idle_before`, oldest first, as
+    /// ids only (system-level: used by the idle-expiry sweep only).
     async fn list_idle_sessions(
         &self,
         idle_before: chrono::DateTime<chrono::Utc>,
         limit: u32,
-    ) -> StoreResult<Vec<SessionRecord>>;
+    ) -> StoreResult<Vec<IdleSession>>;
 
     /// How many of the tenant's sessions are not closed.
     async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64>;

@@ -250,6 +250,13 @@ pub struct NewRun {
     pub prompt: String,
 }
 
+/// What the idle-expiry sweep needs of an idle session: never its config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdleSession {
+    pub id: SessionId,
+    pub tenant: TenantId,
+}
+
 /// What the takeover sweep needs of an unfinished run: never its prompt (it is loaded when
 /// the run is claimed and starts).
 #[derive(Clone, Debug, PartialEq)]

@@ -463,17 +463,24 @@ impl Store for PgStore {
         &self,
         idle_before: DateTime<Utc>,
         limit: u32,
-    ) -> StoreResult<Vec<SessionRecord>> {
+    ) -> StoreResult<Vec<IdleSession>> {
         // Runs as the login role (the schema owner), outside any tenant's row-level security.
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'active' AND updated_at < $1 \
-             ORDER BY updated_at LIMIT $2"
-        ))
+        let rows = sqlx::query(
+            "SELECT id, tenant_id FROM sessions WHERE status = 'active' AND updated_at < $1 \
+             ORDER BY updated_at LIMIT $2",
+        )
         .bind(idle_before)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(session_from_row).collect()
+        rows.iter()
+            .map(|row| {
+                Ok(IdleSession {
+                    id: SessionId::from_string(row.try_get::<String, _>("id")?),
+                    tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+                })
+            })
+            .collect()
     }
 
     async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64> {
