@@ -50,6 +50,9 @@ pub struct TenantLimits {
     pub hooks_per_session: u32,
     /// Approval requests waiting for an answer in all of the tenant's sessions.
     pub pending_approvals: u32,
+    /// Bytes in the workspaces of the tenant's open sessions, measured after every mutating
+    /// tool call; at or over it, mutating calls answer `WORKSPACE_QUOTA_EXCEEDED`.
+    pub workspace_bytes: u64,
 }
 
 impl Default for TenantLimits {
@@ -66,6 +69,7 @@ impl Default for TenantLimits {
             sse_streams: 256,
             hooks_per_session: 32,
             pending_approvals: 256,
+            workspace_bytes: 10 * 1024 * 1024 * 1024,
         }
     }
 }
@@ -84,6 +88,7 @@ pub enum Limit {
     SseStreams,
     HooksPerSession,
     PendingApprovals,
+    WorkspaceBytes,
 }
 
 impl Limit {
@@ -101,6 +106,7 @@ impl Limit {
             Self::SseStreams => "sse_streams",
             Self::HooksPerSession => "hooks_per_session",
             Self::PendingApprovals => "pending_approvals",
+            Self::WorkspaceBytes => "workspace_bytes",
         }
     }
 
@@ -118,6 +124,7 @@ impl Limit {
             Self::SseStreams => "open event streams",
             Self::HooksPerSession => "hooks in this session",
             Self::PendingApprovals => "pending approval requests",
+            Self::WorkspaceBytes => "workspace bytes",
         }
     }
 }
@@ -127,7 +134,7 @@ impl Limit {
 #[error("tenant limit reached: at most {max} {}", limit.counts())]
 pub struct LimitExceeded {
     pub limit: Limit,
-    pub max: u32,
+    pub max: u64,
 }
 
 impl LimitExceeded {
@@ -141,13 +148,21 @@ impl TenantLimits {
     /// `Err` when `count` (what exists now) leaves no room for one more under `limit`.
     pub fn check(&self, limit: Limit, count: u64) -> Result<(), LimitExceeded> {
         let max = self.max(limit);
-        if count >= u64::from(max) {
+        if count >= max {
             return Err(LimitExceeded { limit, max });
         }
         Ok(())
     }
 
-    pub fn max(&self, limit: Limit) -> u32 {
+    pub fn max(&self, limit: Limit) -> u64 {
+        match limit {
+            Limit::WorkspaceBytes => self.workspace_bytes,
+            count => u64::from(self.count_max(count)),
+        }
+    }
+
+    /// The maximum of a limit that counts things (every limit but `workspace_bytes`).
+    fn count_max(&self, limit: Limit) -> u32 {
         match limit {
             Limit::Sessions => self.sessions,
             Limit::ConcurrentRuns => self.concurrent_runs,
@@ -160,6 +175,7 @@ impl TenantLimits {
             Limit::SseStreams => self.sse_streams,
             Limit::HooksPerSession => self.hooks_per_session,
             Limit::PendingApprovals => self.pending_approvals,
+            Limit::WorkspaceBytes => u32::try_from(self.workspace_bytes).unwrap_or(u32::MAX),
         }
     }
 
@@ -180,8 +196,8 @@ impl TenantLimits {
             HoldKind::Shell => (Some(Limit::ShellsPerSession), Limit::Shells),
         };
         HoldCaps {
-            per_session: per_session.map(|limit| (limit, self.max(limit))),
-            per_tenant: (per_tenant, self.max(per_tenant)),
+            per_session: per_session.map(|limit| (limit, self.count_max(limit))),
+            per_tenant: (per_tenant, self.count_max(per_tenant)),
         }
     }
 }

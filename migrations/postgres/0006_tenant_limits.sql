@@ -26,3 +26,19 @@ ALTER TABLE tenant_holds ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON tenant_holds TO norma_app
     USING (tenant_id = current_setting('norma.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('norma.tenant_id', true));
+
+-- Bytes in each session's workspace, measured after every mutating tool call; the tenant's
+-- workspace quota is the sum over its open sessions.
+CREATE TABLE workspace_usage (
+    session_id  TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    tenant_id   TEXT NOT NULL,
+    bytes       BIGINT NOT NULL,
+    updated_at  TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX workspace_usage_tenant ON workspace_usage (tenant_id);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON workspace_usage TO norma_app;
+ALTER TABLE workspace_usage ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON workspace_usage TO norma_app
+    USING (tenant_id = current_setting('norma.tenant_id', true))
+    WITH CHECK (tenant_id = current_setting('norma.tenant_id', true));

@@ -14,3 +14,11 @@ CREATE INDEX tenant_holds_replica ON tenant_holds (replica);
 
 CREATE INDEX runs_tenant_unfinished ON runs (tenant_id, status)
     WHERE status IN ('queued', 'running');
+
+CREATE TABLE workspace_usage (
+    session_id  TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    tenant_id   TEXT NOT NULL,
+    bytes       INTEGER NOT NULL,
+    updated_at  TEXT NOT NULL
+);
+CREATE INDEX workspace_usage_tenant ON workspace_usage (tenant_id);

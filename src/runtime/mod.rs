@@ -12,6 +12,7 @@ pub mod bus;
 pub mod host;
 pub mod resume;
 pub mod webhook;
+pub mod workspace_quota;
 
 use crate::harness::engine::{Engine, EngineConfig, RunHistory};
 use crate::harness::ledger::RunLedger;
@@ -1235,6 +1236,13 @@ impl SessionRuntime {
             .with_journal(Arc::new(RunJournal {
                 writer: writer.clone(),
                 run_id: run_id.clone(),
+            }))
+            .with_quota(Arc::new(workspace_quota::WorkspaceQuota {
+                store: self.store.clone(),
+                tenant: tenant.clone(),
+                session: session.clone(),
+                workspace: env.workspace.clone(),
+                limits: self.settings.limits.clone(),
             }))
             .with_output_policy(crate::tools::output::OutputPolicy {
                 head_chars: self.settings.output_head_chars,

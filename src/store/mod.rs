@@ -328,6 +328,18 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes a hold (idempotent).
     async fn release_hold(&self, tenant: &TenantId, id: &str) -> StoreResult<()>;
 
+    /// Records the bytes measured in the session's workspace (replacing the last
+    /// measurement); `NotFound` when the session is not `tenant`'s.
+    async fn record_workspace_bytes(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        bytes: u64,
+    ) -> StoreResult<()>;
+
+    /// The bytes last measured in the workspaces of the tenant's open sessions, summed.
+    async fn workspace_bytes(&self, tenant: &TenantId) -> StoreResult<u64>;
+
     /// How many live holds of `kind` the tenant has (`session`: in that session only).
     async fn count_holds(
         &self,

@@ -23,7 +23,11 @@ pub(super) async fn lock_tenant(conn: &mut PgConnection, tenant: &TenantId) -> S
 
 fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
     if count >= i64::from(max) {
-        return Err(LimitExceeded { limit, max }.into());
+        return Err(LimitExceeded {
+            limit,
+            max: u64::from(max),
+        }
+        .into());
     }
     Ok(())
 }
@@ -145,6 +149,46 @@ impl PgStore {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    pub(super) async fn record_workspace_bytes_tx(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        bytes: u64,
+    ) -> StoreResult<()> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let done = sqlx::query(
+            "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
+             SELECT id, tenant_id, $3, $4 FROM sessions WHERE id = $1 AND tenant_id = $2 \
+             ON CONFLICT (session_id) DO UPDATE SET bytes = EXCLUDED.bytes, \
+                 updated_at = EXCLUDED.updated_at",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
+        .bind(Utc::now())
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(u.bytes), 0)::BIGINT FROM workspace_usage u \
+             JOIN sessions s ON s.id = u.session_id \
+             WHERE u.tenant_id = $1 AND s.status = 'active'",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(bytes.max(0) as u64)
     }
 
     pub(super) async fn release_hold_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {

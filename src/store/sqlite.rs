@@ -838,6 +838,19 @@ impl Store for SqliteStore {
         self.acquire_hold_tx(tenant, hold, caps).await
     }
 
+    async fn record_workspace_bytes(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        bytes: u64,
+    ) -> StoreResult<()> {
+        self.record_workspace_bytes_tx(tenant, session, bytes).await
+    }
+
+    async fn workspace_bytes(&self, tenant: &TenantId) -> StoreResult<u64> {
+        self.workspace_bytes_tx(tenant).await
+    }
+
     async fn release_hold(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
         self.release_hold_tx(tenant, id).await
     }

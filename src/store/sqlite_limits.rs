@@ -10,7 +10,11 @@ use sqlx::SqliteConnection;
 
 fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
     if count >= i64::from(max) {
-        return Err(LimitExceeded { limit, max }.into());
+        return Err(LimitExceeded {
+            limit,
+            max: u64::from(max),
+        }
+        .into());
     }
     Ok(())
 }
@@ -128,6 +132,42 @@ impl SqliteStore {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    pub(super) async fn record_workspace_bytes_tx(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        bytes: u64,
+    ) -> StoreResult<()> {
+        let done = sqlx::query(
+            "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
+             SELECT id, tenant_id, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
+             ON CONFLICT (session_id) DO UPDATE SET bytes = excluded.bytes, \
+                 updated_at = excluded.updated_at",
+        )
+        .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
+        .bind(ts(Utc::now()))
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .execute(self.writer())
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    pub(super) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(u.bytes), 0) FROM workspace_usage u \
+             JOIN sessions s ON s.id = u.session_id \
+             WHERE u.tenant_id = ? AND s.status = 'active'",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(self.reader())
+        .await?;
+        Ok(bytes.max(0) as u64)
     }
 
     pub(super) async fn release_hold_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {

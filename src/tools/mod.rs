@@ -23,6 +23,9 @@ pub mod codes {
     pub const TOOL_FAILED: &str = "TOOL_FAILED";
     /// A tenant limit (`[limits]`) stops the call, e.g. too many background tasks or shells.
     pub const TENANT_LIMIT: &str = "TENANT_LIMIT";
+    /// The tenant's workspaces hold `limits.workspace_bytes` or more: mutating calls wait
+    /// until it frees space.
+    pub const WORKSPACE_QUOTA_EXCEEDED: &str = "WORKSPACE_QUOTA_EXCEEDED";
     pub const TOOL_TIMEOUT: &str = "TOOL_TIMEOUT";
     pub const CANCELLED: &str = "CANCELLED";
     pub const INTERRUPTED: &str = "INTERRUPTED";

@@ -360,3 +360,76 @@ async fn replicas_share_run_slots_and_stream_counts() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A session (bypass mode) whose one run calls each of `calls` in turn, then ends.
+fn calling(calls: Vec<Value>) -> Value {
+    let mut turns: Vec<Value> = calls
+        .into_iter()
+        .map(|call| json!({"tool_calls": [call]}))
+        .collect();
+    turns.push(json!({"text": "done"}));
+    json!({"permission": {"mode": "bypass"}, "model": {"script": {"turns": turns}}})
+}
+
+fn write(path: &str, bytes: usize) -> Value {
+    json!({"name": "Write", "input": {"file_path": path, "content": "x".repeat(bytes)}})
+}
+
+/// Workspace bytes are measured after each mutating call and summed over the tenant's open
+/// sessions; over the quota mutating calls are refused, reads still run, and closing a
+/// session gives the room back.
+async fn workspace_quota_is_enforced(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, |s| {
+        s.limits.workspace_bytes = 1500;
+    })
+    .await
+    else {
+        return;
+    };
+    let token = app.token("acme");
+    let full = app
+        .create_session(
+            "acme",
+            &calling(vec![
+                write("a.txt", 1000),
+                write("b.txt", 1000),
+                write("c.txt", 10),
+                json!({"name": "Read", "input": {"file_path": "a.txt"}}),
+            ]),
+        )
+        .await;
+    let results = run_to_end(&app, &token, &full).await;
+    let codes: Vec<&Value> = results.iter().map(|r| &r["code"]).collect();
+    assert!(codes[0].is_null() && codes[1].is_null(), "{results:?}");
+    assert_eq!(
+        results[2]["code"], "WORKSPACE_QUOTA_EXCEEDED",
+        "{results:?}"
+    );
+    assert!(results[3]["code"].is_null(), "reads still run: {results:?}");
+    // The quota is the tenant's: another session is refused too; another tenant is not.
+    let again = calling(vec![write("d.txt", 10)]);
+    let second = app.create_session("acme", &again).await;
+    let results = run_to_end(&app, &token, &second).await;
+    assert_eq!(
+        results[0]["code"], "WORKSPACE_QUOTA_EXCEEDED",
+        "{results:?}"
+    );
+    let theirs = app.create_session("other", &again).await;
+    let results = run_to_end(&app, &app.token("other"), &theirs).await;
+    assert!(results[0]["code"].is_null(), "{results:?}");
+    // Closing the full session frees the tenant's room.
+    app.delete(&format!("/v1/sessions/{full}"), &token).await;
+    let third = app.create_session("acme", &again).await;
+    let results = run_to_end(&app, &token, &third).await;
+    assert!(results[0]["code"].is_null(), "{results:?}");
+}
+
+#[tokio::test]
+async fn workspace_quota_is_enforced_sqlite() {
+    workspace_quota_is_enforced(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn workspace_quota_is_enforced_postgres() {
+    workspace_quota_is_enforced(Backend::Postgres).await;
+}

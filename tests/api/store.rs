@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::store_limits::{
     holds_are_capped_released_and_expire, pending_approvals_are_capped_per_tenant,
     run_admission_counts_live_running_and_queued_runs,
+    workspace_bytes_sum_open_sessions_of_the_tenant,
 };
 
 async fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
@@ -69,6 +70,7 @@ store_suite!(
     run_admission_counts_live_running_and_queued_runs,
     holds_are_capped_released_and_expire,
     pending_approvals_are_capped_per_tenant,
+    workspace_bytes_sum_open_sessions_of_the_tenant,
 );
 
 async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {

@@ -29,7 +29,7 @@ fn run(session: &SessionId) -> NewRun {
     }
 }
 
-fn limit_of<T: std::fmt::Debug>(result: Result<T, StoreError>) -> (Limit, u32) {
+fn limit_of<T: std::fmt::Debug>(result: Result<T, StoreError>) -> (Limit, u64) {
     match result {
         Err(StoreError::TenantLimit(LimitExceeded { limit, max })) => (limit, max),
         other => panic!("expected a tenant limit, got {other:?}"),
@@ -282,4 +282,41 @@ pub async fn pending_approvals_are_capped_per_tenant(store: Arc<dyn Store>) {
         )
         .await
         .unwrap();
+}
+
+pub async fn workspace_bytes_sum_open_sessions_of_the_tenant(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("acme");
+    let (a, b) = (session(&store, "acme").await, session(&store, "acme").await);
+    let other = session(&store, "other").await;
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 0);
+    store
+        .record_workspace_bytes(&tenant, &a, 1000)
+        .await
+        .unwrap();
+    store.record_workspace_bytes(&tenant, &b, 24).await.unwrap();
+    // A new measurement replaces the last one.
+    store
+        .record_workspace_bytes(&tenant, &a, 2000)
+        .await
+        .unwrap();
+    store
+        .record_workspace_bytes(&TenantId::new("other"), &other, 5)
+        .await
+        .unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 2024);
+    // Another tenant's session cannot be written to.
+    assert!(matches!(
+        store.record_workspace_bytes(&tenant, &other, 1).await,
+        Err(StoreError::NotFound)
+    ));
+    // A closed session no longer counts.
+    store.close_session(&tenant, &a).await.unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 24);
+    assert_eq!(
+        store
+            .workspace_bytes(&TenantId::new("other"))
+            .await
+            .unwrap(),
+        5
+    );
 }

@@ -188,3 +188,46 @@ async fn a_killed_replica_leaks_no_stream_slot() {
     }
     assert_still_serves(&survivor).await;
 }
+
+/// A model that fills the workspace with Bash (per-file limits cannot cap a directory) is
+/// stopped by the tenant's workspace quota after the command that crossed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_filling_the_workspace_hits_the_quota() {
+    let server = start_server(&[("NORMA_LIMITS__WORKSPACE_BYTES", "1048576")]).await;
+    let token = server.token(ATTACKER);
+    let mut turns = Vec::new();
+    for n in 0..5 {
+        turns.push(json!({"tool_calls": [{"name": "Bash", "input": {
+            "command": format!("head -c 600000 /dev/zero > fill{n}")
+        }}]}));
+    }
+    turns.push(json!({"text": "done"}));
+    let config = json!({"permission": {"mode": "bypass"}, "model": {"script": {"turns": turns}}});
+    let session = create_session(&server, ATTACKER, &config).await;
+    crate::support::prompt_and_wait(&server, ATTACKER, &session, "go", Duration::from_secs(60))
+        .await;
+    let codes: Vec<String> = server
+        .all_messages(&token, &session)
+        .await
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["code"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "",
+            "",
+            "WORKSPACE_QUOTA_EXCEEDED",
+            "WORKSPACE_QUOTA_EXCEEDED",
+            "WORKSPACE_QUOTA_EXCEEDED"
+        ],
+        "two commands fit or cross 1 MiB, the rest are refused"
+    );
+    let files = std::fs::read_dir(server.workspace(ATTACKER, &session))
+        .unwrap()
+        .count();
+    assert_eq!(files, 2, "refused commands did not run");
+    assert_still_serves(&server).await;
+}
