@@ -1242,6 +1242,7 @@ impl SessionRuntime {
                 tenant: tenant.clone(),
                 session: session.clone(),
                 workspace: env.workspace.clone(),
+                task_logs: self.settings.data_dir.join("tasks").join(session.as_str()),
                 limits: self.settings.limits.clone(),
             }))
             .with_output_policy(crate::tools::output::OutputPolicy {

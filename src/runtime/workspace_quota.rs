@@ -1,7 +1,7 @@
 //! The tenant's workspace quota (`limits.workspace_bytes`): per-file limits cannot cap a
 //! directory, so after every mutating tool call (Bash, file writes, task and shell starts …)
-//! the session's workspace is measured by a bounded walk and the bytes are stored per
-//! session; the tenant's usage is the sum over its open sessions. At or over the quota every
+//! the session's workspace and its background-task logs are measured by a bounded walk and
+//! the bytes are stored per session (task logs count inside the quota); the tenant's usage is the sum over its open sessions. At or over the quota every
 //! further mutating call answers `WORKSPACE_QUOTA_EXCEEDED` (read-only calls still run); the
 //! tenant gets room back by closing sessions. One call may overshoot by what it writes
 //! itself, and background tasks are measured at the session's next mutating call.
@@ -24,6 +24,8 @@ pub struct WorkspaceQuota {
     pub tenant: TenantId,
     pub session: SessionId,
     pub workspace: PathBuf,
+    /// The session's background-task logs (server-owned, outside the workspace).
+    pub task_logs: PathBuf,
     pub limits: TenantLimits,
 }
 
@@ -80,8 +82,12 @@ impl MutationQuota for WorkspaceQuota {
     }
 
     async fn account(&self, _tool_name: &str) {
-        let root = self.workspace.clone();
-        let measured = tokio::task::spawn_blocking(move || measure(&root, MAX_WALK_ENTRIES)).await;
+        let (root, logs) = (self.workspace.clone(), self.task_logs.clone());
+        let measured = tokio::task::spawn_blocking(move || {
+            let workspace = measure(&root, MAX_WALK_ENTRIES)?;
+            Some(workspace.saturating_add(measure(&logs, MAX_WALK_ENTRIES)?))
+        })
+        .await;
         let bytes = match measured {
             Ok(Some(bytes)) => bytes,
             Ok(None) => {

@@ -433,3 +433,35 @@ async fn workspace_quota_is_enforced_sqlite() {
 async fn workspace_quota_is_enforced_postgres() {
     workspace_quota_is_enforced(Backend::Postgres).await;
 }
+
+/// Background-task logs count inside the workspace quota.
+#[tokio::test]
+async fn task_logs_count_inside_the_workspace_quota() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.limits.workspace_bytes = 1_000_000;
+    })
+    .await
+    .unwrap();
+    let token = app.token("acme");
+    let id = app
+        .create_session(
+            "acme",
+            &calling(vec![
+                json!({"name": "Bash", "input": {
+                    "command": "head -c 1200000 /dev/zero", "run_in_background": true}}),
+                // Gives the task time to write its output (a log outside the workspace).
+                json!({"name": "Bash", "input": {"command": "sleep 2"}}),
+                write("a.txt", 10),
+            ]),
+        )
+        .await;
+    let results = run_to_end(&app, &token, &id).await;
+    assert!(
+        results[0]["code"].is_null() && results[1]["code"].is_null(),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[2]["code"], "WORKSPACE_QUOTA_EXCEEDED",
+        "{results:?}"
+    );
+}
