@@ -15,7 +15,11 @@
 //! - things a replica holds open for a tenant (SSE streams, background tasks, PTY shells) are
 //!   *holds*: a row per holder with the replica's name and an expiry that the replica's
 //!   heartbeat renews, deleted on close. A replica killed without a word stops renewing, its
-//!   holds expire after one lease period and stop counting: nothing leaks.
+//!   holds expire after one lease period and stop counting: nothing leaks;
+//! - pending approvals are counted in the transaction that records one (over the limit the
+//!   call is denied at once instead of waiting);
+//! - workspace bytes (task logs included) are measured after every mutating tool call and
+//!   summed over the tenant's open sessions (`runtime::workspace_quota`).
 
 use crate::ids::{SessionId, TenantId};
 use crate::store::{Store, StoreError};
