@@ -67,7 +67,9 @@ impl Server {
             // The scenarios drive the model with session scripts.
             .env("NORMA_ALLOW_SESSION_SCRIPTS", "true")
             .env("NORMA_LOG__FILTER", "warn")
-            .env("NORMA_MAX_SESSIONS_PER_TENANT", "100000");
+            .env("NORMA_LIMITS__SESSIONS", "100000")
+            // Every stream of the bench is one tenant's.
+            .env("NORMA_LIMITS__SSE_STREAMS", "100000");
         if let Some(url) = database_url {
             command.env("NORMA_DATABASE_URL", url);
         }

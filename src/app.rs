@@ -78,7 +78,7 @@ impl App {
                 workspaces_dir: settings.data_dir.join("workspaces"),
                 data_dir: settings.data_dir.clone(),
                 sandbox_launcher: launcher,
-                max_concurrent_runs_per_tenant: settings.max_concurrent_runs_per_tenant,
+                limits: settings.limits.clone(),
                 output_head_chars: settings.output_head_chars,
                 tenant_providers: settings.tenant_providers.clone(),
                 replica_id: settings.replica_id(),

@@ -56,10 +56,9 @@ pub struct Settings {
     pub session_idle_expiry_seconds: u64,
     /// Let approval webhooks reach loopback, private and link-local addresses (tests, labs).
     pub allow_private_webhooks: bool,
-    /// Open (not closed) sessions a tenant may have (`429 TENANT_LIMIT` beyond).
-    pub max_sessions_per_tenant: u32,
-    /// Runs a tenant may have in flight at once in this process (`429 TENANT_LIMIT` beyond).
-    pub max_concurrent_runs_per_tenant: u32,
+    /// Tenant limits (`[limits]`, `NORMA_LIMITS__*`): `429 TENANT_LIMIT` (or a tool result
+    /// with code `TENANT_LIMIT`) beyond each, counted across replicas sharing the store.
+    pub limits: crate::limits::TenantLimits,
     /// Characters of a tool output the model reads before it is capped and spilled.
     pub output_head_chars: usize,
     /// Provider settings per tenant id, replacing `provider` for that tenant's sessions
@@ -140,10 +139,9 @@ impl Default for Settings {
             output_retention_hours: 24 * 30,
             output_head_chars: 30_000,
             tenant_providers: Default::default(),
-            max_sessions_per_tenant: 10_000,
+            limits: crate::limits::TenantLimits::default(),
             allow_private_webhooks: false,
             session_idle_expiry_seconds: 7 * 24 * 3600,
-            max_concurrent_runs_per_tenant: 64,
             auth: AuthSettings::default(),
             log: LogSettings::default(),
             provider: crate::llm::ProviderConfig::default(),
@@ -413,6 +411,7 @@ mod tests {
             )?;
             jail.set_env("NORMA_MAX_BODY_BYTES", "8192");
             jail.set_env("NORMA_AUTH__AUDIENCE", "from-env");
+            jail.set_env("NORMA_LIMITS__QUEUED_PROMPTS_PER_SESSION", "3");
             let overrides = Overrides {
                 bind: Some("127.0.0.1:9100".parse().unwrap()),
                 ..Overrides::default()
@@ -422,6 +421,11 @@ mod tests {
             assert_eq!(settings.max_body_bytes, 8192, "env beats file");
             assert_eq!(settings.auth.issuer, "from-file");
             assert_eq!(settings.auth.audience, "from-env");
+            assert_eq!(settings.limits.queued_prompts_per_session, 3);
+            assert_eq!(
+                settings.limits.concurrent_runs, 64,
+                "other limits keep defaults"
+            );
             Ok(())
         });
     }

@@ -158,6 +158,12 @@ impl ApiError {
     }
 }
 
+impl From<crate::limits::LimitExceeded> for ApiError {
+    fn from(exceeded: crate::limits::LimitExceeded) -> Self {
+        Self::new(ErrorCode::TenantLimit, exceeded.to_string()).with_details(exceeded.details())
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
@@ -174,6 +180,7 @@ impl From<StoreError> for ApiError {
                 ErrorCode::Conflict,
                 "the run's lease was lost to another claim",
             ),
+            StoreError::TenantLimit(exceeded) => exceeded.into(),
             StoreError::Internal(reason) => {
                 tracing::error!(%reason, "store error");
                 Self::new(ErrorCode::Internal, "internal error")

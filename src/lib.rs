@@ -9,6 +9,7 @@ pub mod error;
 pub mod harness;
 pub mod hooks;
 pub mod ids;
+pub mod limits;
 pub mod llm;
 pub mod message;
 pub mod permission;

@@ -7,6 +7,7 @@ use crate::app::AppState;
 use crate::auth::{Principal, scopes};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::hooks::runner::{HookRunner, HookStatus};
+use crate::limits::{HoldError, HoldKind};
 use crate::session_config::SessionConfig;
 use crate::store::{EventRecord, MessageRecord};
 use axum::Json;
@@ -146,7 +147,7 @@ fn sse_frame(event: &EventRecord, json: &str) -> Event {
 #[utoipa::path(get, path = "/v1/sessions/{id}/stream", tag = "events",
     params(("id" = String, Path, description = "Session id"), StreamParams),
     responses((status = 200, description = "text/event-stream of events (`id:` = seq)"),
-              (status = 404, body = ErrorBody)),
+              (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn stream(
     State(state): State<AppState>,
@@ -169,12 +170,24 @@ pub async fn stream(
     };
     let after = last_event_id.or(params.after).unwrap_or(0);
     let session = load_owned_session(&state, &principal, id).await?;
+    // The open stream counts against the tenant's `sse_streams` on every replica until the
+    // client goes (the hold is dropped with the stream).
+    let hold = state
+        .runtime
+        .holds()
+        .acquire(&principal.tenant, &session.id, HoldKind::SseStream)
+        .await
+        .map_err(|error| match error {
+            HoldError::Limit(exceeded) => ApiError::from(exceeded),
+            HoldError::Store(error) => ApiError::from(error),
+        })?;
     // Subscribe before reading the backlog, so nothing falls between the two.
     let mut live = state.runtime.bus().subscribe(&session.id);
     let store = state.store.clone();
     let tenant = principal.tenant.clone();
     let session_id = session.id.clone();
     let events = async_stream::stream! {
+        let _hold = hold;
         let mut last = after;
         loop {
             match store.list_events(&tenant, &session_id, last, STORE_PAGE).await {

@@ -46,10 +46,6 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Closed => {
                 ApiError::new(ErrorCode::SessionClosed, "the session is closed")
             }
-            RuntimeError::TenantLimit(limit) => ApiError::new(
-                ErrorCode::TenantLimit,
-                format!("the tenant already has {limit} runs in flight"),
-            ),
             RuntimeError::PromptBlocked(block) => ApiError::new(
                 ErrorCode::HookBlocked,
                 format!(
@@ -95,7 +91,8 @@ pub(crate) async fn load_owned_session(
     responses((status = 202, body = PromptAccepted),
               (status = 404, body = ErrorBody),
               (status = 409, description = "SESSION_BUSY, SESSION_CLOSED or APPROVAL_PENDING", body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+              (status = 422, body = ErrorBody),
+              (status = 429, description = "TENANT_LIMIT: runs in flight or queued prompts", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn post_prompt(
     State(state): State<AppState>,

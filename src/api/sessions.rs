@@ -78,7 +78,8 @@ pub struct ListParams {
     responses((status = 201, body = SessionResponse),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)),
+              (status = 422, body = ErrorBody), (status = 429, body = ErrorBody),
+              (status = 503, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create_session(
     State(state): State<AppState>,
@@ -91,6 +92,15 @@ pub async fn create_session(
             .with_details(json!({ "field": violation.field }))
     })?;
     ensure_script_allowed(&state, config.model.script.is_some())?;
+    let max_hooks = state.settings.limits.hooks_per_session;
+    if config.hooks.len() > max_hooks as usize {
+        return Err(ApiError::invalid(format!(
+            "invalid session config: hooks: at most {max_hooks} hooks per session"
+        ))
+        .with_details(
+            json!({ "field": "hooks", "limit": "hooks_per_session", "max": max_hooks }),
+        ));
+    }
     if let Some(webhook) = &config.approvals.webhook {
         webhook
             .validate(crate::egress::AddressPolicy::from_allow_private(
@@ -336,14 +346,13 @@ fn ensure_script_allowed(state: &AppState, has_script: bool) -> ApiResult<()> {
     Ok(())
 }
 
-/// Refuses a new session when the tenant already has `max_sessions_per_tenant` open ones.
+/// Refuses a new session (a fork is one) when the tenant already has `limits.sessions` open
+/// ones.
 async fn ensure_session_quota(state: &AppState, principal: &Principal) -> ApiResult<()> {
-    let limit = state.settings.max_sessions_per_tenant;
-    if state.store.count_open_sessions(&principal.tenant).await? >= i64::from(limit) {
-        return Err(ApiError::new(
-            crate::error::ErrorCode::TenantLimit,
-            format!("the tenant already has {limit} open sessions"),
-        ));
-    }
+    let open = state.store.count_open_sessions(&principal.tenant).await?;
+    state
+        .settings
+        .limits
+        .check(crate::limits::Limit::Sessions, open.max(0) as u64)?;
     Ok(())
 }

@@ -260,6 +260,8 @@ pub struct RunApprover {
     /// How long a call waits in process for its answer before the run parks (`None`: never).
     pub park_after: Option<Duration>,
     pub park: Arc<ParkState>,
+    /// The tenant's cap on pending approval requests (`limits.pending_approvals`).
+    pub max_pending: u32,
 }
 
 impl RunApprover {
@@ -425,10 +427,21 @@ impl RunApprover {
                     reason: request.reason.clone(),
                     expires_at,
                 },
+                self.max_pending,
             )
             .await;
         let record = match created {
             Ok(record) => record,
+            Err(crate::store::StoreError::TenantLimit(exceeded)) => {
+                // Denied at once rather than parked with no room for an answer.
+                self.hub.forget(&id);
+                return Err(ApprovalAnswer::Deny {
+                    reason: format!(
+                        "TENANT_LIMIT: {exceeded} (limit {}); the call was not run",
+                        exceeded.limit.as_str()
+                    ),
+                });
+            }
             Err(error) => {
                 self.hub.forget(&id);
                 tracing::error!(%error, "cannot persist approval request");

@@ -12,6 +12,7 @@ pub mod bus;
 pub mod host;
 pub mod resume;
 pub mod webhook;
+pub mod workspace_quota;
 
 use crate::egress::EgressClient;
 use crate::harness::engine::{Engine, EngineConfig, RunHistory};
@@ -62,8 +63,6 @@ pub enum RuntimeError {
     Closed,
     #[error("the session's run waits on approvals {0:?}")]
     ApprovalPending(Vec<String>),
-    #[error("the tenant already has {0} runs in flight")]
-    TenantLimit(u32),
     #[error("a UserPromptSubmit hook blocked the prompt: {}", .0.reason)]
     PromptBlocked(crate::hooks::HookBlock),
     #[error("no such run")]
@@ -118,7 +117,6 @@ pub enum PromptStatus {
 /// A session that has a run in flight (or queued). Queued runs are rows in the store; the
 /// queue here keeps their order for this replica.
 struct Active {
-    tenant: TenantId,
     current: RunId,
     cancel: CancellationToken,
     /// Set when the current run committed its end (its task is finishing).
@@ -129,9 +127,8 @@ struct Active {
 impl Active {
     /// `current` is about to run; `queue` waits behind it (and may start with it: `advance`
     /// pops the next run to claim).
-    fn new(tenant: &TenantId, current: RunId, queue: VecDeque<RunId>) -> Self {
+    fn new(current: RunId, queue: VecDeque<RunId>) -> Self {
         Self {
-            tenant: tenant.clone(),
             current,
             cancel: CancellationToken::new(),
             ended: Arc::default(),
@@ -147,7 +144,9 @@ pub struct RuntimeSettings {
     pub workspaces_dir: PathBuf,
     pub data_dir: PathBuf,
     pub sandbox_launcher: PathBuf,
-    pub max_concurrent_runs_per_tenant: u32,
+    /// Tenant limits: runs and queued prompts are checked by the store when a run is
+    /// created or claimed; tasks, shells and streams are holds.
+    pub limits: crate::limits::TenantLimits,
     pub output_head_chars: usize,
     pub tenant_providers: std::collections::BTreeMap<String, ProviderConfig>,
     /// This replica's name in run leases.
@@ -204,6 +203,8 @@ pub struct SessionRuntime {
     parked: Mutex<HashMap<RunId, ParkedRun>>,
     live_grants: Mutex<HashMap<SessionId, Arc<approvals::LiveGrants>>>,
     envs: Mutex<HashMap<SessionId, Arc<SessionEnv>>>,
+    /// This replica's holds (streams, tasks, shells) counted against tenant limits.
+    holds: crate::limits::Holds,
 }
 
 impl SessionRuntime {
@@ -217,7 +218,14 @@ impl SessionRuntime {
             settings.sandbox_launcher.clone(),
         )));
         let (hub, resumes) = approvals::ApprovalHub::new();
+        let holds = crate::limits::Holds::new(
+            store.clone(),
+            settings.limits.clone(),
+            settings.replica_id.clone(),
+            settings.run_lease,
+        );
         Arc::new(Self {
+            holds,
             store,
             bus: Arc::new(EventBus::default()),
             settings,
@@ -245,6 +253,11 @@ impl SessionRuntime {
 
     pub fn sandbox(&self) -> &Arc<Sandbox> {
         &self.sandbox
+    }
+
+    /// This replica's holds on tenant limits (streams, tasks, shells).
+    pub fn holds(&self) -> &crate::limits::Holds {
+        &self.holds
     }
 
     /// Wakes the run waiting for approval `id`, if it runs in this process.
@@ -344,17 +357,11 @@ impl SessionRuntime {
                 }
                 false
             } else {
-                let limit = self.settings.max_concurrent_runs_per_tenant;
-                let running = active
-                    .values()
-                    .filter(|a| a.tenant == session.tenant)
-                    .count();
-                if running >= limit as usize {
-                    return Err(RuntimeError::TenantLimit(limit));
-                }
+                // The tenant's runs in flight are counted by the store, across replicas,
+                // when the run is created below.
                 active.insert(
                     session.id.clone(),
-                    Active::new(&session.tenant, run_id.clone(), VecDeque::new()),
+                    Active::new(run_id.clone(), VecDeque::new()),
                 );
                 true
             }
@@ -366,7 +373,12 @@ impl SessionRuntime {
         };
         if starts_now {
             let claim = Some((self.settings.replica_id.as_str(), self.settings.run_lease));
-            match self.store.create_run(&session.tenant, new_run, claim).await {
+            let caps = self.settings.limits.run_caps();
+            match self
+                .store
+                .create_run(&session.tenant, new_run, claim, caps)
+                .await
+            {
                 Ok(record) => {
                     self.spawn_run(record, false);
                     return Ok((run_id, PromptStatus::Started));
@@ -381,7 +393,12 @@ impl SessionRuntime {
             }
         }
         self.store
-            .create_run(&session.tenant, new_run, None)
+            .create_run(
+                &session.tenant,
+                new_run,
+                None,
+                self.settings.limits.run_caps(),
+            )
             .await?;
         let mut started_after_end = false;
         let orphaned = {
@@ -412,11 +429,7 @@ impl SessionRuntime {
                     // The current run ended while this one was being stored: it starts now.
                     active.insert(
                         session.id.clone(),
-                        Active::new(
-                            &session.tenant,
-                            run_id.clone(),
-                            VecDeque::from([run_id.clone()]),
-                        ),
+                        Active::new(run_id.clone(), VecDeque::from([run_id.clone()])),
                     );
                     true
                 }
@@ -891,6 +904,7 @@ impl SessionRuntime {
                     &next,
                     &self.settings.replica_id,
                     self.settings.run_lease,
+                    self.settings.limits.run_caps(),
                 )
                 .await;
             match claimed {
@@ -901,6 +915,18 @@ impl SessionRuntime {
                     return;
                 }
                 Ok(None) => {}
+                Err(StoreError::TenantLimit(exceeded)) => {
+                    // The tenant has no run slot free on any replica: the session's queued
+                    // runs stay queued in the store, and the takeover sweep claims them
+                    // (in order) once a slot frees.
+                    tracing::info!(run_id = %next, %exceeded, "queued run waits for a run slot");
+                    self.active
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&session);
+                    self.release_env(&session);
+                    return;
+                }
                 Err(error) => {
                     // It stays queued in the store; the takeover sweep picks it up later.
                     tracing::warn!(%error, run_id = %next, "cannot claim a queued run");
@@ -916,7 +942,7 @@ impl SessionRuntime {
         let runs = self.store.list_unfinished_runs(10_000).await?;
         let now = chrono::Utc::now();
         let mut order: Vec<SessionId> = Vec::new();
-        let mut by_session: HashMap<SessionId, Vec<crate::store::RunRecord>> = HashMap::new();
+        let mut by_session: HashMap<SessionId, Vec<crate::store::UnfinishedRun>> = HashMap::new();
         for run in runs {
             let session = SessionId::from_string(run.session_id.clone());
             if !by_session.contains_key(&session) {
@@ -945,7 +971,6 @@ impl SessionRuntime {
                 active.insert(
                     session.clone(),
                     Active::new(
-                        &tenant,
                         RunId::from_string(first.id.clone()),
                         runs.iter()
                             .map(|run| RunId::from_string(run.id.clone()))
@@ -1040,11 +1065,19 @@ impl SessionRuntime {
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         let tasks = builtin::tasks::TaskRegistry::new(&self.settings.data_dir, session)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let holds = crate::limits::SessionHolds {
+            holds: self.holds.clone(),
+            tenant: tenant.clone(),
+            session: session.clone(),
+        };
+        tasks.set_holds(holds.clone());
+        let shells = builtin::pty::ShellRegistry::new();
+        shells.set_holds(holds);
         let env = Arc::new(SessionEnv {
             shells: SessionShells {
                 sandbox: self.sandbox.clone(),
                 tasks,
-                shells: builtin::pty::ShellRegistry::new(),
+                shells,
             },
             workspace: workspace.root().to_owned(),
             notifications: Arc::new(Mutex::new(Vec::new())),
@@ -1236,6 +1269,7 @@ impl SessionRuntime {
             resumed: resuming,
             park_after: self.settings.approval_park_after,
             park: park.clone(),
+            max_pending: self.settings.limits.pending_approvals,
         };
         let pipeline = Pipeline::new(registry, Arc::new(gate))
             .with_hooks(hooks)
@@ -1243,6 +1277,14 @@ impl SessionRuntime {
             .with_journal(Arc::new(RunJournal {
                 writer: writer.clone(),
                 run_id: run_id.clone(),
+            }))
+            .with_quota(Arc::new(workspace_quota::WorkspaceQuota {
+                store: self.store.clone(),
+                tenant: tenant.clone(),
+                session: session.clone(),
+                workspace: env.workspace.clone(),
+                task_logs: self.settings.data_dir.join("tasks").join(session.as_str()),
+                limits: self.settings.limits.clone(),
             }))
             .with_output_policy(crate::tools::output::OutputPolicy {
                 head_chars: self.settings.output_head_chars,

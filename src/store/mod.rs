@@ -7,7 +7,9 @@
 
 mod models;
 pub mod postgres;
+mod postgres_limits;
 pub mod sqlite;
+mod sqlite_limits;
 pub mod storable;
 mod tool_state;
 
@@ -15,6 +17,7 @@ pub use models::*;
 pub use tool_state::*;
 
 use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
+use crate::limits::{HoldCaps, HoldKind, NewHold, RunCaps};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +38,9 @@ pub enum StoreError {
     /// A run's write was refused: another claim of the run holds its lease now.
     #[error("the run's lease was lost to another claim")]
     LeaseLost,
+    /// A tenant limit checked inside the write was reached; nothing was written.
+    #[error(transparent)]
+    TenantLimit(#[from] crate::limits::LimitExceeded),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -167,23 +173,27 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes spilled outputs older than `older_than`; returns how many were deleted.
     async fn purge_outputs(&self, older_than: Duration) -> StoreResult<u64>;
 
-    /// Open sessions of every tenant with no activity since `idle_before` (system-level: used
-    /// by the idle-expiry sweep only).
+    /// Open sessions of every tenant with no activity since `idle_before`, oldest first, as
+    /// ids only (system-level: used by the idle-expiry sweep only).
     async fn list_idle_sessions(
         &self,
         idle_before: chrono::DateTime<chrono::Utc>,
         limit: u32,
-    ) -> StoreResult<Vec<SessionRecord>>;
+    ) -> StoreResult<Vec<IdleSession>>;
 
     /// How many of the tenant's sessions are not closed.
     async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64>;
 
     // --- approvals and grants ---
 
+    /// Records a pending approval request when the tenant has fewer than `max_pending`
+    /// pending, unexpired ones (checked in the same transaction, serialized per tenant);
+    /// `TenantLimit` otherwise.
     async fn create_approval(
         &self,
         tenant: &TenantId,
         approval: NewApproval,
+        max_pending: u32,
     ) -> StoreResult<ApprovalRecord>;
 
     /// Decides a pending approval exactly once: a single conditional update (`status =
@@ -244,23 +254,31 @@ pub trait Store: Send + Sync + 'static {
     // --- runs ---
 
     /// Persists a run: queued when `claim` is `None`, otherwise running under a fresh lease of
-    /// `claim.0` for `claim.1` (fence 1).
+    /// `claim.0` for `claim.1` (fence 1). The tenant's caps are checked in the same
+    /// transaction, serialized per tenant across replicas: a claimed run needs fewer than
+    /// `caps.concurrent_runs` running runs with a live lease, a queued one fewer than
+    /// `caps.queued_per_session` queued runs in its session and `caps.queued_per_tenant` in
+    /// the tenant; `TenantLimit` otherwise (nothing written).
     async fn create_run(
         &self,
         tenant: &TenantId,
         run: NewRun,
         claim: Option<(&str, Duration)>,
+        caps: RunCaps,
     ) -> StoreResult<RunRecord>;
 
     /// Claims a run for `owner`: a queued one, a running one whose lease `owner` itself held
     /// (a restarted replica), or a running one whose lease expired. Bumps the fence, so
-    /// writes of any earlier claim are refused from now on. `None` when it cannot be claimed.
+    /// writes of any earlier claim are refused from now on. `None` when it cannot be claimed;
+    /// `TenantLimit` when the tenant already has `caps.concurrent_runs` other running runs
+    /// with a live lease (checked in the same transaction, serialized per tenant).
     async fn claim_run(
         &self,
         tenant: &TenantId,
         id: &RunId,
         owner: &str,
         lease: Duration,
+        caps: RunCaps,
     ) -> StoreResult<Option<RunRecord>>;
 
     /// Cancels a run that is still queued; false when it is not queued (any more).
@@ -288,11 +306,48 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>>;
 
-    /// System-level heartbeat: extends the lease of every running run `owner` holds.
+    /// System-level heartbeat: extends the lease of every running run and every hold
+    /// `owner` holds (one tick renews both); returns how many runs it renewed.
     async fn renew_leases(&self, owner: &str, lease: Duration) -> StoreResult<u64>;
 
-    /// System-level: queued and running runs of every tenant, in submission order.
-    async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<RunRecord>>;
+    /// System-level: queued and running runs of every tenant, in submission order, without
+    /// their prompts.
+    async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<UnfinishedRun>>;
+
+    // --- holds (tenant limits on what a replica keeps open) ---
+
+    /// Records a hold for the tenant when its live holds of that kind stay under `caps`
+    /// (per session and per tenant, serialized per tenant across replicas); `TenantLimit`
+    /// otherwise. Expired holds are deleted on the way.
+    async fn acquire_hold(
+        &self,
+        tenant: &TenantId,
+        hold: NewHold,
+        caps: HoldCaps,
+    ) -> StoreResult<()>;
+
+    /// Deletes a hold (idempotent).
+    async fn release_hold(&self, tenant: &TenantId, id: &str) -> StoreResult<()>;
+
+    /// Records the bytes measured in the session's workspace (replacing the last
+    /// measurement); `NotFound` when the session is not `tenant`'s.
+    async fn record_workspace_bytes(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        bytes: u64,
+    ) -> StoreResult<()>;
+
+    /// The bytes last measured in the workspaces of the tenant's open sessions, summed.
+    async fn workspace_bytes(&self, tenant: &TenantId) -> StoreResult<u64>;
+
+    /// How many live holds of `kind` the tenant has (`session`: in that session only).
+    async fn count_holds(
+        &self,
+        tenant: &TenantId,
+        kind: HoldKind,
+        session: Option<&SessionId>,
+    ) -> StoreResult<u64>;
 
     // --- tool state (todos, memory, permission mode) ---
 

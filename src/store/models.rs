@@ -250,6 +250,25 @@ pub struct NewRun {
     pub prompt: String,
 }
 
+/// What the idle-expiry sweep needs of an idle session: never its config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdleSession {
+    pub id: SessionId,
+    pub tenant: TenantId,
+}
+
+/// What the takeover sweep needs of an unfinished run: never its prompt (it is loaded when
+/// the run is claimed and starts).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnfinishedRun {
+    pub id: String,
+    pub session_id: String,
+    pub tenant: TenantId,
+    pub status: RunStatus,
+    pub owner: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+}
+
 /// A stored run.
 #[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 pub struct RunRecord {

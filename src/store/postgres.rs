@@ -464,17 +464,24 @@ impl Store for PgStore {
         &self,
         idle_before: DateTime<Utc>,
         limit: u32,
-    ) -> StoreResult<Vec<SessionRecord>> {
+    ) -> StoreResult<Vec<IdleSession>> {
         // Runs as the login role (the schema owner), outside any tenant's row-level security.
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'active' AND updated_at < $1 \
-             ORDER BY updated_at LIMIT $2"
-        ))
+        let rows = sqlx::query(
+            "SELECT id, tenant_id FROM sessions WHERE status = 'active' AND updated_at < $1 \
+             ORDER BY updated_at LIMIT $2",
+        )
         .bind(idle_before)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(session_from_row).collect()
+        rows.iter()
+            .map(|row| {
+                Ok(IdleSession {
+                    id: SessionId::from_string(row.try_get::<String, _>("id")?),
+                    tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+                })
+            })
+            .collect()
     }
 
     async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64> {
@@ -495,9 +502,11 @@ impl Store for PgStore {
         &self,
         tenant: &TenantId,
         mut approval: NewApproval,
+        max_pending: u32,
     ) -> StoreResult<ApprovalRecord> {
         super::storable::approval(&mut approval);
         let mut tx = self.tenant_tx(tenant).await?;
+        super::postgres_limits::admit_approval(&mut tx, tenant, max_pending, now()).await?;
         let row = sqlx::query(&format!(
             "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \
                  input_sha256, reason, expires_at, created_at) \
@@ -727,10 +736,16 @@ impl Store for PgStore {
         tenant: &TenantId,
         run: NewRun,
         claim: Option<(&str, Duration)>,
+        caps: RunCaps,
     ) -> StoreResult<RunRecord> {
         let created_at = now();
         let start = RunStart::new(claim, created_at);
         let mut tx = self.tenant_tx(tenant).await?;
+        if claim.is_some() {
+            super::postgres_limits::admit_running(&mut tx, tenant, caps, None, created_at).await?;
+        } else {
+            super::postgres_limits::admit_queued(&mut tx, tenant, &run.session, caps).await?;
+        }
         let row = sqlx::query(&format!(
             "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
                  fence, created_at, started_at) \
@@ -762,9 +777,24 @@ impl Store for PgStore {
         id: &RunId,
         owner: &str,
         lease: Duration,
+        caps: RunCaps,
     ) -> StoreResult<Option<RunRecord>> {
         let at = now();
         let mut tx = self.tenant_tx(tenant).await?;
+        let claimable: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND (status = 'queued' OR \
+                 (status = 'running' AND (owner = $2 OR lease_expires_at IS NULL \
+                 OR lease_expires_at < $3))))",
+        )
+        .bind(id.as_str())
+        .bind(owner)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await?;
+        if !claimable {
+            return Ok(None);
+        }
+        super::postgres_limits::admit_running(&mut tx, tenant, caps, Some(id), at).await?;
         let row = sqlx::query(&format!(
             "UPDATE runs SET status = 'running', owner = $2, lease_expires_at = $3, \
                  fence = fence + 1, started_at = COALESCE(started_at, $4) \
@@ -853,18 +883,54 @@ impl Store for PgStore {
         .bind(now() + lease_span(lease))
         .execute(&self.pool)
         .await?;
+        self.renew_holds(owner, lease).await?;
         Ok(done.rows_affected())
     }
 
-    async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<RunRecord>> {
+    async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<UnfinishedRun>> {
         let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running') \
+            "SELECT {UNFINISHED_COLUMNS} FROM runs WHERE status IN ('queued', 'running') \
              ORDER BY position LIMIT $1"
         ))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(run_from_row).collect()
+        rows.iter().map(unfinished_from_row).collect()
+    }
+
+    async fn acquire_hold(
+        &self,
+        tenant: &TenantId,
+        hold: NewHold,
+        caps: HoldCaps,
+    ) -> StoreResult<()> {
+        self.acquire_hold_tx(tenant, hold, caps).await
+    }
+
+    async fn record_workspace_bytes(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        bytes: u64,
+    ) -> StoreResult<()> {
+        self.record_workspace_bytes_tx(tenant, session, bytes).await
+    }
+
+    async fn workspace_bytes(&self, tenant: &TenantId) -> StoreResult<u64> {
+        self.workspace_bytes_tx(tenant).await
+    }
+
+    async fn release_hold(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
+        self.release_hold_tx(tenant, id).await
+    }
+
+    async fn count_holds(
+        &self,
+        tenant: &TenantId,
+        kind: HoldKind,
+        session: Option<&SessionId>,
+    ) -> StoreResult<u64> {
+        self.count_holds_tx(tenant, kind, session).await
     }
 
     // --- tool state (todos, memory, permission mode) ---
@@ -1256,6 +1322,21 @@ fn run_from_row(row: &PgRow) -> StoreResult<RunRecord> {
         created_at: row.try_get("created_at")?,
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
+    })
+}
+
+const UNFINISHED_COLUMNS: &str = "id, session_id, tenant_id, status, owner, lease_expires_at";
+
+fn unfinished_from_row(row: &PgRow) -> StoreResult<UnfinishedRun> {
+    let status: String = row.try_get("status")?;
+    Ok(UnfinishedRun {
+        id: row.try_get("id")?,
+        session_id: row.try_get("session_id")?,
+        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| StoreError::Internal(format!("unknown run status {status}")))?,
+        owner: row.try_get("owner")?,
+        lease_expires_at: row.try_get("lease_expires_at")?,
     })
 }
 

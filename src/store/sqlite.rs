@@ -27,6 +27,16 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// The one writer connection.
+    pub(super) fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    /// The read pool.
+    pub(super) fn reader(&self) -> &SqlitePool {
+        &self.pool
+    }
+
     pub async fn connect(url: &str, options: &ConnectOptions) -> StoreResult<Self> {
         let connect = SqliteConnectOptions::from_str(url)
             .map_err(|error| StoreError::Internal(format!("invalid database url: {error}")))?
@@ -61,7 +71,7 @@ impl SqliteStore {
 }
 
 /// Timestamps are fixed-width RFC 3339 in UTC so text order is time order.
-fn ts(value: DateTime<Utc>) -> String {
+pub(super) fn ts(value: DateTime<Utc>) -> String {
     value.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
@@ -434,16 +444,23 @@ impl Store for SqliteStore {
         &self,
         idle_before: DateTime<Utc>,
         limit: u32,
-    ) -> StoreResult<Vec<SessionRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'active' AND updated_at < ? \
-             ORDER BY updated_at LIMIT ?"
-        ))
+    ) -> StoreResult<Vec<IdleSession>> {
+        let rows = sqlx::query(
+            "SELECT id, tenant_id FROM sessions WHERE status = 'active' AND updated_at < ? \
+             ORDER BY updated_at LIMIT ?",
+        )
         .bind(ts(idle_before))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(session_from_row).collect()
+        rows.iter()
+            .map(|row| {
+                Ok(IdleSession {
+                    id: SessionId::from_string(row.try_get::<String, _>("id")?),
+                    tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+                })
+            })
+            .collect()
     }
 
     async fn count_open_sessions(&self, tenant: &TenantId) -> StoreResult<i64> {
@@ -462,8 +479,11 @@ impl Store for SqliteStore {
         &self,
         tenant: &TenantId,
         mut approval: NewApproval,
+        max_pending: u32,
     ) -> StoreResult<ApprovalRecord> {
         super::storable::approval(&mut approval);
+        let mut tx = self.writer.begin().await?;
+        super::sqlite_limits::admit_approval(&mut tx, tenant, max_pending, now()).await?;
         let row = sqlx::query(&format!(
             "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \
                  input_sha256, reason, expires_at, created_at) \
@@ -481,10 +501,12 @@ impl Store for SqliteStore {
         .bind(ts(now()))
         .bind(approval.session.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&self.writer)
+        .fetch_optional(&mut *tx)
         .await?
         .ok_or(StoreError::NotFound)?;
-        approval_from_row(&row)
+        let record = approval_from_row(&row)?;
+        tx.commit().await?;
+        Ok(record)
     }
 
     async fn decide_approval(
@@ -645,9 +667,18 @@ impl Store for SqliteStore {
         tenant: &TenantId,
         run: NewRun,
         claim: Option<(&str, Duration)>,
+        caps: RunCaps,
     ) -> StoreResult<RunRecord> {
         let created_at = now();
         let start = RunStart::new(claim, created_at);
+        // One writer connection: the check and the insert cannot interleave with another
+        // admission.
+        let mut tx = self.writer.begin().await?;
+        if claim.is_some() {
+            super::sqlite_limits::admit_running(&mut tx, tenant, caps, None, created_at).await?;
+        } else {
+            super::sqlite_limits::admit_queued(&mut tx, tenant, &run.session, caps).await?;
+        }
         let row = sqlx::query(&format!(
             "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
                  fence, created_at, started_at) \
@@ -665,10 +696,12 @@ impl Store for SqliteStore {
         .bind(start.started_at.map(ts))
         .bind(run.session.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&self.writer)
+        .fetch_optional(&mut *tx)
         .await?
         .ok_or(StoreError::NotFound)?;
-        run_from_row(&row)
+        let record = run_from_row(&row)?;
+        tx.commit().await?;
+        Ok(record)
     }
 
     async fn claim_run(
@@ -677,8 +710,25 @@ impl Store for SqliteStore {
         id: &RunId,
         owner: &str,
         lease: Duration,
+        caps: RunCaps,
     ) -> StoreResult<Option<RunRecord>> {
         let at = now();
+        let mut tx = self.writer.begin().await?;
+        let claimable: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND tenant_id = ? AND \
+                 (status = 'queued' OR (status = 'running' AND (owner = ? \
+                 OR lease_expires_at IS NULL OR lease_expires_at < ?))))",
+        )
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(owner)
+        .bind(ts(at))
+        .fetch_one(&mut *tx)
+        .await?;
+        if !claimable {
+            return Ok(None);
+        }
+        super::sqlite_limits::admit_running(&mut tx, tenant, caps, Some(id), at).await?;
         let row = sqlx::query(&format!(
             "UPDATE runs SET status = 'running', owner = ?, lease_expires_at = ?, \
                  fence = fence + 1, started_at = COALESCE(started_at, ?) \
@@ -693,9 +743,11 @@ impl Store for SqliteStore {
         .bind(tenant.as_str())
         .bind(owner)
         .bind(ts(at))
-        .fetch_optional(&self.writer)
+        .fetch_optional(&mut *tx)
         .await?;
-        row.as_ref().map(run_from_row).transpose()
+        let record = row.as_ref().map(run_from_row).transpose()?;
+        tx.commit().await?;
+        Ok(record)
     }
 
     async fn cancel_queued_run(
@@ -764,18 +816,54 @@ impl Store for SqliteStore {
         .bind(owner)
         .execute(&self.writer)
         .await?;
+        self.renew_holds(owner, lease).await?;
         Ok(done.rows_affected())
     }
 
-    async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<RunRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running') \
-             ORDER BY position LIMIT ?"
-        ))
+    async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<UnfinishedRun>> {
+        let rows = sqlx::query(
+            "SELECT id, session_id, tenant_id, status, owner, lease_expires_at FROM runs \
+             WHERE status IN ('queued', 'running') ORDER BY position LIMIT ?",
+        )
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(run_from_row).collect()
+        rows.iter().map(unfinished_from_row).collect()
+    }
+
+    async fn acquire_hold(
+        &self,
+        tenant: &TenantId,
+        hold: NewHold,
+        caps: HoldCaps,
+    ) -> StoreResult<()> {
+        self.acquire_hold_tx(tenant, hold, caps).await
+    }
+
+    async fn record_workspace_bytes(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        bytes: u64,
+    ) -> StoreResult<()> {
+        self.record_workspace_bytes_tx(tenant, session, bytes).await
+    }
+
+    async fn workspace_bytes(&self, tenant: &TenantId) -> StoreResult<u64> {
+        self.workspace_bytes_tx(tenant).await
+    }
+
+    async fn release_hold(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
+        self.release_hold_tx(tenant, id).await
+    }
+
+    async fn count_holds(
+        &self,
+        tenant: &TenantId,
+        kind: HoldKind,
+        session: Option<&SessionId>,
+    ) -> StoreResult<u64> {
+        self.count_holds_tx(tenant, kind, session).await
     }
 
     // --- tool state (todos, memory, permission mode) ---
@@ -1082,6 +1170,19 @@ fn run_from_row(row: &SqliteRow) -> StoreResult<RunRecord> {
         created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
         started_at: parse_opt_ts(row.try_get("started_at")?)?,
         ended_at: parse_opt_ts(row.try_get("ended_at")?)?,
+    })
+}
+
+fn unfinished_from_row(row: &SqliteRow) -> StoreResult<UnfinishedRun> {
+    let status: String = row.try_get("status")?;
+    Ok(UnfinishedRun {
+        id: row.try_get("id")?,
+        session_id: row.try_get("session_id")?,
+        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| StoreError::Internal(format!("unknown run status {status}")))?,
+        owner: row.try_get("owner")?,
+        lease_expires_at: parse_opt_ts(row.try_get("lease_expires_at")?)?,
     })
 }
 

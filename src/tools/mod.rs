@@ -23,6 +23,11 @@ pub mod codes {
     /// A fail-closed PreToolUse hook failed (the detail is in the server log only).
     pub const HOOK_FAILED: &str = crate::hooks::HOOK_FAILED;
     pub const TOOL_FAILED: &str = "TOOL_FAILED";
+    /// A tenant limit (`[limits]`) stops the call, e.g. too many background tasks or shells.
+    pub const TENANT_LIMIT: &str = "TENANT_LIMIT";
+    /// The tenant's workspaces hold `limits.workspace_bytes` or more: mutating calls wait
+    /// until it frees space.
+    pub const WORKSPACE_QUOTA_EXCEEDED: &str = "WORKSPACE_QUOTA_EXCEEDED";
     pub const TOOL_TIMEOUT: &str = "TOOL_TIMEOUT";
     pub const CANCELLED: &str = "CANCELLED";
     pub const INTERRUPTED: &str = "INTERRUPTED";

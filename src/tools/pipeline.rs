@@ -107,6 +107,16 @@ pub trait ExecutionJournal: Send + Sync {
     async fn executing(&self, tool_use_id: &str, tool_name: &str) -> Result<(), String>;
 }
 
+/// A quota on what mutating calls may leave behind (the workspace bytes of a tenant): asked
+/// before every mutating call that passed its checks, told after it ran.
+#[async_trait]
+pub trait MutationQuota: Send + Sync {
+    /// `Err` (a tool failure with its code) keeps the call from running.
+    async fn admit(&self, tool_name: &str) -> Result<(), ToolError>;
+    /// Measures what the call left behind.
+    async fn account(&self, tool_name: &str);
+}
+
 /// Why a call was (or was not) allowed, for events and audit.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DecisionRecord {
@@ -167,6 +177,7 @@ pub struct Pipeline {
     gate: Arc<dyn PermissionGate>,
     approver: Option<Arc<dyn Approver>>,
     journal: Option<Arc<dyn ExecutionJournal>>,
+    quota: Option<Arc<dyn MutationQuota>>,
     hooks: HookRunner,
     output: OutputPolicy,
     call_timeout: Duration,
@@ -181,6 +192,7 @@ impl Pipeline {
             gate,
             approver: None,
             journal: None,
+            quota: None,
             hooks: HookRunner::new(),
             output: OutputPolicy::default(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
@@ -203,6 +215,12 @@ impl Pipeline {
 
     /// Runs these hooks (PreToolUse, PostToolUse, PostToolUseFailure).
     #[must_use]
+    /// Checks `quota` before every mutating call and has it measure after.
+    pub fn with_quota(mut self, quota: Arc<dyn MutationQuota>) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+
     pub fn with_hooks(mut self, hooks: HookRunner) -> Self {
         self.hooks = hooks;
         self
@@ -282,6 +300,18 @@ impl Pipeline {
                 .hooks
                 .has_hooks(HookEventName::PostToolUseFailure, Some(name));
         let post_input = post_hooks.then(|| input.clone());
+        let quota = self.quota.as_ref().filter(|_| !tool.is_read_only(&input));
+        if let Some(quota) = quota {
+            if let Err(error) = quota.admit(name).await {
+                tracing::info!(code = error.code, "tool call over quota");
+                return CallOutcome {
+                    result: ToolResultBlock::error(&ctx.tool_use_id, error.code, error.message),
+                    spill: None,
+                    extra_messages: context_messages(context),
+                    decision,
+                };
+            }
+        }
         if let Some(journal) = &self.journal {
             if let Err(error) = journal.executing(&ctx.tool_use_id, name).await {
                 tracing::error!(%error, "cannot record the call; it does not run");
@@ -298,6 +328,9 @@ impl Pipeline {
             }
         }
         let called = self.invoke(tool, input, ctx).await;
+        if let Some(quota) = quota {
+            quota.account(name).await;
+        }
 
         // 6. cap / spill
         let (mut result, mut extra_messages) = match called {

@@ -5,6 +5,7 @@
 
 use crate::helpers::{Backend, TestApp, count, fresh_pg_database, test_settings, tool_results};
 use norma::ids::{RunId, SessionId, TenantId};
+use norma::limits::RunCaps;
 use norma::message::Message;
 use norma::store::{
     AppendBatch, ConnectOptions, NewApproval, NewEvent, NewMessage, NewRun, NewSession, RunLease,
@@ -94,6 +95,7 @@ impl Prepared {
                     prompt: prompt.into(),
                 },
                 Some((OLD_REPLICA, lease)),
+                RunCaps::UNLIMITED,
             )
             .await
             .unwrap();
@@ -316,6 +318,7 @@ async fn parked_approval_survives(backend: Backend) {
                 reason: "Bash needs approval".into(),
                 expires_at: chrono::Utc::now() + chrono::Duration::minutes(10),
             },
+            u32::MAX,
         )
         .await
         .unwrap();
@@ -482,6 +485,7 @@ async fn queued_prompts_survive(backend: Backend) {
                 prompt: "second".into(),
             },
             None,
+            RunCaps::UNLIMITED,
         )
         .await
         .unwrap();

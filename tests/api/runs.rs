@@ -370,8 +370,8 @@ async fn fork_copies_history_up_to_a_message_and_stays_in_the_tenant() {
 #[tokio::test]
 async fn tenant_limits_answer_429() {
     let app = TestApp::spawn_with(Backend::Sqlite, |s| {
-        s.max_sessions_per_tenant = 2;
-        s.max_concurrent_runs_per_tenant = 1;
+        s.limits.sessions = 2;
+        s.limits.concurrent_runs = 1;
     })
     .await
     .unwrap();

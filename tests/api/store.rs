@@ -3,6 +3,7 @@
 
 use norma::ids::RunId;
 use norma::ids::{OutputId, SessionId, TenantId};
+use norma::limits::RunCaps;
 use norma::message::{ContentBlock, Message, Role, ToolResultBlock};
 use norma::store::{
     AppendBatch, ConnectOptions, NewEvent, NewMessage, NewOutput, NewRun, NewSession, RunEnd,
@@ -12,6 +13,12 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::store_limits::{
+    holds_are_capped_released_and_expire, pending_approvals_are_capped_per_tenant,
+    run_admission_counts_live_running_and_queued_runs,
+    workspace_bytes_sum_open_sessions_of_the_tenant,
+};
 
 async fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -61,6 +68,10 @@ store_suite!(
     queued_runs_are_claimed_in_order_and_cancellable,
     unlocked_tools_are_kept_per_session,
     nul_characters_are_stored_as_replacement_characters,
+    run_admission_counts_live_running_and_queued_runs,
+    holds_are_capped_released_and_expire,
+    pending_approvals_are_capped_per_tenant,
+    workspace_bytes_sum_open_sessions_of_the_tenant,
 );
 
 async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
@@ -481,7 +492,12 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
     let session = new_session(&store, "t1").await;
     let long = Duration::from_secs(60);
     let run = store
-        .create_run(&tenant, new_run(&session, "go"), Some(("replica-a", long)))
+        .create_run(
+            &tenant,
+            new_run(&session, "go"),
+            Some(("replica-a", long)),
+            RunCaps::UNLIMITED,
+        )
         .await
         .unwrap();
     assert_eq!(run.status, RunStatus::Running);
@@ -493,13 +509,13 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
     // Another replica cannot take a live lease; the same replica (restarted) can.
     assert!(
         store
-            .claim_run(&tenant, &run_id, "replica-b", long)
+            .claim_run(&tenant, &run_id, "replica-b", long, RunCaps::UNLIMITED)
             .await
             .unwrap()
             .is_none()
     );
     let reclaimed = store
-        .claim_run(&tenant, &run_id, "replica-a", long)
+        .claim_run(&tenant, &run_id, "replica-a", long, RunCaps::UNLIMITED)
         .await
         .unwrap()
         .expect("own run");
@@ -528,13 +544,19 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
 
     // An expired lease is taken over by another replica, which can then write.
     let short = store
-        .claim_run(&tenant, &run_id, "replica-a", Duration::from_millis(1))
+        .claim_run(
+            &tenant,
+            &run_id,
+            "replica-a",
+            Duration::from_millis(1),
+            RunCaps::UNLIMITED,
+        )
         .await
         .unwrap()
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let taken = store
-        .claim_run(&tenant, &run_id, "replica-b", long)
+        .claim_run(&tenant, &run_id, "replica-b", long, RunCaps::UNLIMITED)
         .await
         .unwrap()
         .expect("expired lease");
@@ -572,7 +594,7 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
     // A finished run cannot be claimed again, nor written by its last holder.
     assert!(
         store
-            .claim_run(&tenant, &run_id, "replica-b", long)
+            .claim_run(&tenant, &run_id, "replica-b", long, RunCaps::UNLIMITED)
             .await
             .unwrap()
             .is_none()
@@ -613,15 +635,20 @@ async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>)
     let other = new_session(&store, "t2").await;
     let long = Duration::from_secs(60);
     let first = store
-        .create_run(&tenant, new_run(&session, "one"), None)
+        .create_run(&tenant, new_run(&session, "one"), None, RunCaps::UNLIMITED)
         .await
         .unwrap();
     let second = store
-        .create_run(&tenant, new_run(&session, "two"), None)
+        .create_run(&tenant, new_run(&session, "two"), None, RunCaps::UNLIMITED)
         .await
         .unwrap();
     let elsewhere = store
-        .create_run(&TenantId::new("t2"), new_run(&other, "x"), None)
+        .create_run(
+            &TenantId::new("t2"),
+            new_run(&other, "x"),
+            None,
+            RunCaps::UNLIMITED,
+        )
         .await
         .unwrap();
     assert_eq!(first.status, RunStatus::Queued);
@@ -629,7 +656,7 @@ async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>)
     // A run cannot be created in another tenant's session.
     assert!(matches!(
         store
-            .create_run(&tenant, new_run(&other, "forged"), None)
+            .create_run(&tenant, new_run(&other, "forged"), None, RunCaps::UNLIMITED)
             .await,
         Err(StoreError::NotFound)
     ));
@@ -662,7 +689,7 @@ async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>)
     );
     assert!(
         store
-            .claim_run(&tenant, &second_id, "replica-a", long)
+            .claim_run(&tenant, &second_id, "replica-a", long, RunCaps::UNLIMITED)
             .await
             .unwrap()
             .is_none(),
@@ -674,6 +701,7 @@ async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>)
             &RunId::from_string(first.id.clone()),
             "replica-a",
             long,
+            RunCaps::UNLIMITED,
         )
         .await
         .unwrap()

@@ -9,6 +9,7 @@ mod config;
 mod egress;
 #[path = "../support/fake_llm.rs"]
 mod fake_llm;
+mod limits;
 #[path = "../support/pg.rs"]
 mod pg;
 #[path = "../support/server.rs"]

@@ -142,9 +142,10 @@ impl Tool for BashTool {
             self.sandbox
                 .launch_spec(ws.root(), &["/bin/bash", "-c", &input.command], "dumb");
         if input.run_in_background {
+            let hold = self.tasks.take_hold().await?;
             let info = self
                 .tasks
-                .spawn(&spec, &input.command, input.description)
+                .spawn(&spec, &input.command, input.description, hold)
                 .map_err(|e| ToolError::new(codes::SPAWN_FAILED, e.to_string()))?;
             return Ok(ToolOutput::text(format!(
                 "Started background task {} (use TaskOutput to read its output)",

@@ -21,7 +21,8 @@ use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Most shells one session may keep open.
+/// Most shells one registry keeps open when no tenant limits count them (server sessions
+/// use `limits.shells_per_session` and `limits.shells` instead).
 pub const MAX_SHELLS: usize = 8;
 /// Bytes of terminal output kept per shell.
 pub const MAX_BUFFER_BYTES: usize = 1024 * 1024;
@@ -55,18 +56,27 @@ struct Shell {
     screen: Arc<Mutex<Screen>>,
     /// Text written since the last newline: checked together with the next write.
     pending_line: Mutex<String>,
+    /// The shell's tenant-limit hold, released when the shell is gone.
+    _hold: Option<crate::limits::HoldGuard>,
 }
 
 /// The PTY shells of one session.
 #[derive(Default)]
 pub struct ShellRegistry {
     shells: Mutex<BTreeMap<String, Arc<Shell>>>,
+    /// Where an open shell is counted against the tenant's limits (unset: not counted).
+    holds: std::sync::OnceLock<crate::limits::SessionHolds>,
 }
 
 impl ShellRegistry {
     /// An empty registry.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// Counts this session's open shells against the tenant's limits from now on.
+    pub fn set_holds(&self, holds: crate::limits::SessionHolds) {
+        let _ = self.holds.set(holds);
     }
 
     fn get(&self, id: &str) -> Result<Arc<Shell>, ToolError> {
@@ -214,13 +224,21 @@ impl Tool for ShellStartTool {
         if let Some(command) = &input.command {
             check_command(command)?;
         }
-        if lock(&self.shells.shells).len() >= MAX_SHELLS {
-            return Err(ToolError::new(
-                codes::SPAWN_FAILED,
-                format!("at most {MAX_SHELLS} shells may be open; close one first"),
-            ));
-        }
         let ws = Workspace::for_tool(ctx.workspace.as_ref())?;
+        // In a server session the tenant limits count open shells (per session and per
+        // tenant, across replicas); a registry without holds keeps the in-process ceiling.
+        let hold = match self.shells.holds.get() {
+            Some(holds) => Some(holds.take(crate::limits::HoldKind::Shell).await?),
+            None => {
+                if lock(&self.shells.shells).len() >= MAX_SHELLS {
+                    return Err(ToolError::new(
+                        codes::SPAWN_FAILED,
+                        format!("at most {MAX_SHELLS} shells may be open; close one first"),
+                    ));
+                }
+                None
+            }
+        };
         let program: Vec<&str> = match &input.command {
             Some(command) => vec!["/bin/bash", "-c", command],
             None => vec!["/bin/bash", "--noprofile", "--norc", "-i"],
@@ -290,6 +308,7 @@ impl Tool for ShellStartTool {
             rows: Mutex::new(rows),
             screen,
             pending_line: Mutex::new(String::new()),
+            _hold: hold,
         });
         lock(&self.shells.shells).insert(id.clone(), shell);
         Ok(ToolOutput::text(format!("Started shell {id}")))

@@ -82,6 +82,8 @@ pub struct TaskRegistry {
     tasks: Mutex<BTreeMap<String, Arc<Task>>>,
     notify_tx: mpsc::Sender<TaskNotification>,
     notify_rx: Mutex<Option<mpsc::Receiver<TaskNotification>>>,
+    /// Where a running task is counted against the tenant's limits (unset: not counted).
+    holds: std::sync::OnceLock<crate::limits::SessionHolds>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -110,6 +112,7 @@ impl TaskRegistry {
             tasks: Mutex::new(BTreeMap::new()),
             notify_tx,
             notify_rx: Mutex::new(Some(notify_rx)),
+            holds: std::sync::OnceLock::new(),
         }))
     }
 
@@ -118,12 +121,27 @@ impl TaskRegistry {
         lock(&self.notify_rx).take()
     }
 
+    /// Counts this session's running tasks against the tenant's limits from now on.
+    pub fn set_holds(&self, holds: crate::limits::SessionHolds) {
+        let _ = self.holds.set(holds);
+    }
+
+    /// Takes the tenant-limit hold a new task needs (`None` when tasks are not counted).
+    pub async fn take_hold(&self) -> Result<Option<crate::limits::HoldGuard>, ToolError> {
+        match self.holds.get() {
+            Some(holds) => Ok(Some(holds.take(crate::limits::HoldKind::Task).await?)),
+            None => Ok(None),
+        }
+    }
+
     /// Starts a sandboxed command as a background task. Must be called inside a tokio runtime.
+    /// `hold` (from [`Self::take_hold`]) is released when the task's process exits.
     pub fn spawn(
         self: &Arc<Self>,
         spec: &LaunchSpec,
         command: &str,
         description: Option<String>,
+        hold: Option<crate::limits::HoldGuard>,
     ) -> Result<TaskInfo, TaskError> {
         let task_id = format!("task_{}", uuid::Uuid::new_v4().simple());
         let log_path = self.log_dir.join(format!("{task_id}.log"));
@@ -160,6 +178,7 @@ impl TaskRegistry {
             let status = child.wait().await;
             // Stray grandchildren of a finished task go with it.
             kill_group(pgid);
+            drop(hold);
             let note = {
                 let mut info = lock(&task.info);
                 if info.status == TaskStatus::Running {

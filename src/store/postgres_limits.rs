@@ -1,0 +1,234 @@
+//! Tenant limits on Postgres: run admission and holds, checked inside the writing
+//! transaction under a per-tenant advisory lock, so replicas sharing the database take turns
+//! per tenant and cannot both take the last slot.
+
+use super::postgres::PgStore;
+use super::*;
+use crate::limits::{Limit, LimitExceeded};
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+/// The advisory-lock namespace of tenant limits (first key of the two-key lock).
+const LIMITS_LOCK_SPACE: i32 = 0x4e4c_4d54; // "NLMT"
+
+/// Serializes the tenant's limit checks until the transaction ends.
+pub(super) async fn lock_tenant(conn: &mut PgConnection, tenant: &TenantId) -> StoreResult<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+        .bind(LIMITS_LOCK_SPACE)
+        .bind(tenant.as_str())
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
+    if count >= i64::from(max) {
+        return Err(LimitExceeded {
+            limit,
+            max: u64::from(max),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Checks that one more running run fits the tenant's cap (`except`: the run being claimed,
+/// which may still show as running under its own expired or restarted lease).
+pub(super) async fn admit_running(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    caps: RunCaps,
+    except: Option<&RunId>,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    if caps.concurrent_runs == u32::MAX {
+        return Ok(());
+    }
+    lock_tenant(conn, tenant).await?;
+    let running: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM runs WHERE tenant_id = $1 AND status = 'running' \
+             AND lease_expires_at > $2 AND id IS DISTINCT FROM $3",
+    )
+    .bind(tenant.as_str())
+    .bind(at)
+    .bind(except.map(RunId::as_str))
+    .fetch_one(conn)
+    .await?;
+    over(Limit::ConcurrentRuns, caps.concurrent_runs, running)
+}
+
+/// Checks that one more queued run fits the session's and the tenant's caps.
+pub(super) async fn admit_queued(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    session: &SessionId,
+    caps: RunCaps,
+) -> StoreResult<()> {
+    if caps.queued_per_session == u32::MAX && caps.queued_per_tenant == u32::MAX {
+        return Ok(());
+    }
+    lock_tenant(conn, tenant).await?;
+    let (in_session, in_tenant): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE session_id = $2), count(*) FROM runs \
+         WHERE tenant_id = $1 AND status = 'queued'",
+    )
+    .bind(tenant.as_str())
+    .bind(session.as_str())
+    .fetch_one(&mut *conn)
+    .await?;
+    over(
+        Limit::QueuedPromptsPerSession,
+        caps.queued_per_session,
+        in_session,
+    )?;
+    over(Limit::QueuedPrompts, caps.queued_per_tenant, in_tenant)
+}
+
+/// Checks that one more pending approval request fits the tenant's cap.
+pub(super) async fn admit_approval(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    max_pending: u32,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    if max_pending == u32::MAX {
+        return Ok(());
+    }
+    lock_tenant(conn, tenant).await?;
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM approvals WHERE tenant_id = $1 AND status = 'pending' \
+             AND expires_at > $2",
+    )
+    .bind(tenant.as_str())
+    .bind(at)
+    .fetch_one(conn)
+    .await?;
+    over(Limit::PendingApprovals, max_pending, pending)
+}
+
+impl PgStore {
+    pub(super) async fn acquire_hold_tx(
+        &self,
+        tenant: &TenantId,
+        hold: NewHold,
+        caps: HoldCaps,
+    ) -> StoreResult<()> {
+        let at = Utc::now();
+        let mut tx = self.tenant_tx(tenant).await?;
+        lock_tenant(&mut tx, tenant).await?;
+        sqlx::query("DELETE FROM tenant_holds WHERE tenant_id = $1 AND expires_at <= $2")
+            .bind(tenant.as_str())
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        let (in_session, in_tenant): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE session_id = $3), count(*) FROM tenant_holds \
+             WHERE tenant_id = $1 AND kind = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(hold.kind.as_str())
+        .bind(hold.session.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        if let Some((limit, max)) = caps.per_session {
+            over(limit, max, in_session)?;
+        }
+        over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
+        sqlx::query(
+            "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, expires_at, \
+                 created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&hold.id)
+        .bind(tenant.as_str())
+        .bind(hold.session.as_str())
+        .bind(hold.kind.as_str())
+        .bind(&hold.replica)
+        .bind(at + lease_span(hold.lease))
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn record_workspace_bytes_tx(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        bytes: u64,
+    ) -> StoreResult<()> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let done = sqlx::query(
+            "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
+             SELECT id, tenant_id, $3, $4 FROM sessions WHERE id = $1 AND tenant_id = $2 \
+             ON CONFLICT (session_id) DO UPDATE SET bytes = EXCLUDED.bytes, \
+                 updated_at = EXCLUDED.updated_at",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
+        .bind(Utc::now())
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(u.bytes), 0)::BIGINT FROM workspace_usage u \
+             JOIN sessions s ON s.id = u.session_id \
+             WHERE u.tenant_id = $1 AND s.status = 'active'",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(bytes.max(0) as u64)
+    }
+
+    pub(super) async fn release_hold_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        sqlx::query("DELETE FROM tenant_holds WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn count_holds_tx(
+        &self,
+        tenant: &TenantId,
+        kind: HoldKind,
+        session: Option<&SessionId>,
+    ) -> StoreResult<u64> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let count: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM tenant_holds WHERE tenant_id = $1 AND kind = $2 \
+                 AND expires_at > $3 AND ($4::text IS NULL OR session_id = $4)",
+        )
+        .bind(tenant.as_str())
+        .bind(kind.as_str())
+        .bind(Utc::now())
+        .bind(session.map(SessionId::as_str))
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(count.max(0) as u64)
+    }
+
+    /// Extends the expiry of every hold of `owner` (the heartbeat's second statement).
+    pub(super) async fn renew_holds(&self, owner: &str, lease: Duration) -> StoreResult<()> {
+        sqlx::query("UPDATE tenant_holds SET expires_at = $2 WHERE replica = $1")
+            .bind(owner)
+            .bind(Utc::now() + lease_span(lease))
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,211 @@
+//! Tenant limits on SQLite: run admission and holds. All writes go through the store's one
+//! writer connection, so a check and the write after it in one transaction cannot interleave
+//! with another admission.
+
+use super::sqlite::{SqliteStore, ts};
+use super::*;
+use crate::limits::{Limit, LimitExceeded};
+use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
+
+fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
+    if count >= i64::from(max) {
+        return Err(LimitExceeded {
+            limit,
+            max: u64::from(max),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Checks that one more running run fits the tenant's cap (`except`: the run being claimed).
+pub(super) async fn admit_running(
+    conn: &mut SqliteConnection,
+    tenant: &TenantId,
+    caps: RunCaps,
+    except: Option<&RunId>,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    if caps.concurrent_runs == u32::MAX {
+        return Ok(());
+    }
+    let running: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM runs WHERE tenant_id = ? AND status = 'running' \
+             AND lease_expires_at > ? AND id IS NOT ?",
+    )
+    .bind(tenant.as_str())
+    .bind(ts(at))
+    .bind(except.map(RunId::as_str))
+    .fetch_one(conn)
+    .await?;
+    over(Limit::ConcurrentRuns, caps.concurrent_runs, running)
+}
+
+/// Checks that one more queued run fits the session's and the tenant's caps.
+pub(super) async fn admit_queued(
+    conn: &mut SqliteConnection,
+    tenant: &TenantId,
+    session: &SessionId,
+    caps: RunCaps,
+) -> StoreResult<()> {
+    if caps.queued_per_session == u32::MAX && caps.queued_per_tenant == u32::MAX {
+        return Ok(());
+    }
+    let (in_session, in_tenant): (i64, i64) = sqlx::query_as(
+        "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM runs \
+         WHERE tenant_id = ? AND status = 'queued'",
+    )
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .fetch_one(conn)
+    .await?;
+    over(
+        Limit::QueuedPromptsPerSession,
+        caps.queued_per_session,
+        in_session,
+    )?;
+    over(Limit::QueuedPrompts, caps.queued_per_tenant, in_tenant)
+}
+
+/// Checks that one more pending approval request fits the tenant's cap.
+pub(super) async fn admit_approval(
+    conn: &mut SqliteConnection,
+    tenant: &TenantId,
+    max_pending: u32,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    if max_pending == u32::MAX {
+        return Ok(());
+    }
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM approvals WHERE tenant_id = ? AND status = 'pending' \
+             AND expires_at > ?",
+    )
+    .bind(tenant.as_str())
+    .bind(ts(at))
+    .fetch_one(conn)
+    .await?;
+    over(Limit::PendingApprovals, max_pending, pending)
+}
+
+impl SqliteStore {
+    pub(super) async fn acquire_hold_tx(
+        &self,
+        tenant: &TenantId,
+        hold: NewHold,
+        caps: HoldCaps,
+    ) -> StoreResult<()> {
+        let at = Utc::now();
+        let mut tx = self.writer().begin().await?;
+        // The first statement writes, so the transaction holds SQLite's write lock from here.
+        sqlx::query("DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?")
+            .bind(tenant.as_str())
+            .bind(ts(at))
+            .execute(&mut *tx)
+            .await?;
+        let (in_session, in_tenant): (i64, i64) = sqlx::query_as(
+            "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
+             WHERE tenant_id = ? AND kind = ?",
+        )
+        .bind(hold.session.as_str())
+        .bind(tenant.as_str())
+        .bind(hold.kind.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        if let Some((limit, max)) = caps.per_session {
+            over(limit, max, in_session)?;
+        }
+        over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
+        sqlx::query(
+            "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, expires_at, \
+                 created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&hold.id)
+        .bind(tenant.as_str())
+        .bind(hold.session.as_str())
+        .bind(hold.kind.as_str())
+        .bind(&hold.replica)
+        .bind(ts(at + lease_span(hold.lease)))
+        .bind(ts(at))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn record_workspace_bytes_tx(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        bytes: u64,
+    ) -> StoreResult<()> {
+        let done = sqlx::query(
+            "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
+             SELECT id, tenant_id, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
+             ON CONFLICT (session_id) DO UPDATE SET bytes = excluded.bytes, \
+                 updated_at = excluded.updated_at",
+        )
+        .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
+        .bind(ts(Utc::now()))
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .execute(self.writer())
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    pub(super) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(u.bytes), 0) FROM workspace_usage u \
+             JOIN sessions s ON s.id = u.session_id \
+             WHERE u.tenant_id = ? AND s.status = 'active'",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(self.reader())
+        .await?;
+        Ok(bytes.max(0) as u64)
+    }
+
+    pub(super) async fn release_hold_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")
+            .bind(id)
+            .bind(tenant.as_str())
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn count_holds_tx(
+        &self,
+        tenant: &TenantId,
+        kind: HoldKind,
+        session: Option<&SessionId>,
+    ) -> StoreResult<u64> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM tenant_holds WHERE tenant_id = ? AND kind = ? \
+                 AND expires_at > ? AND (? IS NULL OR session_id = ?)",
+        )
+        .bind(tenant.as_str())
+        .bind(kind.as_str())
+        .bind(ts(Utc::now()))
+        .bind(session.map(SessionId::as_str))
+        .bind(session.map(SessionId::as_str))
+        .fetch_one(self.reader())
+        .await?;
+        Ok(count.max(0) as u64)
+    }
+
+    /// Extends the expiry of every hold of `owner` (the heartbeat's second statement).
+    pub(super) async fn renew_holds(&self, owner: &str, lease: Duration) -> StoreResult<()> {
+        sqlx::query("UPDATE tenant_holds SET expires_at = ? WHERE replica = ?")
+            .bind(ts(Utc::now() + lease_span(lease)))
+            .bind(owner)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,322 @@
+//! Store tests of the tenant limits (run admission, holds, pending approvals); part of the
+//! shared store suite in `store.rs`, run on SQLite and Postgres.
+
+use norma::ids::{ApprovalId, RunId, SessionId, TenantId};
+use norma::limits::{HoldCaps, HoldKind, Limit, LimitExceeded, NewHold, RunCaps};
+use norma::store::{NewApproval, NewRun, NewSession, Store, StoreError};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
+    let id = SessionId::generate();
+    store
+        .create_session(NewSession {
+            id: id.clone(),
+            tenant: TenantId::new(tenant),
+            config: json!({}),
+        })
+        .await
+        .unwrap();
+    id
+}
+
+fn run(session: &SessionId) -> NewRun {
+    NewRun {
+        id: RunId::generate(),
+        session: session.clone(),
+        prompt: "p".repeat(1000),
+    }
+}
+
+fn limit_of<T: std::fmt::Debug>(result: Result<T, StoreError>) -> (Limit, u64) {
+    match result {
+        Err(StoreError::TenantLimit(LimitExceeded { limit, max })) => (limit, max),
+        other => panic!("expected a tenant limit, got {other:?}"),
+    }
+}
+
+pub async fn run_admission_counts_live_running_and_queued_runs(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("acme");
+    let (a, b) = (session(&store, "acme").await, session(&store, "acme").await);
+    let other = session(&store, "other").await;
+    let caps = RunCaps {
+        concurrent_runs: 1,
+        queued_per_session: 2,
+        queued_per_tenant: 3,
+    };
+    let long = Duration::from_secs(60);
+    let first = store
+        .create_run(&tenant, run(&a), Some(("replica-a", long)), caps)
+        .await
+        .unwrap();
+    // A second running run anywhere in the tenant is refused, on any replica.
+    assert_eq!(
+        limit_of(
+            store
+                .create_run(&tenant, run(&b), Some(("replica-b", long)), caps)
+                .await
+        ),
+        (Limit::ConcurrentRuns, 1)
+    );
+    // Another tenant has its own count.
+    store
+        .create_run(
+            &TenantId::new("other"),
+            run(&other),
+            Some(("replica-a", long)),
+            caps,
+        )
+        .await
+        .unwrap();
+    // Queued: two per session, three per tenant.
+    let queued_a = store
+        .create_run(&tenant, run(&a), None, caps)
+        .await
+        .unwrap();
+    store
+        .create_run(&tenant, run(&a), None, caps)
+        .await
+        .unwrap();
+    assert_eq!(
+        limit_of(store.create_run(&tenant, run(&a), None, caps).await),
+        (Limit::QueuedPromptsPerSession, 2)
+    );
+    let queued_b = store
+        .create_run(&tenant, run(&b), None, caps)
+        .await
+        .unwrap();
+    assert_eq!(
+        limit_of(store.create_run(&tenant, run(&b), None, caps).await),
+        (Limit::QueuedPrompts, 3)
+    );
+    // Cancelling a queued prompt frees its slot.
+    assert!(
+        store
+            .cancel_queued_run(&tenant, &b, &RunId::from_string(queued_b.id.clone()))
+            .await
+            .unwrap()
+    );
+    store
+        .create_run(&tenant, run(&b), None, caps)
+        .await
+        .unwrap();
+    // A queued run cannot be claimed while the tenant's slot is taken...
+    let queued_a_id = RunId::from_string(queued_a.id.clone());
+    assert_eq!(
+        limit_of(
+            store
+                .claim_run(&tenant, &queued_a_id, "replica-b", long, caps)
+                .await
+        ),
+        (Limit::ConcurrentRuns, 1)
+    );
+    // ...but the holder re-claiming its own run is not counted twice.
+    let first_id = RunId::from_string(first.id.clone());
+    assert!(
+        store
+            .claim_run(
+                &tenant,
+                &first_id,
+                "replica-a",
+                Duration::from_millis(1),
+                caps
+            )
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // A run whose lease expired (its replica died) no longer counts.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let claimed = store
+        .claim_run(&tenant, &queued_a_id, "replica-b", long, caps)
+        .await
+        .unwrap()
+        .expect("claimable once the dead replica's lease expired");
+    assert_eq!(claimed.prompt.len(), 1000, "a claim loads the prompt");
+    // The sweep's listing carries no prompt and sees every tenant.
+    let unfinished = store.list_unfinished_runs(100).await.unwrap();
+    assert!(unfinished.iter().any(|r| r.id == claimed.id));
+    assert!(unfinished.iter().any(|r| r.tenant.as_str() == "other"));
+}
+
+fn hold(kind: HoldKind, session: &SessionId, replica: &str, lease: Duration) -> NewHold {
+    NewHold {
+        id: format!("hold_{}", uuid::Uuid::new_v4().simple()),
+        kind,
+        session: session.clone(),
+        replica: replica.into(),
+        lease,
+    }
+}
+
+pub async fn holds_are_capped_released_and_expire(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("acme");
+    let (a, b) = (session(&store, "acme").await, session(&store, "acme").await);
+    let caps = HoldCaps {
+        per_session: Some((Limit::ShellsPerSession, 1)),
+        per_tenant: (Limit::Shells, 2),
+    };
+    let long = Duration::from_secs(60);
+    let first = hold(HoldKind::Shell, &a, "replica-a", long);
+    store
+        .acquire_hold(&tenant, first.clone(), caps)
+        .await
+        .unwrap();
+    assert_eq!(
+        limit_of(
+            store
+                .acquire_hold(&tenant, hold(HoldKind::Shell, &a, "replica-a", long), caps)
+                .await
+        ),
+        (Limit::ShellsPerSession, 1)
+    );
+    // Holds of another kind are counted apart.
+    store
+        .acquire_hold(
+            &tenant,
+            hold(HoldKind::Task, &a, "replica-a", long),
+            HoldCaps {
+                per_session: Some((Limit::TasksPerSession, 1)),
+                per_tenant: (Limit::Tasks, 1),
+            },
+        )
+        .await
+        .unwrap();
+    // A dying replica's shell: its lease is short and never renewed.
+    let short = Duration::from_secs(1);
+    store
+        .acquire_hold(
+            &tenant,
+            hold(HoldKind::Shell, &b, "replica-dead", short),
+            caps,
+        )
+        .await
+        .unwrap();
+    let c = session(&store, "acme").await;
+    assert_eq!(
+        limit_of(
+            store
+                .acquire_hold(&tenant, hold(HoldKind::Shell, &c, "replica-a", long), caps)
+                .await
+        ),
+        (Limit::Shells, 2)
+    );
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    // The live replica's heartbeat renews its holds, the dead one's expire.
+    store.renew_leases("replica-a", long).await.unwrap();
+    assert_eq!(
+        store
+            .count_holds(&tenant, HoldKind::Shell, None)
+            .await
+            .unwrap(),
+        1
+    );
+    store
+        .acquire_hold(&tenant, hold(HoldKind::Shell, &c, "replica-a", long), caps)
+        .await
+        .unwrap();
+    // Releasing frees the slot; another tenant sees none of these.
+    store.release_hold(&tenant, &first.id).await.unwrap();
+    assert_eq!(
+        store
+            .count_holds(&tenant, HoldKind::Shell, Some(&a))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .count_holds(&TenantId::new("other"), HoldKind::Shell, None)
+            .await
+            .unwrap(),
+        0
+    );
+    store
+        .acquire_hold(&tenant, hold(HoldKind::Shell, &a, "replica-a", long), caps)
+        .await
+        .unwrap();
+}
+
+fn approval(session: &SessionId, expires_in: chrono::Duration) -> NewApproval {
+    NewApproval {
+        id: ApprovalId::generate(),
+        session: session.clone(),
+        run_id: None,
+        tool_use_id: "toolu_1".into(),
+        tool_name: "Bash".into(),
+        input: json!({"command": "true"}),
+        input_sha256: "0".repeat(64),
+        reason: "needs approval".into(),
+        expires_at: chrono::Utc::now() + expires_in,
+    }
+}
+
+pub async fn pending_approvals_are_capped_per_tenant(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("acme");
+    let a = session(&store, "acme").await;
+    let other = session(&store, "other").await;
+    // An expired request no longer counts as pending.
+    store
+        .create_approval(&tenant, approval(&a, chrono::Duration::milliseconds(1)), 1)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store
+        .create_approval(&tenant, approval(&a, chrono::Duration::minutes(5)), 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        limit_of(
+            store
+                .create_approval(&tenant, approval(&a, chrono::Duration::minutes(5)), 1)
+                .await
+        ),
+        (Limit::PendingApprovals, 1)
+    );
+    store
+        .create_approval(
+            &TenantId::new("other"),
+            approval(&other, chrono::Duration::minutes(5)),
+            1,
+        )
+        .await
+        .unwrap();
+}
+
+pub async fn workspace_bytes_sum_open_sessions_of_the_tenant(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("acme");
+    let (a, b) = (session(&store, "acme").await, session(&store, "acme").await);
+    let other = session(&store, "other").await;
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 0);
+    store
+        .record_workspace_bytes(&tenant, &a, 1000)
+        .await
+        .unwrap();
+    store.record_workspace_bytes(&tenant, &b, 24).await.unwrap();
+    // A new measurement replaces the last one.
+    store
+        .record_workspace_bytes(&tenant, &a, 2000)
+        .await
+        .unwrap();
+    store
+        .record_workspace_bytes(&TenantId::new("other"), &other, 5)
+        .await
+        .unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 2024);
+    // Another tenant's session cannot be written to.
+    assert!(matches!(
+        store.record_workspace_bytes(&tenant, &other, 1).await,
+        Err(StoreError::NotFound)
+    ));
+    // A closed session no longer counts.
+    store.close_session(&tenant, &a).await.unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 24);
+    assert_eq!(
+        store
+            .workspace_bytes(&TenantId::new("other"))
+            .await
+            .unwrap(),
+        5
+    );
+}
