@@ -126,6 +126,8 @@ async fn every_sandbox_part_is_enforced_on_this_machine() {
         ("env", &report.env),
         ("filesystem", &report.filesystem),
         ("network", &report.network),
+        ("pid", &report.pid),
+        ("mount", &report.mount),
         ("rlimits", &report.rlimits),
     ] {
         assert_eq!(part.status, PartStatus::Enforced, "{name}: {part:?}");

@@ -130,7 +130,8 @@ pub struct RuntimeSettings {
     pub provider: ProviderConfig,
     pub workspaces_dir: PathBuf,
     pub data_dir: PathBuf,
-    pub sandbox_launcher: PathBuf,
+    /// The command sandbox (probed once when the runtime is built).
+    pub sandbox: SandboxConfig,
     pub max_concurrent_runs_per_tenant: u32,
     pub output_head_chars: usize,
     pub allow_private_webhooks: bool,
@@ -188,9 +189,7 @@ pub struct SessionRuntime {
 
 impl SessionRuntime {
     pub fn new(store: Arc<dyn Store>, settings: RuntimeSettings) -> Arc<Self> {
-        let sandbox = Arc::new(Sandbox::probe(SandboxConfig::new(
-            settings.sandbox_launcher.clone(),
-        )));
+        let sandbox = Arc::new(Sandbox::probe(settings.sandbox.clone()));
         let (hub, resumes) = approvals::ApprovalHub::new();
         Arc::new(Self {
             store,

@@ -11,6 +11,7 @@ mod fake_llm;
 #[path = "../support/pg.rs"]
 #[allow(dead_code)]
 mod pg;
+mod sandbox;
 #[path = "../support/server.rs"]
 mod server;
 mod support;

@@ -145,6 +145,40 @@ impl ServerProcess {
         }
     }
 
+    /// Runs `norma serve` expecting it to stop by itself during start-up (a refused
+    /// configuration): waits up to `within`, kills it if it is still running, and returns its
+    /// exit status. Its output is in [`Self::logs`].
+    pub fn run_to_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        assert!(self.child.is_none(), "server already running");
+        self.starts += 1;
+        let log = std::fs::File::create(self.log_path(self.starts)).expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_norma"));
+        command
+            .arg("serve")
+            .current_dir(self.root.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("NORMA_") || key == "RUST_LOG" {
+                command.env_remove(key);
+            }
+        }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        let mut child = command.spawn().expect("spawn norma serve");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().expect("child status") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                return child.wait().expect("reap norma serve");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Kills the child with SIGKILL (no shutdown code runs) and reaps it.
     pub fn kill(&mut self) {
         let mut child = self.child.take().expect("server running");
