@@ -6,10 +6,8 @@
 //! One module per area; each case is one `#[tokio::test]`.
 
 #[path = "../support/fake_llm.rs"]
-#[allow(dead_code)]
 mod fake_llm;
 #[path = "../support/pg.rs"]
-#[allow(dead_code)]
 mod pg;
 mod sandbox;
 #[path = "../support/server.rs"]
