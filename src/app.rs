@@ -35,12 +35,81 @@ pub enum StartError {
     Egress(#[from] crate::egress::EgressError),
     #[error("cannot locate the sandbox launcher: {0}")]
     Launcher(std::io::Error),
+    #[error(
+        "the {what} {path} lies in a directory sandboxed commands can read ({dir}); move it \
+         elsewhere (e.g. /var/lib/norma for data, /run/secrets for secrets)"
+    )]
+    SandboxExposure {
+        what: &'static str,
+        path: std::path::PathBuf,
+        dir: std::path::PathBuf,
+    },
     #[error("cannot bind {addr}: {source}")]
     Bind {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Refuses a data dir, configuration file or secret file inside a directory that sandboxed
+/// commands can read (a model could otherwise print the store, the signing key or the
+/// configuration through Bash).
+fn refuse_sandbox_exposure(
+    settings: &Settings,
+    sandbox: &crate::sandbox::SandboxConfig,
+) -> Result<(), StartError> {
+    let auth = &settings.auth;
+    let mut files: Vec<(&'static str, &std::path::Path)> =
+        vec![("data dir", settings.data_dir.as_path())];
+    if let Some(file) = &settings.config_file {
+        files.push(("configuration file", file));
+    }
+    if let Some(file) = &auth.hs256_secret_file {
+        files.push(("HS256 secret file", file));
+    }
+    if let Some(file) = &auth.jwks_file {
+        files.push(("JWKS file", file));
+    }
+    for key in &auth.public_keys {
+        files.push(("public key file", &key.pem_file));
+    }
+    let dirs = sandbox.readable_dirs();
+    for (what, path) in files {
+        if let Some(dir) = crate::sandbox::rootfs::readable_dir_containing(path, &dirs) {
+            return Err(StartError::SandboxExposure {
+                what,
+                path: path.to_path_buf(),
+                dir,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Logs, at start-up, why command tools are off when a required sandbox part is missing.
+fn warn_if_commands_unavailable(report: &crate::sandbox::SandboxReport) {
+    if let Some(reason) = report
+        .commands
+        .reason
+        .as_deref()
+        .filter(|_| !report.commands.available)
+    {
+        tracing::warn!(
+            reason,
+            "command sandbox incomplete: Bash, background tasks and shells are unavailable"
+        );
+    }
+    for part in crate::sandbox::SandboxPart::ALL {
+        let field = report.part(part);
+        if field.status == crate::sandbox::PartStatus::Unavailable {
+            tracing::warn!(
+                part = part.name(),
+                reason = field.reason.as_deref().unwrap_or(""),
+                "sandbox part unavailable"
+            );
+        }
+    }
 }
 
 /// A built, bound, not yet serving application.
@@ -52,6 +121,12 @@ pub struct App {
 impl App {
     /// Opens the store (applying migrations), sets up auth and binds the listener.
     pub async fn build(settings: Settings) -> Result<Self, StartError> {
+        let launcher = match &settings.sandbox_launcher {
+            Some(path) => path.clone(),
+            None => std::env::current_exe().map_err(StartError::Launcher)?,
+        };
+        let sandbox = crate::sandbox::SandboxConfig::from_settings(launcher, &settings.sandbox);
+        refuse_sandbox_exposure(&settings, &sandbox)?;
         let verifier = Arc::new(JwtVerifier::from_settings(
             &settings.auth,
             &settings.data_dir,
@@ -64,10 +139,6 @@ impl App {
             },
         )
         .await?;
-        let launcher = match &settings.sandbox_launcher {
-            Some(path) => path.clone(),
-            None => std::env::current_exe().map_err(StartError::Launcher)?,
-        };
         let egress = crate::egress::EgressClient::new(
             crate::egress::AddressPolicy::from_allow_private(settings.allow_private_webhooks),
         )?;
@@ -77,7 +148,7 @@ impl App {
                 provider: settings.provider.clone(),
                 workspaces_dir: settings.data_dir.join("workspaces"),
                 data_dir: settings.data_dir.clone(),
-                sandbox_launcher: launcher,
+                sandbox,
                 limits: settings.limits.clone(),
                 output_head_chars: settings.output_head_chars,
                 tenant_providers: settings.tenant_providers.clone(),
@@ -89,6 +160,7 @@ impl App {
             },
             egress,
         );
+        warn_if_commands_unavailable(runtime.sandbox().report());
         let listener =
             TcpListener::bind(settings.bind)
                 .await

@@ -74,6 +74,12 @@ pub struct Settings {
     /// The executable that runs sandboxed commands (`norma __sandbox-exec …`); defaults to
     /// this server's own binary.
     pub sandbox_launcher: Option<PathBuf>,
+    /// Which command-sandbox parts are required and which are turned off (`[sandbox]`).
+    pub sandbox: crate::sandbox::SandboxSettings,
+    /// The configuration file these settings were loaded from (set by [`Settings::load`];
+    /// start-up refuses it inside a directory sandboxed commands can read).
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
     /// This replica's name in run leases; defaults to the host name. Replicas sharing one
     /// database need distinct names; a restarted replica with the same name takes its
     /// unfinished runs back at once (others wait for the lease to expire).
@@ -146,6 +152,8 @@ impl Default for Settings {
             log: LogSettings::default(),
             provider: crate::llm::ProviderConfig::default(),
             sandbox_launcher: None,
+            sandbox: Default::default(),
+            config_file: None,
             replica_id: None,
             run_lease_seconds: 30,
             approval_park_after_ms: 5_000,
@@ -352,9 +360,10 @@ impl Settings {
                     .split("__"),
             )
             .merge(Serialized::defaults(overrides));
-        let settings: Settings = figment
+        let mut settings: Settings = figment
             .extract()
             .map_err(|error| ConfigError::Invalid(describe(error)))?;
+        settings.config_file = file.map(Path::to_path_buf);
         settings.validate()?;
         Ok(settings)
     }
@@ -375,6 +384,7 @@ impl Settings {
                 "output_head_chars must be at least 1000".into(),
             ));
         }
+        self.sandbox.validate().map_err(ConfigError::Invalid)?;
         if self.auth.issuer.is_empty() || self.auth.audience.is_empty() {
             return Err(ConfigError::Invalid(
                 "auth.issuer and auth.audience must not be empty".into(),
@@ -524,6 +534,43 @@ mod tests {
             jail.set_env("NORMA_DEV", "true");
             let settings = Settings::load(None, &Overrides::default()).unwrap();
             assert!(settings.allow_session_scripts && settings.dev);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn sandbox_require_and_disable_come_from_file_or_env() {
+        use crate::sandbox::SandboxPart;
+        figment::Jail::expect_with(|jail| {
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(settings.sandbox.require, SandboxPart::ALL.to_vec());
+            jail.create_file(
+                "norma.toml",
+                "[sandbox]\nrequire = [\"filesystem\", \"network\"]\n",
+            )?;
+            let settings =
+                Settings::load(Some(Path::new("norma.toml")), &Overrides::default()).unwrap();
+            assert_eq!(
+                settings.sandbox.require,
+                vec![SandboxPart::Filesystem, SandboxPart::Network]
+            );
+            assert_eq!(
+                settings.config_file.as_deref(),
+                Some(Path::new("norma.toml"))
+            );
+            jail.set_env("NORMA_SANDBOX__REQUIRE", "[]");
+            jail.set_env("NORMA_SANDBOX__DISABLE", "[mount, pid]");
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert!(settings.sandbox.require.is_empty());
+            assert_eq!(
+                settings.sandbox.disable,
+                vec![SandboxPart::Mount, SandboxPart::Pid]
+            );
+            jail.set_env("NORMA_SANDBOX__DISABLE", "[env]");
+            let error = Settings::load(None, &Overrides::default()).unwrap_err();
+            assert!(error.to_string().contains("env"), "{error}");
+            jail.set_env("NORMA_SANDBOX__DISABLE", "[bogus]");
+            assert!(Settings::load(None, &Overrides::default()).is_err());
             Ok(())
         });
     }

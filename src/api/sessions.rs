@@ -30,8 +30,10 @@ pub struct SessionResponse {
     /// The highest event sequence number written so far.
     pub last_event_seq: i64,
     /// What the command sandbox enforces for this session's Bash, tasks and shells: per part
-    /// (`env`, `filesystem`, `network`, `rlimits`) a `status` of `enforced`, `unavailable`
-    /// (with a `reason`) or `disabled`.
+    /// (`env`, `filesystem`, `mount`, `network`, `pid`, `rlimits`) a `status` of `enforced`,
+    /// `unavailable` (with a `reason`) or `disabled`; `required` (the parts that must be
+    /// enforced) and `commands` (`available`, and the `reason` when command tools answer
+    /// `SANDBOX_UNAVAILABLE`).
     #[schema(value_type = Object)]
     pub sandbox: crate::sandbox::SandboxReport,
 }

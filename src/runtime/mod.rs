@@ -143,7 +143,8 @@ pub struct RuntimeSettings {
     pub provider: ProviderConfig,
     pub workspaces_dir: PathBuf,
     pub data_dir: PathBuf,
-    pub sandbox_launcher: PathBuf,
+    /// The command sandbox (probed once when the runtime is built).
+    pub sandbox: SandboxConfig,
     /// Tenant limits: runs and queued prompts are checked by the store when a run is
     /// created or claimed; tasks, shells and streams are holds.
     pub limits: crate::limits::TenantLimits,
@@ -214,9 +215,7 @@ impl SessionRuntime {
         settings: RuntimeSettings,
         egress: EgressClient,
     ) -> Arc<Self> {
-        let sandbox = Arc::new(Sandbox::probe(SandboxConfig::new(
-            settings.sandbox_launcher.clone(),
-        )));
+        let sandbox = Arc::new(Sandbox::probe(settings.sandbox.clone()));
         let (hub, resumes) = approvals::ApprovalHub::new();
         let holds = crate::limits::Holds::new(
             store.clone(),

@@ -1,6 +1,10 @@
-//! Landlock rules the launcher applies to itself: writes only beneath the workspace (and a few
-//! device files), reads and execution on system directories, optionally no TCP bind/connect,
-//! and no signals or abstract-socket connections to processes outside the sandbox.
+//! Landlock rules the launcher applies to itself (the `filesystem` part, a second layer under
+//! the minimal root of [`super::rootfs`]): writes only beneath the workspace (plus the private
+//! `/tmp` when the minimal root is in place, and a few device files), reads and execution on
+//! the system directories, optionally no TCP bind/connect, and — scoped with ABI 6 — no
+//! signals to and no abstract UNIX socket connections with processes outside the sandbox.
+//! Without the minimal root this is the only filesystem layer: the data dir, `/run`, `/home`,
+//! `/var` and other workspaces are then unreadable, but `/proc` and `/sys` of the host are.
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
@@ -11,11 +15,9 @@ use std::path::PathBuf;
 /// The Landlock ABI the rules are written for (file access incl. ioctl, TCP, scopes).
 const TARGET_ABI: ABI = ABI::V6;
 
-/// Directories readable (and executable) by sandboxed commands when they exist.
-pub const SYSTEM_READ_DIRS: [&str; 13] = [
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",
-    "/sys", "/dev", "/run",
-];
+/// Directories readable (and executable) by sandboxed commands when they exist, besides
+/// [`super::rootfs::READ_ONLY_DIRS`].
+pub const KERNEL_READ_DIRS: [&str; 3] = ["/proc", "/sys", "/dev"];
 
 /// Device files a sandboxed command may write to.
 pub const WRITABLE_DEVICES: [&str; 5] = [
@@ -35,8 +37,10 @@ pub struct LandlockRequest {
     pub deny_tcp: bool,
     /// The only writable tree.
     pub workspace: PathBuf,
-    /// Readable trees besides [`SYSTEM_READ_DIRS`].
+    /// Readable trees besides the system directories.
     pub extra_read: Vec<PathBuf>,
+    /// `/tmp` is the sandbox's private tmpfs (the minimal root is in place): writable.
+    pub private_tmp: bool,
 }
 
 /// Applies the request to the calling process. `Ok` carries a note when only part of it is
@@ -59,8 +63,9 @@ pub fn apply(req: &LandlockRequest) -> Result<Option<String>, String> {
     let mut created = ruleset.create().map_err(|e| e.to_string())?;
     if req.filesystem {
         let read = AccessFs::from_read(TARGET_ABI);
-        for dir in SYSTEM_READ_DIRS
+        for dir in super::rootfs::READ_ONLY_DIRS
             .iter()
+            .chain(KERNEL_READ_DIRS.iter())
             .map(PathBuf::from)
             .chain(req.extra_read.iter().cloned())
         {
@@ -76,6 +81,12 @@ pub fn apply(req: &LandlockRequest) -> Result<Option<String>, String> {
                     .add_rule(PathBeneath::new(fd, AccessFs::from_file(TARGET_ABI)))
                     .map_err(|e| format!("{dev}: {e}"))?;
             }
+        }
+        if req.private_tmp {
+            let tmp = PathFd::new("/tmp").map_err(|e| format!("/tmp: {e}"))?;
+            created = created
+                .add_rule(PathBeneath::new(tmp, AccessFs::from_all(TARGET_ABI)))
+                .map_err(|e| format!("/tmp: {e}"))?;
         }
         let ws =
             PathFd::new(&req.workspace).map_err(|e| format!("{}: {e}", req.workspace.display()))?;

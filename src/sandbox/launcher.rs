@@ -1,8 +1,8 @@
 //! The sandbox launcher: `norma __sandbox-exec [options] -- PROGRAM ARGS…`.
 //!
 //! A fresh single-threaded process (no tokio runtime) applies the restrictions to itself —
-//! network namespace, Landlock, rlimits, environment allowlist — and then `exec`s the program,
-//! the way codex-linux-sandbox does. Applying them in `pre_exec` of the multi-threaded server
+//! user, network, PID and mount namespaces, the minimal root, Landlock, rlimits, environment
+//! allowlist — and then `exec`s the program, the way codex-linux-sandbox and bubblewrap do. Applying them in `pre_exec` of the multi-threaded server
 //! would be fragile (`unshare(CLONE_NEWUSER)` even refuses multi-threaded callers).
 //!
 //! Every requested restriction is mandatory: if one cannot be applied the launcher prints
@@ -10,10 +10,13 @@
 //! anything. With `--probe` it instead applies what it can and prints a JSON [`ProbeResult`].
 
 use super::landlock::{self as ll, LandlockRequest};
+use super::namespaces::{self, Namespaces};
 use super::rlimits::Rlimits;
-use super::{env, lifetime, netns};
+use super::rootfs::{self, RootSpec};
+use super::{env, lifetime};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
+use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
@@ -29,8 +32,14 @@ pub struct LaunchOptions {
     pub workspace: PathBuf,
     /// Apply Landlock filesystem rules.
     pub filesystem: bool,
-    /// Deny network access.
+    /// Deny TCP bind/connect with Landlock.
     pub deny_network: bool,
+    /// Run in a network namespace of its own (no interface up).
+    pub netns: bool,
+    /// Run as PID 1 of a PID namespace of its own, killed with the server.
+    pub pidns: bool,
+    /// Run in a mount namespace of its own, in the minimal root (needs `pidns`).
+    pub mountns: bool,
     /// Limits to set before `exec`.
     pub rlimits: Option<Rlimits>,
     /// Readable trees besides the system directories.
@@ -41,13 +50,19 @@ pub struct LaunchOptions {
     pub program: Vec<OsString>,
 }
 
-/// What a probe run could enforce; `Err` strings are the reasons.
+/// What a probe run could enforce; `Err` strings are the reasons. Each namespace part is
+/// tried in a child process of its own, the rest in the probe process.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProbeResult {
-    /// Landlock file rules: an optional partial-enforcement note, or why they failed.
-    pub filesystem: Result<Option<String>, String>,
-    /// How network denial holds, or why it failed.
-    pub network: Result<String, String>,
+    /// Landlock (file rules, TCP rules, scopes as requested): an optional
+    /// partial-enforcement note, or why it failed.
+    pub landlock: Result<Option<String>, String>,
+    /// Whether a user + network namespace could be entered.
+    pub netns: Result<(), String>,
+    /// Whether a user + PID namespace could be entered as its PID 1.
+    pub pidns: Result<(), String>,
+    /// Whether the minimal root could be built and entered.
+    pub mountns: Result<(), String>,
     /// Whether the rlimits could be set.
     pub rlimits: Result<(), String>,
 }
@@ -63,6 +78,15 @@ impl LaunchOptions {
         }
         if self.deny_network {
             args.push("--deny-net".into());
+        }
+        for (on, flag) in [
+            (self.netns, "--netns"),
+            (self.pidns, "--pidns"),
+            (self.mountns, "--mountns"),
+        ] {
+            if on {
+                args.push(flag.into());
+            }
         }
         for path in &self.extra_read {
             args.push("--read".into());
@@ -107,6 +131,9 @@ impl LaunchOptions {
                 "--workspace" => opts.workspace = PathBuf::from(value()?),
                 "--fs" => opts.filesystem = true,
                 "--deny-net" => opts.deny_network = true,
+                "--netns" => opts.netns = true,
+                "--pidns" => opts.pidns = true,
+                "--mountns" => opts.mountns = true,
                 "--read" => opts.extra_read.push(PathBuf::from(value()?)),
                 "--cpu" => limits.cpu_seconds = Some(number(value()?)?),
                 "--as" => limits.address_space_bytes = Some(number(value()?)?),
@@ -180,30 +207,28 @@ fn allowed_env() -> Vec<(OsString, OsString)> {
         .collect()
 }
 
-/// Applies every requested restriction; the first failure is returned.
+/// Applies every requested restriction; the first failure is returned. With `pidns` the
+/// calling process stays behind as the waiting parent and only the child returns.
 fn restrict(opts: &LaunchOptions) -> Result<(), String> {
-    let mut netns_ok = false;
-    if opts.deny_network {
-        // The namespace is the primary mechanism; Landlock's TCP rules are the fallback
-        // and are applied in addition whenever they are available.
-        netns_ok = netns::enter_isolated_netns().is_ok();
+    lifetime::die_with_parent()?;
+    if opts.mountns && !opts.pidns {
+        return Err("the minimal root needs the PID namespace (a /proc of its own)".into());
     }
-    // Before Landlock (it needs /proc/self writes when it makes its own user namespace).
-    // Where namespaces are unavailable the command still runs, without this containment.
-    let _ = lifetime::contain(netns_ok);
+    if opts.netns || opts.pidns || opts.mountns {
+        namespaces::enter(Namespaces {
+            network: opts.netns,
+            pid: opts.pidns,
+            mount: opts.mountns,
+        })?;
+    }
+    if opts.pidns {
+        lifetime::fork_as_pid1()?;
+    }
+    if opts.mountns {
+        rootfs::enter_minimal_root(&root_spec(opts))?;
+    }
     if opts.filesystem || opts.deny_network {
-        let req = LandlockRequest {
-            filesystem: opts.filesystem,
-            deny_tcp: opts.deny_network,
-            workspace: opts.workspace.clone(),
-            extra_read: opts.extra_read.clone(),
-        };
-        match ll::apply(&req) {
-            Ok(_) => {}
-            // Network denial already holds through the namespace.
-            Err(_) if !opts.filesystem && netns_ok => {}
-            Err(e) => return Err(format!("landlock: {e}")),
-        }
+        ll::apply(&landlock_request(opts)).map_err(|e| format!("landlock: {e}"))?;
     }
     if let Some(limits) = &opts.rlimits {
         limits.apply().map_err(|e| format!("setrlimit: {e}"))?;
@@ -211,41 +236,137 @@ fn restrict(opts: &LaunchOptions) -> Result<(), String> {
     Ok(())
 }
 
-/// Tries each restriction independently and reports the outcome.
-fn probe(opts: &LaunchOptions) -> ProbeResult {
-    let netns = if opts.deny_network {
-        netns::enter_isolated_netns().map(|()| "unshared user+network namespace".to_string())
-    } else {
-        Err("not requested".to_string())
-    };
-    let req = LandlockRequest {
+fn root_spec(opts: &LaunchOptions) -> RootSpec {
+    RootSpec {
+        workspace: opts.workspace.clone(),
+        extra_read: opts.extra_read.clone(),
+    }
+}
+
+fn landlock_request(opts: &LaunchOptions) -> LandlockRequest {
+    LandlockRequest {
         filesystem: opts.filesystem,
         deny_tcp: opts.deny_network,
         workspace: opts.workspace.clone(),
         extra_read: opts.extra_read.clone(),
+        private_tmp: opts.mountns,
+    }
+}
+
+/// Tries each restriction independently and reports the outcome: the namespace parts each in
+/// a child process (so one failing does not hide another), then Landlock and rlimits here.
+fn probe(opts: &LaunchOptions) -> ProbeResult {
+    let not_requested = || Err("not requested".to_string());
+    let netns = if opts.netns {
+        in_child(|| {
+            namespaces::enter(Namespaces {
+                network: true,
+                ..Namespaces::default()
+            })
+        })
+    } else {
+        not_requested()
     };
-    let landlock = ll::apply(&req);
-    let network = match (&netns, &landlock) {
-        (Ok(how), _) => Ok(how.clone()),
-        (Err(ns), Ok(_)) if opts.deny_network => Ok(format!(
-            "landlock denies TCP bind/connect (UDP not covered); namespace failed: {ns}"
-        )),
-        (Err(ns), Err(ll)) => Err(format!("namespace: {ns}; landlock: {ll}")),
-        (Err(ns), Ok(_)) => Err(ns.clone()),
+    let pidns = if opts.pidns {
+        in_child(|| {
+            namespaces::enter(Namespaces {
+                pid: true,
+                ..Namespaces::default()
+            })?;
+            lifetime::fork_as_pid1()?;
+            if std::process::id() == 1 {
+                Ok(())
+            } else {
+                Err("the forked child is not PID 1 of its namespace".into())
+            }
+        })
+    } else {
+        not_requested()
     };
-    let filesystem = if opts.filesystem {
-        landlock
+    let mountns = if !opts.mountns {
+        not_requested()
+    } else if !opts.pidns {
+        Err("needs the pid part: the minimal root mounts a /proc of the command's own PID namespace".into())
+    } else {
+        in_child(|| {
+            namespaces::enter(Namespaces {
+                network: false,
+                pid: true,
+                mount: true,
+            })?;
+            lifetime::fork_as_pid1()?;
+            rootfs::enter_minimal_root(&root_spec(opts))?;
+            let own_proc_only = std::fs::read_dir("/proc")
+                .map_err(|e| format!("/proc: {e}"))?
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+                .count()
+                == 1;
+            if !own_proc_only {
+                return Err("the new /proc shows processes of other namespaces".into());
+            }
+            if std::path::Path::new("/oldroot").exists() || std::path::Path::new("/run").exists() {
+                return Err("the host root is still reachable".into());
+            }
+            Ok(())
+        })
+    };
+    let landlock = if opts.filesystem || opts.deny_network {
+        ll::apply(&LandlockRequest {
+            private_tmp: false,
+            ..landlock_request(opts)
+        })
     } else {
         Err("not requested".to_string())
     };
     let rlimits = match &opts.rlimits {
         Some(limits) => limits.apply(),
-        None => Err("not requested".to_string()),
+        None => not_requested(),
     };
     ProbeResult {
-        filesystem,
-        network,
+        landlock,
+        netns,
+        pidns,
+        mountns,
         rlimits,
+    }
+}
+
+/// Runs `check` in a forked child and returns its outcome (the error text travels back
+/// through a pipe). Only for the single-threaded launcher.
+fn in_child(check: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    let (read_end, write_end) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: the launcher is single-threaded, so the child may run arbitrary code.
+    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+        nix::unistd::ForkResult::Child => {
+            drop(read_end);
+            let code = match check() {
+                Ok(()) => 0,
+                Err(message) => {
+                    let _ = std::fs::File::from(write_end).write_all(message.as_bytes());
+                    1
+                }
+            };
+            std::process::exit(code)
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(write_end);
+            let mut message = String::new();
+            let _ = std::fs::File::from(read_end)
+                .take(64 * 1024)
+                .read_to_string(&mut message);
+            let status = loop {
+                match nix::sys::wait::waitpid(child, None) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    other => break other,
+                }
+            };
+            match status {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+                _ if !message.is_empty() => Err(message),
+                other => Err(format!("probe child ended with {other:?}")),
+            }
+        }
     }
 }
 
@@ -259,6 +380,9 @@ mod tests {
             workspace: "/ws".into(),
             filesystem: true,
             deny_network: true,
+            netns: true,
+            pidns: true,
+            mountns: true,
             rlimits: Some(Rlimits::default()),
             extra_read: vec!["/data/ro".into()],
             probe: false,

@@ -1,5 +1,6 @@
-//! The command sandbox shared by Bash and the PTY shells (D5): scrubbed environment,
-//! Landlock-confined writes, network denial, rlimits.
+//! The command sandbox shared by Bash, background tasks and the PTY shells (D5): scrubbed
+//! environment, a minimal filesystem in a mount namespace, Landlock-confined writes, network
+//! denial, a PID namespace tied to the server's lifetime, rlimits.
 //!
 //! The server never applies restrictions to itself. Each command is started through the
 //! launcher (`<norma exe> __sandbox-exec …`, see [`launcher`]), which restricts itself and then
@@ -7,72 +8,30 @@
 //! per part in a [`SandboxReport`]; a part reported `enforced` is mandatory for every command
 //! (the launcher refuses to run if it cannot apply it), a part reported `unavailable` carries
 //! the reason and is not requested.
+//!
+//! The sandbox fails closed: the parts listed in `sandbox.require` (all of them by default)
+//! must be enforced, otherwise command tools are unavailable ([`Sandbox::launch_spec`] answers
+//! [`SandboxUnavailable`], which the tools report as `SANDBOX_UNAVAILABLE`) and the report's
+//! `commands` field says why. An operator opts out by requiring fewer parts.
 
 pub mod env;
 pub mod landlock;
 pub mod launcher;
 pub mod lifetime;
-pub mod netns;
+pub mod namespaces;
 pub mod policy;
+pub mod report;
 pub mod rlimits;
+pub mod rootfs;
+pub mod settings;
 
 use launcher::{LaunchOptions, ProbeResult};
+pub use report::{CommandsStatus, Part, PartStatus, SandboxReport};
 use rlimits::Rlimits;
 use serde::{Deserialize, Serialize};
+pub use settings::{SandboxPart, SandboxSettings};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-
-/// How one sandbox part stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PartStatus {
-    Enforced,
-    Unavailable,
-    Disabled,
-}
-
-/// One machine-readable sandbox field.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Part {
-    pub status: PartStatus,
-    /// How it is enforced, why it is unavailable, or why it is disabled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-impl Part {
-    fn enforced(how: impl Into<String>) -> Self {
-        Self {
-            status: PartStatus::Enforced,
-            reason: Some(how.into()),
-        }
-    }
-    fn unavailable(why: impl Into<String>) -> Self {
-        Self {
-            status: PartStatus::Unavailable,
-            reason: Some(why.into()),
-        }
-    }
-    fn disabled(why: impl Into<String>) -> Self {
-        Self {
-            status: PartStatus::Disabled,
-            reason: Some(why.into()),
-        }
-    }
-    /// True when the part is enforced.
-    pub fn is_enforced(&self) -> bool {
-        self.status == PartStatus::Enforced
-    }
-}
-
-/// What the sandbox enforces on this machine, per part (reported as session fields).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SandboxReport {
-    pub env: Part,
-    pub filesystem: Part,
-    pub network: Part,
-    pub rlimits: Part,
-}
 
 /// Whether sandboxed commands may use the network.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,23 +50,66 @@ pub struct SandboxConfig {
     /// Confine writes to the workspace with Landlock.
     pub filesystem: bool,
     pub network: NetworkPolicy,
+    /// Run commands as PID 1 of their own PID namespace, killed with the server.
+    pub pid: bool,
+    /// Run commands in the minimal root of a mount namespace of their own.
+    pub mount: bool,
     pub rlimits: Rlimits,
     /// Extra read-only trees besides the system directories.
     pub extra_read: Vec<PathBuf>,
+    /// Parts that must be enforced for command tools to be available.
+    pub require: Vec<SandboxPart>,
 }
 
 impl SandboxConfig {
-    /// Full confinement with default limits, launched through `launcher`.
+    /// Full confinement with default limits, every part required, launched through
+    /// `launcher`.
     pub fn new(launcher: impl Into<PathBuf>) -> Self {
         Self {
             launcher: launcher.into(),
             filesystem: true,
             network: NetworkPolicy::Deny,
+            pid: true,
+            mount: true,
             rlimits: Rlimits::default(),
             extra_read: Vec::new(),
+            require: SandboxPart::ALL.to_vec(),
         }
     }
+
+    /// The configuration `settings` describe (parts turned off by `sandbox.disable`, the
+    /// `sandbox.require` list), launched through `launcher`.
+    pub fn from_settings(launcher: impl Into<PathBuf>, settings: &SandboxSettings) -> Self {
+        let mut config = Self::new(launcher);
+        for part in &settings.disable {
+            match part {
+                SandboxPart::Env => {} // refused by settings validation: never off
+                SandboxPart::Filesystem => config.filesystem = false,
+                SandboxPart::Mount => config.mount = false,
+                SandboxPart::Network => config.network = NetworkPolicy::Allow,
+                SandboxPart::Pid => config.pid = false,
+                SandboxPart::Rlimits => config.rlimits = Rlimits::none(),
+            }
+        }
+        config.require = settings.require.clone();
+        config
+    }
+
+    /// Directories whose content sandboxed commands can read: the system directories and
+    /// the extra read-only trees (start-up refuses data dirs and secret files there).
+    pub fn readable_dirs(&self) -> Vec<PathBuf> {
+        rootfs::READ_ONLY_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .chain(self.extra_read.iter().cloned())
+            .collect()
+    }
 }
+
+/// Command tools are off: a required sandbox part is not enforced on this server.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SandboxUnavailable(pub String);
 
 /// The program and arguments a sandboxed command is started with.
 #[derive(Clone, Debug, PartialEq)]
@@ -124,14 +126,20 @@ pub struct LaunchSpec {
 pub struct Sandbox {
     config: SandboxConfig,
     report: SandboxReport,
+    /// What the probe found for the namespaces and Landlock (decides the launch flags).
+    probe: Option<ProbeResult>,
 }
 
 impl Sandbox {
     /// Probes the machine once by running the launcher in probe mode in a scratch directory.
     pub fn probe(config: SandboxConfig) -> Self {
         let result = run_probe(&config);
-        let report = report_from(&config, result);
-        Self { config, report }
+        let report = report::build(&config, &result);
+        Self {
+            config,
+            report,
+            probe: result.ok(),
+        }
     }
 
     /// The probed report.
@@ -143,13 +151,40 @@ impl Sandbox {
         &self.config
     }
 
+    /// Whether command tools may run: `Err` with the reason when a required part is not
+    /// enforced.
+    pub fn commands_available(&self) -> Result<(), SandboxUnavailable> {
+        match &self.report.commands {
+            CommandsStatus {
+                available: true, ..
+            } => Ok(()),
+            CommandsStatus { reason, .. } => {
+                Err(SandboxUnavailable(reason.clone().unwrap_or_else(|| {
+                    "the command sandbox is unavailable".into()
+                })))
+            }
+        }
+    }
+
     /// How to start `program` (e.g. `["/bin/bash", "-c", cmd]`) sandboxed in `workspace`,
-    /// requesting exactly the parts the probe found enforceable.
-    pub fn launch_spec(&self, workspace: &Path, program: &[&str], term: &str) -> LaunchSpec {
+    /// requesting exactly the parts the probe found enforceable; refused when a required part
+    /// is not enforced.
+    pub fn launch_spec(
+        &self,
+        workspace: &Path,
+        program: &[&str],
+        term: &str,
+    ) -> Result<LaunchSpec, SandboxUnavailable> {
+        self.commands_available()?;
+        let probed = |f: fn(&ProbeResult) -> bool| self.probe.as_ref().is_some_and(f);
+        let network = self.report.network.is_enforced();
         let opts = LaunchOptions {
             workspace: workspace.to_path_buf(),
             filesystem: self.report.filesystem.is_enforced(),
-            deny_network: self.report.network.is_enforced(),
+            deny_network: network && probed(|p| p.landlock.is_ok()),
+            netns: network && probed(|p| p.netns.is_ok()),
+            pidns: self.report.pid.is_enforced(),
+            mountns: self.report.mount.is_enforced(),
             rlimits: self
                 .report
                 .rlimits
@@ -159,12 +194,12 @@ impl Sandbox {
             probe: false,
             program: program.iter().map(OsString::from).collect(),
         };
-        LaunchSpec {
+        Ok(LaunchSpec {
             program: self.config.launcher.clone(),
             args: opts.to_args(),
             env: env::scrubbed_env(workspace, term),
             cwd: workspace.to_path_buf(),
-        }
+        })
     }
 }
 
@@ -174,10 +209,14 @@ fn run_probe(config: &SandboxConfig) -> Result<ProbeResult, String> {
         uuid::Uuid::new_v4().simple()
     ));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("probe directory: {e}"))?;
+    let deny = config.network == NetworkPolicy::Deny;
     let opts = LaunchOptions {
         workspace: scratch.clone(),
         filesystem: config.filesystem,
-        deny_network: config.network == NetworkPolicy::Deny,
+        deny_network: deny,
+        netns: deny,
+        pidns: config.pid,
+        mountns: config.mount,
         rlimits: config.rlimits.any().then(|| config.rlimits.clone()),
         extra_read: config.extra_read.clone(),
         probe: true,
@@ -200,68 +239,22 @@ fn run_probe(config: &SandboxConfig) -> Result<ProbeResult, String> {
     serde_json::from_slice(&output.stdout).map_err(|e| format!("launcher probe output: {e}"))
 }
 
-fn report_from(config: &SandboxConfig, result: Result<ProbeResult, String>) -> SandboxReport {
-    let env = Part::enforced("environment rebuilt from PATH, HOME, LANG, TERM only");
-    let probe = match result {
-        Ok(probe) => probe,
-        Err(why) => {
-            let part = |wanted: bool, what: &str| {
-                if wanted {
-                    Part::unavailable(why.clone())
-                } else {
-                    Part::disabled(format!("{what} disabled by configuration"))
-                }
-            };
-            return SandboxReport {
-                env,
-                filesystem: part(config.filesystem, "filesystem confinement"),
-                network: part(config.network == NetworkPolicy::Deny, "network denial"),
-                rlimits: part(config.rlimits.any(), "rlimits"),
-            };
-        }
-    };
-    let filesystem = if !config.filesystem {
-        Part::disabled("filesystem confinement disabled by configuration")
-    } else {
-        match probe.filesystem {
-            Ok(None) => Part::enforced("landlock: writes only beneath the workspace"),
-            Ok(Some(note)) => Part::enforced(note),
-            Err(why) => Part::unavailable(why),
-        }
-    };
-    let network = match config.network {
-        NetworkPolicy::Allow => Part::disabled("network allowed by configuration"),
-        NetworkPolicy::Deny => match probe.network {
-            Ok(how) => Part::enforced(how),
-            Err(why) => Part::unavailable(why),
-        },
-    };
-    let rlimits = if !config.rlimits.any() {
-        Part::disabled("no rlimits configured")
-    } else {
-        match probe.rlimits {
-            Ok(()) => Part::enforced("RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE"),
-            Err(why) => Part::unavailable(why),
-        }
-    };
-    SandboxReport {
-        env,
-        filesystem,
-        network,
-        rlimits,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_missing_launcher_reports_unavailable_never_enforced() {
+    fn a_missing_launcher_reports_unavailable_never_enforced_and_refuses_commands() {
         let sandbox = Sandbox::probe(SandboxConfig::new("/nonexistent/norma"));
         let report = sandbox.report();
         assert_eq!(report.env.status, PartStatus::Enforced);
-        for part in [&report.filesystem, &report.network, &report.rlimits] {
+        for part in [
+            &report.filesystem,
+            &report.network,
+            &report.pid,
+            &report.mount,
+            &report.rlimits,
+        ] {
             assert_eq!(part.status, PartStatus::Unavailable, "{part:?}");
             assert!(
                 part.reason
@@ -269,19 +262,45 @@ mod tests {
                     .is_some_and(|r| r.contains("launcher"))
             );
         }
-        let spec = sandbox.launch_spec(Path::new("/ws"), &["/bin/true"], "dumb");
-        assert!(!spec.args.iter().any(|a| a == "--fs" || a == "--deny-net"));
+        assert!(!report.commands.available);
+        let err = sandbox
+            .launch_spec(Path::new("/ws"), &["/bin/true"], "dumb")
+            .unwrap_err();
+        assert!(err.0.contains("filesystem"), "{err}");
+    }
+
+    #[test]
+    fn opting_out_of_every_part_runs_commands_with_what_is_left() {
+        let mut config = SandboxConfig::new("/nonexistent/norma");
+        config.require = vec![SandboxPart::Env];
+        let sandbox = Sandbox::probe(config);
+        assert!(sandbox.report().commands.available);
+        let spec = sandbox
+            .launch_spec(Path::new("/ws"), &["/bin/true"], "dumb")
+            .expect("opted out");
+        for flag in ["--fs", "--deny-net", "--netns", "--pidns", "--mountns"] {
+            assert!(!spec.args.iter().any(|a| a == flag), "{flag}");
+        }
     }
 
     #[test]
     fn disabled_parts_are_reported_disabled() {
-        let mut config = SandboxConfig::new("/nonexistent/norma");
-        config.filesystem = false;
-        config.network = NetworkPolicy::Allow;
-        config.rlimits = Rlimits::none();
+        let settings = SandboxSettings {
+            require: vec![SandboxPart::Env],
+            disable: vec![
+                SandboxPart::Filesystem,
+                SandboxPart::Network,
+                SandboxPart::Pid,
+                SandboxPart::Mount,
+                SandboxPart::Rlimits,
+            ],
+        };
+        let config = SandboxConfig::from_settings("/nonexistent/norma", &settings);
         let report = Sandbox::probe(config).report().clone();
         assert_eq!(report.filesystem.status, PartStatus::Disabled);
         assert_eq!(report.network.status, PartStatus::Disabled);
+        assert_eq!(report.pid.status, PartStatus::Disabled);
+        assert_eq!(report.mount.status, PartStatus::Disabled);
         assert_eq!(report.rlimits.status, PartStatus::Disabled);
     }
 }

@@ -12,6 +12,7 @@ mod fake_llm;
 mod limits;
 #[path = "../support/pg.rs"]
 mod pg;
+mod sandbox;
 #[path = "../support/server.rs"]
 mod server;
 mod support;

@@ -138,9 +138,10 @@ impl Tool for BashTool {
         let input: Input = parse_input(input)?;
         check_command(&input.command)?;
         let ws = Workspace::for_tool(ctx.workspace.as_ref())?;
-        let spec =
-            self.sandbox
-                .launch_spec(ws.root(), &["/bin/bash", "-c", &input.command], "dumb");
+        let spec = self
+            .sandbox
+            .launch_spec(ws.root(), &["/bin/bash", "-c", &input.command], "dumb")
+            .map_err(super::sandbox_unavailable)?;
         if input.run_in_background {
             let hold = self.tasks.take_hold().await?;
             let info = self

@@ -42,6 +42,8 @@ pub mod codes {
     pub const PATTERN_INVALID: &str = "PATTERN_INVALID";
     pub const COMMAND_DENIED: &str = "COMMAND_DENIED";
     pub const SANDBOX_FAILED: &str = "SANDBOX_FAILED";
+    /// A required sandbox part is not enforced on this server: command tools are off.
+    pub const SANDBOX_UNAVAILABLE: &str = "SANDBOX_UNAVAILABLE";
     pub const TASK_NOT_FOUND: &str = "TASK_NOT_FOUND";
     pub const SHELL_NOT_FOUND: &str = "SHELL_NOT_FOUND";
     pub const SHELL_CLOSED: &str = "SHELL_CLOSED";
@@ -116,6 +118,11 @@ pub fn state_tools(store: Arc<dyn Store>, tenant: TenantId, session: SessionId) 
         )),
         Arc::new(memory::MemoryTool::new(store, tenant)),
     ]
+}
+
+/// A refused command launch as a model-visible tool error.
+pub(crate) fn sandbox_unavailable(error: crate::sandbox::SandboxUnavailable) -> ToolError {
+    ToolError::new(codes::SANDBOX_UNAVAILABLE, error.0)
 }
 
 /// Code of a tool error caused by the store being unreachable.

@@ -245,7 +245,8 @@ impl Tool for ShellStartTool {
         };
         let spec = self
             .sandbox
-            .launch_spec(ws.root(), &program, "xterm-256color");
+            .launch_spec(ws.root(), &program, "xterm-256color")
+            .map_err(super::sandbox_unavailable)?;
         let rows = input.rows.unwrap_or(24);
         let size = PtySize {
             rows,

@@ -1,0 +1,81 @@
+//! The `[sandbox]` settings: which parts must be enforced for command tools to run
+//! (`require`), and which parts the operator turns off (`disable`).
+
+use serde::{Deserialize, Serialize};
+
+/// One part of the command sandbox, as named in settings and in the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxPart {
+    /// The environment rebuilt from an allowlist (always enforced; cannot be disabled).
+    Env,
+    /// Landlock: writes only beneath the workspace, reads only of system directories.
+    Filesystem,
+    /// The minimal root in a mount namespace of its own.
+    Mount,
+    /// No network: a network namespace of its own, Landlock TCP rules.
+    Network,
+    /// PID 1 of a PID namespace of its own, killed with the server.
+    Pid,
+    /// CPU time, address space, process and file size limits.
+    Rlimits,
+}
+
+impl SandboxPart {
+    /// Every part, in report order.
+    pub const ALL: [SandboxPart; 6] = [
+        SandboxPart::Env,
+        SandboxPart::Filesystem,
+        SandboxPart::Mount,
+        SandboxPart::Network,
+        SandboxPart::Pid,
+        SandboxPart::Rlimits,
+    ];
+
+    /// The part's name in settings and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            SandboxPart::Env => "env",
+            SandboxPart::Filesystem => "filesystem",
+            SandboxPart::Mount => "mount",
+            SandboxPart::Network => "network",
+            SandboxPart::Pid => "pid",
+            SandboxPart::Rlimits => "rlimits",
+        }
+    }
+}
+
+/// `[sandbox]` in the configuration file, `NORMA_SANDBOX__*` in the environment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxSettings {
+    /// Parts that must be enforced, or command tools (Bash, background tasks, Shell*) are
+    /// unavailable. Default: every part. `[]` runs commands with whatever the machine
+    /// enforces.
+    pub require: Vec<SandboxPart>,
+    /// Parts turned off (reported `disabled`); `env` cannot be turned off. A disabled part
+    /// that is also required makes command tools unavailable.
+    pub disable: Vec<SandboxPart>,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        Self {
+            require: SandboxPart::ALL.to_vec(),
+            disable: Vec::new(),
+        }
+    }
+}
+
+impl SandboxSettings {
+    /// Refuses turning off the environment scrub.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.disable.contains(&SandboxPart::Env) {
+            return Err(
+                "sandbox.disable cannot contain \"env\": commands never inherit the server's environment"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
