@@ -75,6 +75,9 @@ pub struct Settings {
     /// waits for a human: the run resumes from the store on the answer or at expiry); `0`
     /// never parks.
     pub approval_park_after_ms: u64,
+    /// On SIGTERM/SIGINT: how long tool calls already executing may run on to record their
+    /// results before the server stops them (their runs are handed off either way).
+    pub shutdown_grace_seconds: u64,
 }
 
 impl Settings {
@@ -113,6 +116,7 @@ impl Default for Settings {
             replica_id: None,
             run_lease_seconds: 30,
             approval_park_after_ms: 5_000,
+            shutdown_grace_seconds: 10,
         }
     }
 }

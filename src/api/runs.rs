@@ -55,6 +55,10 @@ impl From<RuntimeError> for ApiError {
                 format!("a UserPromptSubmit hook blocked the prompt: {reason}"),
             ),
             RuntimeError::NoSuchRun => ApiError::not_found("run"),
+            RuntimeError::ShuttingDown => ApiError::new(
+                ErrorCode::ShuttingDown,
+                "this replica is shutting down; retry the prompt on another replica",
+            ),
             RuntimeError::Store(error) => error.into(),
             RuntimeError::Setup(reason) => {
                 tracing::error!(%reason, "cannot prepare run");
@@ -85,7 +89,8 @@ pub(crate) async fn load_owned_session(
     responses((status = 202, body = PromptAccepted),
               (status = 404, body = ErrorBody),
               (status = 409, description = "SESSION_BUSY, SESSION_CLOSED or APPROVAL_PENDING", body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+              (status = 422, body = ErrorBody),
+              (status = 503, description = "SHUTTING_DOWN: this replica is stopping; retry on another", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn post_prompt(
     State(state): State<AppState>,

@@ -259,6 +259,8 @@ pub struct RunApprover {
     /// How long a call waits in process for its answer before the run parks (`None`: never).
     pub park_after: Option<Duration>,
     pub park: Arc<ParkState>,
+    /// Cancelled when the replica shuts down: a waiting call parks at once.
+    pub handoff: CancellationToken,
 }
 
 impl RunApprover {
@@ -511,6 +513,12 @@ impl Approver for RunApprover {
         let settled = tokio::select! {
             // Parking: no task waits for a human; the run resumes from the store on the answer.
             () = tokio::time::sleep(park_after.unwrap_or_default()), if park_after.is_some() => {
+                self.hub.forget(&id);
+                self.park.park(&record.id, record.expires_at);
+                return ApprovalAnswer::Parked;
+            }
+            // Shutting down: park now, as after `park_after`; the next replica resumes it.
+            () = self.handoff.cancelled() => {
                 self.hub.forget(&id);
                 self.park.park(&record.id, record.expires_at);
                 return ApprovalAnswer::Parked;
