@@ -8,10 +8,18 @@
 //!   next replica, an SSE client gets `reconnect`, and the process exits within a bound;
 //! - a stuck command past the grace period does not keep the process alive: it is killed and
 //!   reports `INTERRUPTED` on the next replica;
+//! - a call waiting in process for its approval parks at once: the same request stays pending
+//!   and is answered on the next replica, the call runs once;
+//! - a model stream in flight is abandoned at once and issued again on the next replica;
 //! - a second SIGTERM during the shutdown exits at once.
+//!
+//! Where waiting would be the bug (an approval wait, a model stream), the grace period is
+//! 600 s: only the hand-off lets the process exit within the bound.
 //!
 //! In every case the transcript's seqs are 1..=N with no gap and no duplicate.
 
+#[path = "support/fake_llm.rs"]
+mod fake_llm;
 #[path = "support/pg.rs"]
 mod pg;
 #[path = "support/server.rs"]
@@ -20,6 +28,7 @@ mod server;
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
+use fake_llm::{FakeLlm, Reply, anthropic as an};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use server::{ServerProcess, summarize};
@@ -108,6 +117,8 @@ macro_rules! on_both_backends {
 on_both_backends! {
     sigterm_between_two_calls_hands_the_run_off => sigterm_between_two_calls;
     stuck_tool_past_the_grace_period_is_interrupted => stuck_tool_past_grace;
+    approval_wait_parks_and_stays_answerable => approval_wait_parks;
+    model_stream_in_flight_is_abandoned => model_stream_abandoned;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -475,4 +486,206 @@ async fn second_sigterm_exits_at_once() {
         "exit status of the second signal: {status}"
     );
     wait_process(&sleep, false).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A call waiting in process for its approval
+// ---------------------------------------------------------------------------------------------
+
+async fn approval_wait_parks(backend: Backend) {
+    let env = [
+        // Never parks on its own, and the shutdown would wait for it 600 s.
+        ("NORMA_APPROVAL_PARK_AFTER_MS", "600000"),
+        ("NORMA_SHUTDOWN_GRACE_SECONDS", "600"),
+    ];
+    let Some(mut replicas) = Replicas::start(backend, &env).await else {
+        return;
+    };
+    let token = replicas.first.token(TENANT);
+    let config = json!({
+        "title": "approval",
+        "model": {"script": {"turns": [
+            {"tool_calls": [{"name": "Bash", "input": {"command": "echo approved > marker; echo approved-ran"}}]},
+            {"text": "done: {{last_tool_result}}"}
+        ]}}
+    });
+    let id = session_with_prompt(&replicas.first, &token, &config).await;
+    let before = replicas
+        .first
+        .wait_for_events(
+            &token,
+            &id,
+            Duration::from_secs(20),
+            "approval_requested",
+            |e| count(e, "approval_requested") == 1,
+        )
+        .await;
+    let call = of_kind(&before, "tool_call")[0]["payload"]["tool_use_id"]
+        .as_str()
+        .expect("tool_use_id")
+        .to_owned();
+    let (status, pending) = replicas
+        .first
+        .get(
+            &format!("/v1/sessions/{id}/approvals?status=pending"),
+            &token,
+        )
+        .await;
+    assert_eq!(status, 200, "{pending}");
+    let approval = pending["approvals"][0]["id"]
+        .as_str()
+        .expect("a pending approval")
+        .to_owned();
+
+    let status = replicas.first.terminate(EXIT_WITHIN).await;
+    assert!(status.success(), "graceful shutdown exit status: {status}");
+
+    let next = replicas.next().await;
+    let resumed = next
+        .wait_for_events(
+            &token,
+            &id,
+            FINISH_WITHIN,
+            "run_resumed on the next replica",
+            |e| count(e, "run_resumed") >= 1,
+        )
+        .await;
+    let payload = run_resumed(&resumed);
+    assert_eq!(payload["rerun"], json!([call]), "{payload}");
+    assert_eq!(payload["interrupted"], json!([]), "{payload}");
+    // The same request, still pending, is answered on the next replica.
+    let (status, all) = next
+        .get(&format!("/v1/sessions/{id}/approvals"), &token)
+        .await;
+    assert_eq!(status, 200, "{all}");
+    let all = all["approvals"].as_array().cloned().unwrap_or_default();
+    assert_eq!(all.len(), 1, "the request was reused: {all:?}");
+    assert_eq!(all[0]["id"], approval.as_str());
+    assert_eq!(all[0]["status"], "pending", "{}", all[0]);
+    let (status, answer) = next
+        .post(
+            &format!("/v1/sessions/{id}/approvals/{approval}"),
+            &token,
+            &json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+
+    let events = next
+        .wait_for_events(
+            &token,
+            &id,
+            FINISH_WITHIN,
+            "terminal after the answer",
+            |e| count(e, "terminal") >= 1,
+        )
+        .await;
+    assert_eq!(single_terminal_reason(&events), "end_turn");
+    assert_contiguous(&events);
+    assert_eq!(
+        count(&events, "run_handed_off"),
+        1,
+        "{}",
+        summarize(&events)
+    );
+    assert_eq!(of_call(&events, "tool_executing", &call).len(), 1);
+    let results = of_call(&events, "tool_result", &call);
+    assert_eq!(results.len(), 1, "{}", summarize(&events));
+    let result = &results[0]["payload"]["result"];
+    assert_eq!(result["is_error"], false, "{result}");
+    assert!(result.to_string().contains("approved-ran"), "{result}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A model stream in flight
+// ---------------------------------------------------------------------------------------------
+
+const ANSWER: &str = "the answer from the next replica";
+
+async fn model_stream_abandoned(backend: Backend) {
+    let fake = FakeLlm::start().await;
+    // First answer: a stream of 300 deltas 100 ms apart, cut short by the shutdown.
+    let mut frames = vec![
+        an::message_start(10),
+        an::block_start(0, json!({"type": "text", "text": ""})),
+    ];
+    for i in 0..300 {
+        frames.push(an::text_delta(0, &format!("tick{i} ")));
+    }
+    frames.extend([
+        an::block_stop(0),
+        an::message_delta("end_turn", 300),
+        an::message_stop(),
+    ]);
+    fake.push(Reply::Sse {
+        frames,
+        gap: Duration::from_millis(100),
+        abort: false,
+    });
+    fake.push(Reply::sse(an::text_turn(ANSWER)));
+    let url = fake.url();
+    let env = [
+        ("NORMA_PROVIDER__KIND", "anthropic"),
+        ("NORMA_PROVIDER__BASE_URL", url.as_str()),
+        ("NORMA_PROVIDER__MODEL", "claude-test"),
+        ("NORMA_PROVIDER__API_KEY", "test-key-not-secret"),
+        ("NORMA_SHUTDOWN_GRACE_SECONDS", "600"),
+    ];
+    let Some(mut replicas) = Replicas::start(backend, &env).await else {
+        return;
+    };
+    let token = replicas.first.token(TENANT);
+    let id = session_with_prompt(&replicas.first, &token, &json!({"title": "stream"})).await;
+    replicas
+        .first
+        .wait_for_events(
+            &token,
+            &id,
+            Duration::from_secs(20),
+            "assistant deltas",
+            |e| count(e, "assistant_delta") >= 3,
+        )
+        .await;
+
+    let status = replicas.first.terminate(EXIT_WITHIN).await;
+    assert!(status.success(), "graceful shutdown exit status: {status}");
+    assert_eq!(
+        fake.request_count(),
+        1,
+        "one model request before the shutdown"
+    );
+
+    let next = replicas.next().await;
+    let events = next
+        .wait_for_events(
+            &token,
+            &id,
+            FINISH_WITHIN,
+            "terminal on the next replica",
+            |e| count(e, "terminal") >= 1,
+        )
+        .await;
+    assert_eq!(single_terminal_reason(&events), "end_turn");
+    assert_contiguous(&events);
+    assert_eq!(
+        count(&events, "run_handed_off"),
+        1,
+        "{}",
+        summarize(&events)
+    );
+    assert_eq!(
+        fake.request_count(),
+        2,
+        "the model call was issued again, once"
+    );
+    let messages = next.all_messages(&token, &id).await;
+    let history = serde_json::to_string(&messages).unwrap();
+    assert!(
+        !history.contains("tick"),
+        "no half stream in history: {history}"
+    );
+    assert!(
+        history.contains(ANSWER),
+        "the re-issued answer is in history: {history}"
+    );
 }
