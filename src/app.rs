@@ -193,9 +193,10 @@ impl App {
             grace_seconds = grace.as_secs(),
             "shutting down: handing runs off"
         );
-        let handing_off = runtime.hand_off(grace);
+        // No new prompt from here on, even on a connection accepted before.
+        runtime.begin_shutdown();
         stop_listening.cancel();
-        let report = handing_off.await;
+        let report = runtime.hand_off(grace).await;
         tracing::info!(
             stopped = report.stopped,
             released = report.released,

@@ -45,6 +45,12 @@ impl SessionRuntime {
         self.shutdown.is_cancelled()
     }
 
+    /// Starts the shutdown: no new prompt is taken, event streams end with `reconnect`, runs
+    /// in flight start handing off. [`Self::hand_off`] then waits for them.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
     /// Cancelled when this replica starts shutting down (event streams end with `reconnect`).
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
@@ -81,7 +87,7 @@ impl SessionRuntime {
     /// Stops this replica's runs and releases their leases (see the module doc). Returns once
     /// every lease is released; takes at most `grace` plus a few seconds.
     pub async fn hand_off(self: &Arc<Self>, grace: Duration) -> HandOff {
-        self.shutdown.cancel();
+        self.begin_shutdown();
         self.run_tasks.close();
         let mut report = HandOff::default();
         if tokio::time::timeout(grace, self.run_tasks.wait())

@@ -313,6 +313,10 @@ impl SessionRuntime {
         if let Some(block) = outcome.block {
             return Err(RuntimeError::PromptBlocked(block.reason));
         }
+        // The shutdown may have begun while the hooks ran.
+        if self.is_shutting_down() {
+            return Err(RuntimeError::ShuttingDown);
+        }
         let placement = if self.is_busy(&session.id) {
             self.pending_approval_policy(session, policy).await?
         } else {

@@ -13,6 +13,7 @@ mod replicas;
 mod resume;
 mod runs;
 mod sessions;
+mod shutdown;
 mod sse;
 mod store;
 mod tenant_providers;
