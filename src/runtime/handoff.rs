@@ -131,14 +131,14 @@ impl SessionRuntime {
                 for run in &released {
                     tracing::info!(run_id = %run.id, session_id = %run.session_id, "run lease released");
                 }
-                if !released.is_empty() {
-                    if let Err(error) = self.store.signal(Signal::RunsReleased { replica }).await {
-                        tracing::warn!(%error, "cannot signal the hand-off to other replicas");
-                    }
-                }
             }
             // The leases then expire on their own and are taken over after `run_lease_seconds`.
             Err(error) => tracing::error!(%error, "cannot release run leases"),
+        }
+        // Sent even when no lease was released: prompts queued behind a run that finished
+        // during the grace period are left queued here, and are taken now too.
+        if let Err(error) = self.store.signal(Signal::RunsReleased { replica }).await {
+            tracing::warn!(%error, "cannot signal the hand-off to other replicas");
         }
         report
     }
