@@ -1,11 +1,11 @@
 //! Building and running the service: `build(settings)` gives a bound listener and state;
-//! `run_until(shutdown)` serves until the shutdown future completes.
+//! `run_until(shutdown)` serves until the shutdown future completes, then hands the runs off.
 
 use crate::auth::jwt::KeyError;
 use crate::auth::{HasVerifier, JwtVerifier};
 use crate::config::Settings;
 use crate::store::{self, ConnectOptions, Store, StoreError};
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -188,7 +188,6 @@ impl App {
         &self.state
     }
 
-    /// Serves until `shutdown` completes, then finishes in-flight requests.
     /// Deletes spilled outputs past the retention period, hourly (and once at start-up).
     fn spawn_retention(&self) {
         let hours = self.state.settings.output_retention_hours;
@@ -234,6 +233,10 @@ impl App {
         });
     }
 
+    /// Serves until `shutdown` completes, then shuts down gracefully: the listener closes and
+    /// no new prompt is taken, open event streams get `reconnect`, runs in flight hand off to
+    /// the other replicas (see [`crate::runtime::handoff`]; at most `shutdown_grace_seconds`
+    /// plus a few seconds), and connections still open after [`CONNECTION_DRAIN`] are dropped.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -243,7 +246,9 @@ impl App {
         let runs_stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(self.state.runtime.clone().maintain_runs(runs_stop.clone()));
         tokio::spawn(self.state.runtime.clone().follow_signals(runs_stop.clone()));
-        let _stop_on_exit = runs_stop.drop_guard();
+        let _stop_on_exit = runs_stop.clone().drop_guard();
+        let runtime = self.state.runtime.clone();
+        let grace = std::time::Duration::from_secs(self.state.settings.shutdown_grace_seconds);
         let router = crate::api::router(self.state);
         // Events are small and latency matters (SSE): no Nagle delay on accepted connections.
         let listener = axum::serve::ListenerExt::tap_io(self.listener, |tcp| {
@@ -251,34 +256,65 @@ impl App {
                 tracing::debug!(%error, "cannot set TCP_NODELAY");
             }
         });
-        axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await
+        let stop_listening = tokio_util::sync::CancellationToken::new();
+        let mut server = tokio::spawn(
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop_listening.clone().cancelled_owned())
+                .into_future(),
+        );
+        tokio::select! {
+            () = shutdown => {}
+            // The server stopped on its own (an accept loop failure).
+            served = &mut server => return served.unwrap_or_else(|error| Err(std::io::Error::other(error))),
+        }
+        tracing::info!(
+            grace_seconds = grace.as_secs(),
+            "shutting down: handing runs off"
+        );
+        // No new prompt from here on, even on a connection accepted before.
+        runtime.begin_shutdown();
+        stop_listening.cancel();
+        let report = runtime.hand_off(grace).await;
+        tracing::info!(
+            stopped = report.stopped,
+            released = report.released,
+            "runs handed off"
+        );
+        runs_stop.cancel();
+        match tokio::time::timeout(CONNECTION_DRAIN, server).await {
+            Ok(served) => served.unwrap_or_else(|error| Err(std::io::Error::other(error))),
+            Err(_) => {
+                tracing::warn!("connections still open after the shutdown; dropping them");
+                Ok(())
+            }
+        }
     }
 }
 
-/// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::error!(%error, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = interrupt => {},
-        () = terminate => {},
+/// How long requests still in flight after the runs handed off may take to finish.
+pub const CONNECTION_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// SIGTERM and SIGINT, listened to from creation on (so a signal arriving between two waits
+/// is not lost).
+pub struct StopSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    pub fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
     }
-    tracing::info!("shutdown signal received");
+
+    /// Completes on the next SIGTERM or SIGINT.
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {},
+            _ = self.interrupt.recv() => {},
+        }
+    }
 }

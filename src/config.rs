@@ -96,6 +96,9 @@ pub struct Settings {
     /// Lets session configs carry a model script (`model.script`, the scripted provider): a
     /// development and test feature. Always allowed in development mode.
     pub allow_session_scripts: bool,
+    /// On SIGTERM/SIGINT: how long tool calls already executing may run on to record their
+    /// results before the server stops them (their runs are handed off either way).
+    pub shutdown_grace_seconds: u64,
 }
 
 impl Settings {
@@ -159,6 +162,7 @@ impl Default for Settings {
             approval_park_after_ms: 5_000,
             dev: false,
             allow_session_scripts: false,
+            shutdown_grace_seconds: 10,
         }
     }
 }

@@ -53,6 +53,8 @@ pub enum ErrorCode {
     /// A per-tenant limit (open sessions, concurrent runs) is reached.
     TenantLimit,
     StoreUnavailable,
+    /// This replica is shutting down and takes no new work; retry on another replica.
+    ShuttingDown,
     Internal,
 }
 
@@ -81,7 +83,7 @@ impl ErrorCode {
             | Self::ApprovalAlreadyDecided
             | Self::ApprovalExpired
             | Self::ApprovalPending => StatusCode::CONFLICT,
-            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StoreUnavailable | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -111,6 +113,7 @@ impl ErrorCode {
             Self::TenantLimit => "TENANT_LIMIT",
             Self::HookBlocked => "HOOK_BLOCKED",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
+            Self::ShuttingDown => "SHUTTING_DOWN",
             Self::Internal => "INTERNAL",
         }
     }

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use norma::app::{App, shutdown_signal};
+use norma::app::{App, StopSignals};
 use norma::auth::{JwtVerifier, TokenRequest, scopes};
 use norma::config::{Overrides, Settings};
 use std::net::SocketAddr;
@@ -129,7 +129,11 @@ fn main() -> anyhow::Result<()> {
             for name in norma::config::ignored_environment() {
                 tracing::info!(variable = %name, "environment variable ignored (not a setting)");
             }
-            runtime()?.block_on(serve(settings))
+            let runtime = runtime()?;
+            let served = runtime.block_on(serve(settings));
+            // Whatever is still blocked (a stuck blocking read) does not keep the process.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            served
         }
     }
 }
@@ -175,7 +179,22 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     if development {
         print_development_notice(&app, addr)?;
     }
-    app.run_until(shutdown_signal()).await?;
+    // The first SIGTERM/SIGINT shuts down gracefully (runs hand off to other replicas); a
+    // second one during that shutdown exits at once.
+    let mut signals = StopSignals::new().context("cannot listen for SIGTERM/SIGINT")?;
+    let (first, first_received) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        signals.recv().await;
+        tracing::info!("stop signal received; shutting down gracefully");
+        let _ = first.send(());
+        signals.recv().await;
+        tracing::warn!("second stop signal; exiting now");
+        std::process::exit(130);
+    });
+    app.run_until(async move {
+        let _ = first_received.await;
+    })
+    .await?;
     tracing::info!("norma stopped");
     Ok(())
 }

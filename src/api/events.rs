@@ -143,7 +143,8 @@ fn sse_frame(event: &EventRecord, json: &str) -> Event {
 /// Server-sent events: replays everything after `Last-Event-ID` (or `?after=`), then follows
 /// live without gap or duplicate. A client that falls behind but keeps reading is caught up
 /// from the store; one that stops reading while behind gets a `reconnect` event with its last
-/// id and is closed (resume with `Last-Event-ID`).
+/// id and is closed (resume with `Last-Event-ID`). A replica that shuts down sends every
+/// stream `reconnect` too.
 #[utoipa::path(get, path = "/v1/sessions/{id}/stream", tag = "events",
     params(("id" = String, Path, description = "Session id"), StreamParams),
     responses((status = 200, description = "text/event-stream of events (`id:` = seq)"),
@@ -186,6 +187,7 @@ pub async fn stream(
     let store = state.store.clone();
     let tenant = principal.tenant.clone();
     let session_id = session.id.clone();
+    let shutdown = state.runtime.shutdown_token();
     let events = async_stream::stream! {
         let _hold = hold;
         let mut last = after;
@@ -209,7 +211,17 @@ pub async fn stream(
         // not polled because the connection was not draining).
         let mut last_wait = Duration::ZERO;
         loop {
-            match live.recv().await {
+            // A stopping replica sends its clients elsewhere: `reconnect` with the last id.
+            let received = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => None,
+                received = live.recv() => Some(received),
+            };
+            let Some(received) = received else {
+                yield Ok(reconnect(last));
+                return;
+            };
+            match received {
                 Ok(event) if event.seq <= last => {}
                 Ok(event) => {
                     // Fill a gap from the store: events the channel overwrote before this

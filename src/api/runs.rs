@@ -59,6 +59,10 @@ impl From<RuntimeError> for ApiError {
                 serde_json::json!({ "hook": block.hook })
             }),
             RuntimeError::NoSuchRun => ApiError::not_found("run"),
+            RuntimeError::ShuttingDown => ApiError::new(
+                ErrorCode::ShuttingDown,
+                "this replica is shutting down; retry the prompt on another replica",
+            ),
             RuntimeError::Store(error) => error.into(),
             RuntimeError::ScriptsNotAllowed => ApiError::invalid(error.to_string())
                 .with_details(serde_json::json!({ "field": "model.script" })),
@@ -92,7 +96,8 @@ pub(crate) async fn load_owned_session(
               (status = 404, body = ErrorBody),
               (status = 409, description = "SESSION_BUSY, SESSION_CLOSED or APPROVAL_PENDING", body = ErrorBody),
               (status = 422, body = ErrorBody),
-              (status = 429, description = "TENANT_LIMIT: runs in flight or queued prompts", body = ErrorBody)),
+              (status = 429, description = "TENANT_LIMIT: runs in flight or queued prompts", body = ErrorBody),
+              (status = 503, description = "SHUTTING_DOWN: this replica is stopping; retry on another", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn post_prompt(
     State(state): State<AppState>,

@@ -77,6 +77,11 @@ pub trait LoopHost: Send + Sync + 'static {
     fn parked(&self) -> bool {
         false
     }
+    /// Cancelled when the run must hand off (its server stops): a model call in flight is
+    /// abandoned (calls already executing go on), and the run then stops as a parked one.
+    fn handoff(&self) -> Option<CancellationToken> {
+        None
+    }
     /// Background-task notifications waiting to be delivered.
     fn pending_task_notifications(&self) -> u32 {
         0
@@ -172,6 +177,14 @@ impl Engine {
             state.cancelled = cancel.is_cancelled();
             if state.cancelled {
                 return self.finish(TerminalReason::Cancelled, ledger, &state).await;
+            }
+            if self.host.parked() {
+                // Handed off between turns: the next replica issues the next request.
+                return Ok(RunOutcome {
+                    terminal: TerminalReason::Parked,
+                    usage: ledger.usage(),
+                    main_turns: state.main_turns,
+                });
             }
             if self.policy.is_none() && reactive_view.is_none() {
                 self.maybe_compact(&mut history, ledger, false, &cancel)
@@ -496,9 +509,11 @@ impl Engine {
         request: &ModelRequest,
         cancel: &CancellationToken,
     ) -> (Result<AssistantTurn, ProviderError>, Vec<ToolResultBlock>) {
+        let handoff = self.host.handoff().unwrap_or_default();
         let stream = tokio::select! {
             opened = self.provider.stream(request, cancel) => opened,
             () = cancel.cancelled() => Err(ProviderError::Cancelled),
+            () = handoff.cancelled() => Err(ProviderError::Cancelled),
         };
         let stream = match stream {
             Ok(stream) => stream,
@@ -524,6 +539,9 @@ impl Engine {
                     _ => {}
                 }) => turn,
                 () = cancel.cancelled() => Err(ProviderError::Cancelled),
+                // Abandoned (model calls are at least once: the next replica re-issues it);
+                // calls already executing go on, the run hands off once they end.
+                () = handoff.cancelled() => return Err(ProviderError::Cancelled),
             };
             if result.is_err() {
                 // No assistant message will pair these calls: stop them.

@@ -262,6 +262,8 @@ pub struct RunApprover {
     pub park: Arc<ParkState>,
     /// The tenant's cap on pending approval requests (`limits.pending_approvals`).
     pub max_pending: u32,
+    /// Cancelled when the replica shuts down: a waiting call parks at once.
+    pub handoff: CancellationToken,
 }
 
 impl RunApprover {
@@ -527,6 +529,12 @@ impl Approver for RunApprover {
         let settled = tokio::select! {
             // Parking: no task waits for a human; the run resumes from the store on the answer.
             () = tokio::time::sleep(park_after.unwrap_or_default()), if park_after.is_some() => {
+                self.hub.forget(&id);
+                self.park.park(&record.id, record.expires_at);
+                return ApprovalAnswer::Parked;
+            }
+            // Shutting down: park now, as after `park_after`; the next replica resumes it.
+            () = self.handoff.cancelled() => {
                 self.hub.forget(&id);
                 self.park.park(&record.id, record.expires_at);
                 return ApprovalAnswer::Parked;

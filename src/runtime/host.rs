@@ -222,6 +222,9 @@ pub struct StoreHost {
     pub configured_mode: crate::permission::PermissionMode,
     /// Set when a call parked the run on an approval.
     pub park: Arc<super::approvals::ParkState>,
+    /// Cancelled when the replica shuts down: the run hands off like a parked one (calls
+    /// not started stay unstarted, a model call in flight is abandoned).
+    pub handoff: CancellationToken,
 }
 
 fn event(kind: &str, payload: Value, run: &RunId) -> NewEvent {
@@ -281,11 +284,15 @@ impl LoopHost for StoreHost {
     }
 
     fn parked(&self) -> bool {
-        self.park.is_parked()
+        self.park.is_parked() || self.handoff.is_cancelled()
+    }
+
+    fn handoff(&self) -> Option<CancellationToken> {
+        Some(self.handoff.clone())
     }
 
     async fn execute_tool(&self, call: PendingCall, cancel: CancellationToken) -> ToolResultBlock {
-        if self.park.is_parked() {
+        if self.parked() {
             // The run parked: later calls run when it resumes, in their order.
             return ToolResultBlock::error(
                 &call.tool_use_id,

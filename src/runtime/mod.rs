@@ -9,6 +9,7 @@
 
 pub mod approvals;
 pub mod bus;
+pub mod handoff;
 pub mod host;
 pub mod resume;
 pub mod webhook;
@@ -67,6 +68,8 @@ pub enum RuntimeError {
     PromptBlocked(crate::hooks::HookBlock),
     #[error("no such run")]
     NoSuchRun,
+    #[error("this replica is shutting down")]
+    ShuttingDown,
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("cannot prepare the run: {0}")]
@@ -206,6 +209,12 @@ pub struct SessionRuntime {
     envs: Mutex<HashMap<SessionId, Arc<SessionEnv>>>,
     /// This replica's holds (streams, tasks, shells) counted against tenant limits.
     holds: crate::limits::Holds,
+    /// Cancelled when this replica starts shutting down: runs hand off (see [`handoff`]).
+    shutdown: CancellationToken,
+    /// The tasks driving runs, so a shutdown can wait for them (and stop them past the grace).
+    run_tasks: tokio_util::task::TaskTracker,
+    /// How to stop each run task still going when the grace period ends.
+    run_aborts: Mutex<HashMap<RunId, tokio::task::AbortHandle>>,
 }
 
 impl SessionRuntime {
@@ -238,6 +247,9 @@ impl SessionRuntime {
             parked: Mutex::new(HashMap::new()),
             live_grants: Mutex::new(HashMap::new()),
             envs: Mutex::new(HashMap::new()),
+            shutdown: CancellationToken::new(),
+            run_tasks: tokio_util::task::TaskTracker::new(),
+            run_aborts: Mutex::new(HashMap::new()),
         })
     }
 
@@ -329,6 +341,9 @@ impl SessionRuntime {
         if session.status == crate::store::SessionStatus::Closed {
             return Err(RuntimeError::Closed);
         }
+        if self.is_shutting_down() {
+            return Err(RuntimeError::ShuttingDown);
+        }
         // UserPromptSubmit hooks run before anything else happens.
         let outcome = self
             .session_hooks(
@@ -340,6 +355,10 @@ impl SessionRuntime {
             .await;
         if let Some(block) = outcome.block {
             return Err(RuntimeError::PromptBlocked(block));
+        }
+        // The shutdown may have begun while the hooks ran.
+        if self.is_shutting_down() {
+            return Err(RuntimeError::ShuttingDown);
         }
         let placement = if self.is_busy(&session.id) {
             self.pending_approval_policy(session, policy).await?
@@ -574,6 +593,15 @@ impl SessionRuntime {
                     }
                 }
                 crate::store::Signal::ApprovalDecided { id } => self.hub.wake(&id),
+                crate::store::Signal::RunsReleased { replica } => {
+                    if replica == self.settings.replica_id {
+                        continue;
+                    }
+                    tracing::info!(%replica, "another replica handed its runs off; taking them over");
+                    if let Err(error) = self.resume_unfinished().await {
+                        tracing::warn!(%error, "cannot take over handed-off runs");
+                    }
+                }
                 crate::store::Signal::CancelRun { session, run } => {
                     if let Some(entry) = self
                         .active
@@ -658,13 +686,21 @@ impl SessionRuntime {
     ) {
         let runtime = self.clone();
         let span = tracing::info_span!("run", tenant = %tenant, session_id = %session, run_id = %lease.run_id);
-        tokio::spawn(tracing::Instrument::instrument(
+        let run_id = lease.run_id.clone();
+        // Registered before the task can end, so the task's own removal comes after.
+        let mut aborts = self.run_aborts.lock().unwrap_or_else(|e| e.into_inner());
+        let task = self.run_tasks.spawn(tracing::Instrument::instrument(
             async move {
                 let outcome = runtime
                     .run_one(&tenant, &session, &lease, prompt.clone(), resume)
                     .await;
+                runtime.run_task_done(&lease.run_id);
                 match outcome {
                     Ok(Ended::Finished) => {}
+                    Ok(Ended::Parked(_)) if runtime.is_shutting_down() => {
+                        runtime.handed_off(&tenant, &session, &lease).await;
+                        return;
+                    }
                     Ok(Ended::Parked(waiting)) => {
                         runtime.park(tenant, session, lease, prompt, waiting).await;
                         return;
@@ -685,6 +721,7 @@ impl SessionRuntime {
             },
             span,
         ));
+        aborts.insert(run_id, task.abort_handle());
     }
 
     /// Parks a run: records `run_parked`, registers its approvals with the hub (an answer
@@ -792,6 +829,11 @@ impl SessionRuntime {
 
     /// Resumes a parked run (a no-op when it is not parked here).
     fn unpark(self: &Arc<Self>, run: &RunId) {
+        if self.is_shutting_down() {
+            // It stays parked; its lease is released with the others and another replica
+            // resumes it.
+            return;
+        }
         let Some(parked) = self
             .parked
             .lock()
@@ -875,6 +917,10 @@ impl SessionRuntime {
     /// Claims and starts the session's next queued run, or marks the session idle. A queued
     /// run that was cancelled (or taken by another replica) meanwhile is skipped.
     async fn advance(self: &Arc<Self>, tenant: TenantId, session: SessionId) {
+        if self.is_shutting_down() {
+            // Queued runs stay queued in the store for the replica that takes over.
+            return;
+        }
         loop {
             let next = {
                 let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
@@ -938,6 +984,9 @@ impl SessionRuntime {
     /// whose lease expired (a crashed replica), session by session in submission order. A
     /// session whose run another live replica holds is left alone.
     pub async fn resume_unfinished(self: &Arc<Self>) -> Result<usize, StoreError> {
+        if self.is_shutting_down() {
+            return Ok(0);
+        }
         let runs = self.store.list_unfinished_runs(10_000).await?;
         let now = chrono::Utc::now();
         let mut order: Vec<SessionId> = Vec::new();
@@ -1269,6 +1318,7 @@ impl SessionRuntime {
             park_after: self.settings.approval_park_after,
             park: park.clone(),
             max_pending: self.settings.limits.pending_approvals,
+            handoff: self.shutdown.clone(),
         };
         let pipeline = Pipeline::new(registry, Arc::new(gate))
             .with_hooks(hooks)
@@ -1306,6 +1356,7 @@ impl SessionRuntime {
             mode,
             configured_mode,
             park: park.clone(),
+            handoff: self.shutdown.clone(),
         });
         let provider = self.provider_for(tenant, &config)?;
         let engine = Engine {

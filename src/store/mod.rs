@@ -91,6 +91,9 @@ pub enum Signal {
     ApprovalDecided { id: String },
     /// The replica running `run` should cancel it.
     CancelRun { session: SessionId, run: RunId },
+    /// A stopping replica released the leases of its unfinished runs: live replicas take them
+    /// over now instead of at their next sweep.
+    RunsReleased { replica: String },
 }
 
 /// Everything the server keeps durably.
@@ -309,6 +312,11 @@ pub trait Store: Send + Sync + 'static {
     /// System-level heartbeat: extends the lease of every running run and every hold
     /// `owner` holds (one tick renews both); returns how many runs it renewed.
     async fn renew_leases(&self, owner: &str, lease: Duration) -> StoreResult<u64>;
+
+    /// System-level hand-off: releases the lease of every running run `owner` still holds
+    /// (owner cleared, no expiry, fence kept), so any replica's claim takes it at once and the
+    /// releasing replica's late writes are refused. Returns the released runs.
+    async fn release_leases(&self, owner: &str) -> StoreResult<Vec<RunRecord>>;
 
     /// System-level: queued and running runs of every tenant, in submission order, without
     /// their prompts.

@@ -887,6 +887,18 @@ impl Store for PgStore {
         Ok(done.rows_affected())
     }
 
+    async fn release_leases(&self, owner: &str) -> StoreResult<Vec<RunRecord>> {
+        // System-level (login role), like the heartbeat.
+        let rows = sqlx::query(&format!(
+            "UPDATE runs SET owner = NULL, lease_expires_at = NULL \
+             WHERE owner = $1 AND status = 'running' RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
     async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<UnfinishedRun>> {
         let rows = sqlx::query(&format!(
             "SELECT {UNFINISHED_COLUMNS} FROM runs WHERE status IN ('queued', 'running') \

@@ -820,6 +820,17 @@ impl Store for SqliteStore {
         Ok(done.rows_affected())
     }
 
+    async fn release_leases(&self, owner: &str) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "UPDATE runs SET owner = NULL, lease_expires_at = NULL \
+             WHERE owner = ? AND status = 'running' RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(owner)
+        .fetch_all(&self.writer)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
     async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<UnfinishedRun>> {
         let rows = sqlx::query(
             "SELECT id, session_id, tenant_id, status, owner, lease_expires_at FROM runs \

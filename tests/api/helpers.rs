@@ -168,6 +168,15 @@ impl TestApp {
     }
 }
 
+impl TestApp {
+    /// Triggers the server's graceful shutdown (as SIGTERM does for the binary).
+    pub fn begin_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
 impl Drop for TestApp {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {

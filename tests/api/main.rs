@@ -15,6 +15,7 @@ mod replicas;
 mod resume;
 mod runs;
 mod sessions;
+mod shutdown;
 mod sse;
 mod store;
 mod store_limits;

@@ -65,6 +65,7 @@ store_suite!(
     appends_are_tenant_scoped_and_atomic,
     outputs_keep_digest_and_provenance,
     run_leases_are_exclusive_and_fence_stale_writers,
+    released_leases_are_claimable_at_once_and_fence_the_releaser,
     queued_runs_are_claimed_in_order_and_cancellable,
     unlocked_tools_are_kept_per_session,
     nul_characters_are_stored_as_replacement_characters,
@@ -627,6 +628,90 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
             .unwrap()
             .is_none()
     );
+}
+
+/// A stopping replica releases its leases (graceful shutdown): only its own running runs,
+/// claimable by anyone at once, and its writes are refused from then on.
+async fn released_leases_are_claimable_at_once_and_fence_the_releaser(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let long = Duration::from_secs(600);
+    // Owner names unique to this test: the release is system-wide, by owner.
+    let stopping = format!("stopping-{}", RunId::generate());
+    let other = format!("other-{}", RunId::generate());
+    let taker = format!("taker-{}", RunId::generate());
+    let session = new_session(&store, "t1").await;
+    let run = store
+        .create_run(
+            &tenant,
+            new_run(&session, "go"),
+            Some((&stopping, long)),
+            RunCaps::UNLIMITED,
+        )
+        .await
+        .unwrap();
+    let run_id = RunId::from_string(run.id.clone());
+    let old_lease = run.lease().unwrap();
+    let elsewhere_session = new_session(&store, "t1").await;
+    let elsewhere = store
+        .create_run(
+            &tenant,
+            new_run(&elsewhere_session, "go"),
+            Some((&other, long)),
+            RunCaps::UNLIMITED,
+        )
+        .await
+        .unwrap();
+    // A live lease of another replica cannot be taken before the release.
+    assert!(
+        store
+            .claim_run(&tenant, &run_id, &taker, long, RunCaps::UNLIMITED)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let released = store.release_leases(&stopping).await.unwrap();
+    assert_eq!(released.len(), 1, "{released:?}");
+    assert_eq!(released[0].id, run.id);
+    assert_eq!(released[0].status, RunStatus::Running);
+    assert_eq!(released[0].owner, None);
+    assert_eq!(released[0].lease_expires_at, None);
+    assert_eq!(released[0].fence, run.fence, "the release does not claim");
+    // Its heartbeat no longer extends it, and its writes are refused.
+    assert_eq!(store.renew_leases(&stopping, long).await.unwrap(), 0);
+    let late = store
+        .append(
+            &tenant,
+            &session,
+            AppendBatch {
+                events: vec![event("late", 1)],
+                lease: Some(old_lease),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
+    // Any replica claims it at once (no lease period to wait).
+    let taken = store
+        .claim_run(&tenant, &run_id, &taker, long, RunCaps::UNLIMITED)
+        .await
+        .unwrap()
+        .expect("a released run is claimable at once");
+    assert_eq!(taken.owner.as_deref(), Some(taker.as_str()));
+    assert!(taken.fence > run.fence);
+    // Nothing left to release; another replica's run was never touched.
+    assert!(store.release_leases(&stopping).await.unwrap().is_empty());
+    let untouched = store
+        .get_run(
+            &tenant,
+            &elsewhere_session,
+            &RunId::from_string(elsewhere.id.clone()),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(untouched.owner.as_deref(), Some(other.as_str()));
+    assert_eq!(untouched.lease_expires_at, elsewhere.lease_expires_at);
 }
 
 async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>) {

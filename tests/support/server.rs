@@ -6,6 +6,7 @@
 //! server.start().await;
 //! server.kill(); // SIGKILL, like a crash
 //! server.start().await; // same port, same data dir, same database
+//! server.terminate(Duration::from_secs(20)).await; // SIGTERM, bounded wait for the exit
 //! ```
 //!
 //! The child is killed when the [`ServerProcess`] is dropped, so a failing test leaves nothing
@@ -200,6 +201,40 @@ impl ServerProcess {
         let mut child = self.child.take().expect("server running");
         child.kill().expect("SIGKILL norma serve");
         child.wait().expect("reap norma serve");
+    }
+
+    /// Sends `signal` to the child without waiting for it.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = self.pid().expect("server running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)
+            .expect("signal norma serve");
+    }
+
+    /// Sends SIGTERM (a graceful shutdown) and waits until the child exits, at most `within`
+    /// (panics with the logs past it). Returns its exit status.
+    pub async fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        self.wait_exit(within).await
+    }
+
+    /// Waits until the child exits, at most `within` (panics with the logs past it), and
+    /// reaps it.
+    pub async fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.child.as_mut().expect("server running");
+            if let Some(status) = child.try_wait().expect("child status") {
+                self.child = None;
+                return status;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "norma serve still running {within:?} after SIGTERM\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     /// Whether a child is running.
