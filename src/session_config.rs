@@ -308,8 +308,10 @@ impl SessionConfig {
             &crate::hooks::runner::HookCatalog::new(),
         )
         .map_err(|error| ConfigViolation::new("hooks", error.to_string()))?;
-        crate::permission::RuleSet::parse(&self.permission.allow, &self.permission.deny)
-            .map_err(|error| ConfigViolation::new("permission", error.to_string()))?;
+        crate::permission::RuleSet::parse_located(&self.permission.allow, &self.permission.deny)
+            .map_err(|(list, index, error)| {
+                ConfigViolation::new(format!("permission.{list}[{index}]"), error.to_string())
+            })?;
         let metadata_size = serde_json::to_vec(&self.metadata).map_or(usize::MAX, |v| v.len());
         if metadata_size > MAX_METADATA_BYTES {
             return Err(ConfigViolation::new(

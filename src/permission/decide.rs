@@ -121,7 +121,7 @@ fn covering(rules: &[&Rule], facts: &ToolFacts<'_>, value: &SubjectValue) -> Opt
         SubjectValue::Command(ParsedCommand::Commands(commands)) => {
             let mut used: Vec<usize> = Vec::new();
             let mut judged = 0;
-            for command in commands.iter().filter(|c| !c.wrapper) {
+            for command in commands.iter().filter(|c| !c.wrapper && !c.deny_only) {
                 if command.program().is_none() || command.writes_files || command.sets_env {
                     return None;
                 }

@@ -6,10 +6,9 @@
 //! One module per area; each case is one `#[tokio::test]`.
 
 #[path = "../support/fake_llm.rs"]
-#[allow(dead_code)]
 mod fake_llm;
+mod parsers;
 #[path = "../support/pg.rs"]
-#[allow(dead_code)]
 mod pg;
 #[path = "../support/server.rs"]
 mod server;

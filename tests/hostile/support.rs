@@ -56,9 +56,13 @@ pub async fn prompt_and_wait(
         .await;
     assert_eq!(status, 202, "prompt: {body}");
     server
-        .wait_for_events(&token, session, within, "the run's terminal event", |events| {
-            events.iter().filter(|e| e["type"] == "terminal").count() > before
-        })
+        .wait_for_events(
+            &token,
+            session,
+            within,
+            "the run's terminal event",
+            |events| events.iter().filter(|e| e["type"] == "terminal").count() > before,
+        )
         .await
 }
 
@@ -88,7 +92,8 @@ pub async fn assert_still_serves(server: &ServerProcess) {
         .find(|e| e["type"] == "terminal")
         .expect("terminal");
     assert_eq!(
-        terminal["payload"]["reason"], "end_turn",
+        terminal["payload"]["reason"],
+        "end_turn",
         "bystander run: {}",
         crate::server::summarize(&events)
     );
