@@ -352,13 +352,16 @@ mod tests {
             (json!([]), "(root)"),
             (
                 json!({"permission": {"allow": ["Bash(git status:*"]}}),
-                "permission",
+                "permission.allow[0]",
             ),
             (
-                json!({"permission": {"deny": ["WebFetch(domain:)"]}}),
-                "permission",
+                json!({"permission": {"deny": ["Bash(ls)", "WebFetch(domain:)"]}}),
+                "permission.deny[1]",
             ),
-            (json!({"permission": {"deny": ["(x)"]}}), "permission"),
+            (
+                json!({"permission": {"deny": ["(x)"]}}),
+                "permission.deny[0]",
+            ),
         ];
         for (body, field) in cases {
             let error = SessionConfig::from_json(body.clone()).unwrap_err();

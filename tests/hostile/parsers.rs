@@ -79,11 +79,16 @@ async fn a_deeply_nested_command_chosen_by_the_model_is_denied() {
         let result = first_tool_result(&events);
         assert_eq!(result["is_error"], true, "{mode}: {result}");
         if mode == "bypass" {
-            // No rule matched; the Bash tool's own check refuses the unparsable text.
+            // No rule matched; the Bash tool's own check refuses the unparsable text, and
+            // the result says why.
             assert_eq!(result["code"], "COMMAND_DENIED", "{result}");
+            let content = result["content"].to_string();
+            assert!(content.contains("cannot be parsed"), "{content}");
         } else {
-            // The deny rule matches a text that cannot be parsed.
-            assert_ne!(result["code"], Value::Null, "{result}");
+            // The deny rule matches a text that cannot be analysed.
+            assert_eq!(result["code"], "PERMISSION_DENIED", "{result}");
+            let content = result["content"].to_string();
+            assert!(content.contains("Bash(rm:*)"), "{content}");
         }
     }
     support::assert_still_serves(&server).await;
