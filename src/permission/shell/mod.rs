@@ -56,6 +56,9 @@ pub struct Risk {
     pub word: usize,
     /// No allow rule covers it, even one that names it (`git -c core.pager=…`).
     pub never: bool,
+    /// It runs a program we cannot see (`rg --pre`, `sed 's/x/y/e'`, `awk 'system(…)'`):
+    /// every deny rule matches the command, as for a dynamic program.
+    pub executes: bool,
     /// What the word does, for messages and tests.
     pub what: &'static str,
 }
@@ -111,6 +114,11 @@ impl SimpleCommand {
     /// The program name compared by rules: the basename of the first word, if it is static.
     pub fn program(&self) -> Option<&str> {
         self.words.first().and_then(Word::literal).map(basename)
+    }
+
+    /// True when an option or script of the command runs a program we cannot see.
+    pub fn runs_unknown_program(&self) -> bool {
+        self.risks.iter().any(|r| r.executes)
     }
 
     /// True when the program word exists but cannot be determined statically.

@@ -35,7 +35,7 @@ pub(super) fn annotate(program: &str, cmd: &mut SimpleCommand) {
             scan(words, 1, &ZIP, &mut risks);
             for (i, w) in words.iter().enumerate() {
                 if w.literal().is_some_and(|t| t.starts_with("-TT")) {
-                    risks.push(risk(i, "runs a program to test the archive"));
+                    risks.push(exec_risk(i, "runs a program to test the archive"));
                 }
             }
         }
@@ -49,7 +49,7 @@ pub(super) fn annotate(program: &str, cmd: &mut SimpleCommand) {
             scan(words, 1, &LESS, &mut risks);
             for (i, w) in words.iter().enumerate().skip(1) {
                 if w.literal().is_some_and(|t| t.starts_with('+')) {
-                    risks.push(risk(i, "runs less commands"));
+                    risks.push(exec_risk(i, "runs less commands"));
                 }
             }
         }
@@ -104,19 +104,79 @@ fn options(words: &[Word], model: &Model, risks: &mut Vec<Risk>) {
     scan(words, 1, model, risks);
 }
 
+/// A word that writes (or may write) files.
 fn risk(word: usize, what: &'static str) -> Risk {
     Risk {
         word,
         never: false,
+        executes: false,
         what,
     }
 }
 
+/// A word that runs a program we cannot see.
+fn exec_risk(word: usize, what: &'static str) -> Risk {
+    Risk {
+        word,
+        never: false,
+        executes: true,
+        what,
+    }
+}
+
+/// A word that runs a program and that no allow rule covers.
 fn never(word: usize, what: &'static str) -> Risk {
     Risk {
         word,
         never: true,
+        executes: true,
         what,
+    }
+}
+
+/// Long options (of any modelled program) whose value or effect runs a program.
+const EXEC_LONG: [&str; 26] = [
+    "pre",
+    "hostname-bin",
+    "checkpoint-action",
+    "to-command",
+    "use-compress-program",
+    "info-script",
+    "new-volume-script",
+    "rsh-command",
+    "rmt-command",
+    "unzip-command",
+    "compress-program",
+    "use-askpass",
+    "execute",
+    "rsh",
+    "rsync-path",
+    "pager",
+    "browser",
+    "ext-diff",
+    "textconv",
+    "upload-pack",
+    "receive-pack",
+    "exec",
+    "open-files-in-pager",
+    "extcmd",
+    "tool",
+    "template",
+];
+
+/// What a sed script or awk program does.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum ScriptEffect {
+    Harmless,
+    Writes,
+    Executes,
+}
+
+fn script_risk(effect: ScriptEffect, word: usize, what: &'static str) -> Option<Risk> {
+    match effect {
+        ScriptEffect::Harmless => None,
+        ScriptEffect::Writes => Some(risk(word, what)),
+        ScriptEffect::Executes => Some(exec_risk(word, what)),
     }
 }
 
@@ -132,6 +192,8 @@ struct Model {
     risky_short: &'static str,
     /// Short option letters that take a value (the rest of the cluster or the next word).
     short_value: &'static str,
+    /// The risky short letters that run a program (the others write).
+    exec_short: &'static str,
     /// A dynamic word before `--` is a risk.
     dynamic_risk: bool,
     /// Options end at the first operand (the rest is a command: `time -o f cmd`).
@@ -144,6 +206,7 @@ const BASE: Model = Model {
     long_value: &[],
     risky_short: "",
     short_value: "",
+    exec_short: "",
     dynamic_risk: false,
     stop_at_operand: false,
 };
@@ -281,6 +344,7 @@ const WGET: Model = Model {
     long_value: &["output-document", "output-file", "append-output", "execute"],
     risky_short: "oOae",
     short_value: "oOaePtTwUQ",
+    exec_short: "e",
     ..BASE
 };
 
@@ -296,6 +360,7 @@ const RSYNC: Model = Model {
     risky_short: "e",
     short_value: "eBfTM",
     dynamic_risk: false,
+    exec_short: "e",
     ..BASE
 };
 
@@ -304,6 +369,7 @@ const MAN: Model = Model {
     long_value: &["pager"],
     risky_short: "PH",
     short_value: "PMLmSesCR",
+    exec_short: "PH",
     ..BASE
 };
 
@@ -318,6 +384,7 @@ const LESS: Model = Model {
 const TCPDUMP: Model = Model {
     risky_short: "zwZ",
     short_value: "zwZBcCDEFGiMrsTVWyjm",
+    exec_short: "z",
     ..BASE
 };
 
@@ -398,10 +465,12 @@ fn scan(words: &[Word], start: usize, model: &Model, risks: &mut Vec<Risk>) -> V
                 None => (long, false),
             };
             if long_is_risky(name, model) {
-                risks.push(risk(
-                    i,
-                    "an option that executes a program or writes a file",
-                ));
+                let executes = EXEC_LONG.iter().any(|e| e.starts_with(name));
+                risks.push(if executes {
+                    exec_risk(i, "an option that runs a program")
+                } else {
+                    risk(i, "an option that writes a file")
+                });
             }
             let takes_value = model.long_value.contains(&name);
             i += if !has_value && takes_value { 2 } else { 1 };
@@ -410,10 +479,11 @@ fn scan(words: &[Word], start: usize, model: &Model, risks: &mut Vec<Risk>) -> V
         if text.len() > 1 && text.starts_with('-') {
             for (at, letter) in text[1..].char_indices() {
                 if model.risky_short.contains(letter) {
-                    risks.push(risk(
-                        i,
-                        "an option that executes a program or writes a file",
-                    ));
+                    risks.push(if model.exec_short.contains(letter) {
+                        exec_risk(i, "an option that runs a program")
+                    } else {
+                        risk(i, "an option that writes a file")
+                    });
                 }
                 if model.short_value.contains(letter) {
                     if at + letter.len_utf8() == text.len() - 1 {
@@ -453,6 +523,7 @@ const SED: Model = Model {
     risky_short: "if",
     short_value: "efl",
     dynamic_risk: true,
+    exec_short: "f",
     ..BASE
 };
 
@@ -515,16 +586,29 @@ fn sed(words: &[Word], risks: &mut Vec<Risk>) {
     }
     if !sandbox {
         for (index, script) in scripts {
-            if sed_script_runs_or_writes(&script) {
-                risks.push(risk(index, "a sed script that executes or writes files"));
-            }
+            risks.extend(script_risk(
+                sed_script_effect(&script),
+                index,
+                "a sed script that runs a program or writes files",
+            ));
         }
     }
 }
 
 /// Whether a sed script has a command that executes (`e`, `s///e`) or writes (`w`, `W`,
-/// `s///w`). Anything the scan does not understand counts as risky.
-pub(super) fn sed_script_runs_or_writes(script: &str) -> bool {
+/// `s///w`). Anything the scan does not understand counts as executing.
+pub(super) fn sed_script_effect(script: &str) -> ScriptEffect {
+    let mut writes = false;
+    let executes = sed_script_scan(script, &mut writes);
+    match (executes, writes) {
+        (true, _) => ScriptEffect::Executes,
+        (false, true) => ScriptEffect::Writes,
+        _ => ScriptEffect::Harmless,
+    }
+}
+
+/// True when the script executes (or cannot be read); sets `writes` for `w`/`W`/`s///w`.
+fn sed_script_scan(script: &str, writes: &mut bool) -> bool {
     let b: Vec<char> = script.chars().collect();
     let mut i = 0;
     // Skips a delimited part (regex or replacement); returns false when unterminated.
@@ -624,7 +708,11 @@ pub(super) fn sed_script_runs_or_writes(script: &str) -> bool {
         i += 1;
         match cmd {
             '{' | '}' | ';' => {}
-            'e' | 'w' | 'W' => return true,
+            'e' => return true,
+            'w' | 'W' => {
+                *writes = true;
+                skip_to_line_end(&mut i);
+            }
             'a' | 'i' | 'c' | 'r' | 'R' | ':' | '#' => skip_to_line_end(&mut i),
             'b' | 't' | 'T' | 'v' => {
                 while i < b.len() && !matches!(b[i], ';' | '\n' | '}') {
@@ -651,7 +739,11 @@ pub(super) fn sed_script_runs_or_writes(script: &str) -> bool {
                 if cmd == 's' {
                     while i < b.len() && !matches!(b[i], ';' | '\n' | '}') {
                         match b[i] {
-                            'e' | 'w' => return true,
+                            'e' => return true,
+                            'w' => {
+                                *writes = true;
+                                break;
+                            }
                             'g' | 'p' | 'i' | 'I' | 'm' | 'M' | ' ' | '\t' => {}
                             d if d.is_ascii_digit() => {}
                             _ => return true,
@@ -681,6 +773,7 @@ const AWK: Model = Model {
     short_value: "fEilvFe",
     dynamic_risk: true,
     stop_at_operand: true,
+    exec_short: "fEil",
     ..BASE
 };
 
@@ -695,17 +788,14 @@ fn awk(words: &[Word], risks: &mut Vec<Risk>) {
             Some("-e" | "--source") => {
                 program_given = true;
                 if let Some(text) = words.get(i + 1).and_then(Word::literal) {
-                    if awk_program_runs_or_writes(text) {
-                        risks.push(risk(i + 1, "an awk program that executes or writes"));
-                    }
+                    risks.extend(script_risk(awk_program_effect(text), i + 1, AWK_RISK));
                 }
                 i += 1;
             }
             Some(t) if t.starts_with("--source=") => {
                 program_given = true;
-                if awk_program_runs_or_writes(&t["--source=".len()..]) {
-                    risks.push(risk(i, "an awk program that executes or writes"));
-                }
+                let effect = awk_program_effect(&t["--source=".len()..]);
+                risks.extend(script_risk(effect, i, AWK_RISK));
             }
             Some(t) if t.starts_with("-f") || t.starts_with("--file") => program_given = true,
             Some("--") => break,
@@ -716,17 +806,29 @@ fn awk(words: &[Word], risks: &mut Vec<Risk>) {
     if !program_given {
         if let Some(&first) = operands.first() {
             if let Some(text) = words[first].literal() {
-                if awk_program_runs_or_writes(text) {
-                    risks.push(risk(first, "an awk program that executes or writes"));
-                }
+                risks.extend(script_risk(awk_program_effect(text), first, AWK_RISK));
             }
         }
     }
 }
 
-/// Whether an awk program runs commands or writes files: `system(`, a pipe (`print | "cmd"`,
-/// `"cmd" | getline`), an output redirection in `print`/`printf`, or `@load`/`@include`.
-pub(super) fn awk_program_runs_or_writes(program: &str) -> bool {
+const AWK_RISK: &str = "an awk program that runs a program or writes files";
+
+/// What an awk program does: runs commands (`system(`, a pipe `print | "cmd"` or
+/// `"cmd" | getline`, `@load`/`@include`) or writes files (`print > "f"`).
+pub(super) fn awk_program_effect(program: &str) -> ScriptEffect {
+    let mut writes = false;
+    if awk_program_scan(program, &mut writes) {
+        ScriptEffect::Executes
+    } else if writes {
+        ScriptEffect::Writes
+    } else {
+        ScriptEffect::Harmless
+    }
+}
+
+/// True when the program runs commands; sets `writes` for output redirections.
+fn awk_program_scan(program: &str, writes: &mut bool) -> bool {
     let b: Vec<char> = program.chars().collect();
     let mut i = 0;
     let mut in_print = false;
@@ -768,7 +870,7 @@ pub(super) fn awk_program_runs_or_writes(program: &str) -> bool {
                 last = '|';
             }
             '|' => return true,
-            '>' if in_print && parens == 0 => return true,
+            '>' if in_print && parens == 0 => *writes = true,
             '(' => {
                 parens += 1;
                 last = '(';
@@ -843,6 +945,7 @@ const TAR: Model = Model {
     risky_short: "IFg",
     short_value: "bCfFgHIKLNTVX",
     dynamic_risk: true,
+    exec_short: "IF",
     ..BASE
 };
 
@@ -858,8 +961,10 @@ fn tar(words: &[Word], risks: &mut Vec<Risk>) {
             let mut next = 2;
             for letter in first.chars() {
                 if TAR.short_value.contains(letter) {
-                    if TAR.risky_short.contains(letter) {
-                        risks.push(risk(1, "an option that executes a program or writes"));
+                    if TAR.exec_short.contains(letter) {
+                        risks.push(exec_risk(1, "an option that runs a program"));
+                    } else if TAR.risky_short.contains(letter) {
+                        risks.push(risk(1, "an option that writes a file"));
                     }
                     if letter == 'f' {
                         check_remote_archive(words, next, risks);
@@ -878,7 +983,10 @@ fn tar(words: &[Word], risks: &mut Vec<Risk>) {
             Some(t) if t.starts_with("--file=") || (t.starts_with("-f") && t.len() > 2) => {
                 let value = t.split_once('=').map_or(&t[2..], |(_, v)| v);
                 if value.contains(':') && !has_force_local(words) {
-                    risks.push(risk(i, "an archive on another host runs a remote shell"));
+                    risks.push(exec_risk(
+                        i,
+                        "an archive on another host runs a remote shell",
+                    ));
                 }
             }
             Some("--file") => check_remote_archive(words, i + 1, risks),
@@ -923,11 +1031,11 @@ fn ssh(words: &[Word], risks: &mut Vec<Risk>) {
         if let Some(value) = option_value {
             let lower = value.to_ascii_lowercase();
             if RUNS.iter().any(|r| lower.starts_with(r)) {
-                risks.push(risk(i, "an ssh option that runs a local command"));
+                risks.push(exec_risk(i, "an ssh option that runs a local command"));
             }
         }
         if text.starts_with("-F") || text.starts_with("-S") || text.starts_with("-E") {
-            risks.push(risk(i, "a config file, helper program or log file"));
+            risks.push(exec_risk(i, "a config file, helper program or log file"));
         }
     }
 }
@@ -1106,7 +1214,11 @@ fn git(words: &[Word]) -> (Vec<Risk>, Option<View>) {
             n if GIT_SAFE_GLOBALS.contains(&n) => {}
             _ => {
                 // --exec-path, --git-dir, --work-tree, --namespace, -p, unknown options.
-                risks.push(risk(i, "a git global option that changes what git runs"));
+                risks.push(if matches!(name, "--exec-path" | "-p" | "--paginate") {
+                    exec_risk(i, "a git global option that runs programs")
+                } else {
+                    risk(i, "a git global option that changes what git reads")
+                });
                 view_ok = false;
             }
         }
@@ -1118,6 +1230,7 @@ fn git(words: &[Word]) -> (Vec<Risk>, Option<View>) {
         risky_long: &GIT_RISKY_LONG,
         exact_safe: &["text", "exec-path"],
         risky_short: git_risky_short(subcommand),
+        exec_short: git_risky_short(subcommand).trim_matches('o'),
         // `git status $HOME`: a variable the rules already let through stays allowed.
         dynamic_risk: false,
         ..BASE
@@ -1130,7 +1243,7 @@ fn git(words: &[Word]) -> (Vec<Risk>, Option<View>) {
                 .literal()
                 .is_some_and(|t| t.starts_with("ext::") || t.starts_with("fd::"))
             {
-                sub_risks.push(risk(j, "a git transport that runs a command"));
+                sub_risks.push(exec_risk(j, "a git transport that runs a command"));
             }
         }
     }
