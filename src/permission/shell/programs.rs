@@ -22,7 +22,7 @@ pub(super) fn annotate(program: &str, cmd: &mut SimpleCommand) {
     match program {
         "git" => {
             let (risks, view) = git(words);
-            cmd.risks = risks;
+            cmd.risks.extend(risks);
             cmd.view = view;
             return;
         }
@@ -94,9 +94,19 @@ pub(super) fn annotate(program: &str, cmd: &mut SimpleCommand) {
             }
         }
         p if SHELLS.contains(&p) => options(words, &SHELL, &mut risks),
+        "export" | "declare" | "typeset" | "readonly" | "local" | "env" => {
+            for (i, w) in words.iter().enumerate().skip(1) {
+                if w.literal().is_some_and(env_runs_program) {
+                    risks.push(Risk {
+                        word: i,
+                        ..env_program_risk()
+                    });
+                }
+            }
+        }
         _ => {}
     }
-    cmd.risks = risks;
+    cmd.risks.extend(risks);
 }
 
 /// The risks of a program whose only model is its options.
@@ -134,8 +144,59 @@ fn never(word: usize, what: &'static str) -> Risk {
     }
 }
 
+/// Environment variables whose value is a program (or code) something runs later.
+const PROGRAM_VARIABLES: [&str; 32] = [
+    "GIT_SSH_COMMAND",
+    "GIT_SSH",
+    "GIT_PAGER",
+    "GIT_EDITOR",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_ASKPASS",
+    "GIT_EXEC_PATH",
+    "GIT_PROXY_COMMAND",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_GLOBAL",
+    "PAGER",
+    "MANPAGER",
+    "EDITOR",
+    "VISUAL",
+    "BROWSER",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "BASH_ENV",
+    "ENV",
+    "PROMPT_COMMAND",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "PERL5OPT",
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "NODE_OPTIONS",
+    "RUBYOPT",
+    "PS4",
+];
+
+/// Whether `NAME=value` sets a variable whose value something runs (`GIT_SSH_COMMAND`,
+/// `PAGER`, `LD_PRELOAD`, `GIT_CONFIG_*`, …).
+pub(super) fn env_runs_program(assignment: &str) -> bool {
+    let name = assignment.split_once('=').map_or(assignment, |(n, _)| n);
+    PROGRAM_VARIABLES.contains(&name)
+        || name.starts_with("GIT_CONFIG_")
+        || name.starts_with("BASH_FUNC_")
+}
+
+/// The risk of such an assignment: a program no rule can see.
+pub(super) fn env_program_risk() -> Risk {
+    never(0, "an environment variable whose value is a program")
+}
+
 /// Long options (of any modelled program) whose value or effect runs a program.
-const EXEC_LONG: [&str; 26] = [
+const EXEC_LONG: [&str; 27] = [
+    "config",
     "pre",
     "hostname-bin",
     "checkpoint-action",
@@ -1124,7 +1185,8 @@ fn git_key_is_harmless(key: &str) -> bool {
 }
 
 /// Long options of git subcommands that execute or write (matched with abbreviations).
-const GIT_RISKY_LONG: [&str; 14] = [
+const GIT_RISKY_LONG: [&str; 15] = [
+    "config",
     "output",
     "ext-diff",
     "textconv",

@@ -327,12 +327,14 @@ impl Walker {
         let mut words = Vec::new();
         let mut effect = Effect::default();
         let mut sets_env = false;
+        let mut runs_env = false;
         for item in simple.prefix.iter().flat_map(|p| p.0.iter()) {
             match item {
                 I::IoRedirect(r) => effect.add(self.redirect(r)?),
                 I::Word(w) => words.push(self.word_value(&w.value)?),
                 I::AssignmentWord(_, w) => {
                     sets_env = true;
+                    runs_env |= programs::env_runs_program(&w.value);
                     self.word_value(&w.value)?;
                 }
                 I::ProcessSubstitution(_, sub) => {
@@ -358,6 +360,9 @@ impl Walker {
         let mut cmd = SimpleCommand::new(words);
         cmd.writes_files = effect.writes;
         cmd.sets_env = sets_env;
+        if runs_env {
+            cmd.risks.push(programs::env_program_risk());
+        }
         self.emit(cmd, &stdin)
     }
 
@@ -379,7 +384,7 @@ impl Walker {
         self.out.push(cmd);
         let runs = wrapped.inner.into_iter().chain(wrapped.extra);
         for run in runs {
-            self.run_inner(run, writes_files, sets_env)?;
+            self.run_inner(run, writes_files, sets_env, stdin)?;
         }
         for guess in wrapped.deny_guesses {
             let mut cmd = SimpleCommand::new(guess);
@@ -398,6 +403,7 @@ impl Walker {
         inner: Inner,
         writes_files: bool,
         sets_env: bool,
+        stdin: &Stdin,
     ) -> Result<(), String> {
         match inner {
             // e.g. `env FOO=1` alone prints the environment and runs nothing else.
@@ -422,7 +428,11 @@ impl Walker {
             }
             Inner::Script(text) => {
                 let start = self.out.len();
-                self.script(&text)?;
+                // The script reads the wrapper's stdin (`bash -c 'source /dev/stdin' <<< …`).
+                let outer = std::mem::replace(&mut self.stdin, stdin.clone());
+                let result = self.script(&text);
+                self.stdin = outer;
+                result?;
                 for inner in &mut self.out[start..] {
                     inner.writes_files |= writes_files;
                     inner.sets_env |= sets_env;

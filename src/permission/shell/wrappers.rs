@@ -271,6 +271,7 @@ pub fn wrapped(program: &str, args: &[Word], stdin: &Stdin) -> Wrapped {
         "pkexec" => privileged(after_options(args, "", &["--user"], stdin)),
         "su" | "runuser" | "sg" => privileged(su_inner(program, args, stdin)),
         "busybox" | "toybox" => transparent(applet_inner(args, stdin)),
+        "source" | "." => transparent_opt(source_inner(args, stdin)),
         "eval" => transparent(eval_inner(args)),
         p if SHELLS.contains(&p) => transparent_opt(shell_inner(args, stdin)),
         p if OPAQUE_RUNNERS.contains(&p) => transparent(Inner::Unknown),
@@ -751,6 +752,16 @@ fn interpreter_inner(kind: &str, args: &[Word], stdin: &Stdin) -> Option<Inner> 
         Some(Word::Dynamic) => Some(Inner::Unknown),
         Some(Word::Literal(file)) if !names_stdin(file) => None,
         _ => from_stdin(stdin, false),
+    }
+}
+
+/// `source FILE` / `. FILE`: a literal file is the shell's own business; a process
+/// substitution, a variable or stdin is a script we cannot read (a literal stdin we can).
+fn source_inner(args: &[Word], stdin: &Stdin) -> Option<Inner> {
+    match args.first() {
+        Some(Word::Dynamic) => Some(Inner::Unknown),
+        Some(Word::Literal(file)) if names_stdin(file) => from_stdin(stdin, true),
+        _ => None,
     }
 }
 
