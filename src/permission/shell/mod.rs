@@ -12,14 +12,21 @@
 //! - [`wrappers`]: programs that run another command (`env`, `sudo`, `timeout`, `xargs`,
 //!   `busybox`, `flock`, `strace`, `sh -c`, `eval`, …) and shells or interpreters fed a
 //!   program on stdin, a here-string, a here-document or a pipe.
+//!   `interpreters` decides where a shell's or interpreter's program comes from; `privileged`
+//!   models `sudo`, `doas`, `su`, `runuser`, `sg`.
 //! - [`programs`]: the per-program argument model: options that execute programs or write
-//!   files (`find -delete`, `sed -i`, `rg --pre`, `git -c core.pager=…`, …) and git's global
-//!   options before the subcommand.
+//!   files (`find -delete`, `sed -i`, `rg --pre`, `tar --to-command`, …) and variables whose
+//!   value is a program; `scripts` reads sed scripts and awk programs; `git` parses git's
+//!   global options before the subcommand and its `-c` config.
 //!
 //! This module only describes commands; matching them against rules lives in `rules`/`decide`.
 
 pub mod bounds;
+mod git;
+mod interpreters;
+mod privileged;
 mod programs;
+mod scripts;
 mod walk;
 mod wrappers;
 

@@ -12,8 +12,9 @@
 //! `core.sshCommand`, `alias.*`, `*.textconv`, `diff.external`, `core.fsmonitor`, …) is a
 //! risk no allow rule covers, even one naming it.
 
+use super::scripts;
 use super::wrappers::SHELLS;
-use super::{Risk, SimpleCommand, View, Word};
+use super::{Risk, SimpleCommand, Word};
 
 /// Fills in `cmd.risks` (and `cmd.view` for git) from the program's argument model.
 pub(super) fn annotate(program: &str, cmd: &mut SimpleCommand) {
@@ -21,14 +22,14 @@ pub(super) fn annotate(program: &str, cmd: &mut SimpleCommand) {
     let mut risks = Vec::new();
     match program {
         "git" => {
-            let (risks, view) = git(words);
+            let (risks, view) = super::git::git(words);
             cmd.risks.extend(risks);
             cmd.view = view;
             return;
         }
         "find" => find(words, &mut risks),
-        "sed" | "gsed" => sed(words, &mut risks),
-        "awk" | "gawk" | "mawk" | "nawk" => awk(words, &mut risks),
+        "sed" | "gsed" => scripts::sed(words, &mut risks),
+        "awk" | "gawk" | "mawk" | "nawk" => scripts::awk(words, &mut risks),
         "rg" => options(words, &RG, &mut risks),
         "tar" | "gtar" | "bsdtar" => tar(words, &mut risks),
         "zip" => {
@@ -110,12 +111,12 @@ pub(super) fn annotate(program: &str, cmd: &mut SimpleCommand) {
 }
 
 /// The risks of a program whose only model is its options.
-fn options(words: &[Word], model: &Model, risks: &mut Vec<Risk>) {
+pub(super) fn options(words: &[Word], model: &Model, risks: &mut Vec<Risk>) {
     scan(words, 1, model, risks);
 }
 
 /// A word that writes (or may write) files.
-fn risk(word: usize, what: &'static str) -> Risk {
+pub(super) fn risk(word: usize, what: &'static str) -> Risk {
     Risk {
         word,
         never: false,
@@ -125,7 +126,7 @@ fn risk(word: usize, what: &'static str) -> Risk {
 }
 
 /// A word that runs a program we cannot see.
-fn exec_risk(word: usize, what: &'static str) -> Risk {
+pub(super) fn exec_risk(word: usize, what: &'static str) -> Risk {
     Risk {
         word,
         never: false,
@@ -135,7 +136,7 @@ fn exec_risk(word: usize, what: &'static str) -> Risk {
 }
 
 /// A word that runs a program and that no allow rule covers.
-fn never(word: usize, what: &'static str) -> Risk {
+pub(super) fn never(word: usize, what: &'static str) -> Risk {
     Risk {
         word,
         never: true,
@@ -195,7 +196,7 @@ pub(super) fn env_program_risk() -> Risk {
 }
 
 /// Long options (of any modelled program) whose value or effect runs a program.
-const EXEC_LONG: [&str; 27] = [
+pub(super) const EXEC_LONG: [&str; 27] = [
     "config",
     "pre",
     "hostname-bin",
@@ -233,7 +234,7 @@ pub(super) enum ScriptEffect {
     Executes,
 }
 
-fn script_risk(effect: ScriptEffect, word: usize, what: &'static str) -> Option<Risk> {
+pub(super) fn script_risk(effect: ScriptEffect, word: usize, what: &'static str) -> Option<Risk> {
     match effect {
         ScriptEffect::Harmless => None,
         ScriptEffect::Writes => Some(risk(word, what)),
@@ -242,26 +243,26 @@ fn script_risk(effect: ScriptEffect, word: usize, what: &'static str) -> Option<
 }
 
 /// The option syntax of one program, as far as its risks go.
-struct Model {
+pub(super) struct Model {
     /// Long options (without `--`) that execute or write; abbreviations match too.
-    risky_long: &'static [&'static str],
+    pub(super) risky_long: &'static [&'static str],
     /// Harmless long options that are prefixes of risky ones (`--checkpoint`).
-    exact_safe: &'static [&'static str],
+    pub(super) exact_safe: &'static [&'static str],
     /// Long options whose value is the next word (when written without `=`).
-    long_value: &'static [&'static str],
+    pub(super) long_value: &'static [&'static str],
     /// Short option letters that execute or write.
-    risky_short: &'static str,
+    pub(super) risky_short: &'static str,
     /// Short option letters that take a value (the rest of the cluster or the next word).
-    short_value: &'static str,
+    pub(super) short_value: &'static str,
     /// The risky short letters that run a program (the others write).
-    exec_short: &'static str,
+    pub(super) exec_short: &'static str,
     /// A dynamic word before `--` is a risk.
-    dynamic_risk: bool,
+    pub(super) dynamic_risk: bool,
     /// Options end at the first operand (the rest is a command: `time -o f cmd`).
-    stop_at_operand: bool,
+    pub(super) stop_at_operand: bool,
 }
 
-const BASE: Model = Model {
+pub(super) const BASE: Model = Model {
     risky_long: &[],
     exact_safe: &[],
     long_value: &[],
@@ -498,7 +499,12 @@ fn long_is_risky(name: &str, model: &Model) -> bool {
 
 /// Scans options from `start`, pushing a risk for every option of `model` that executes or
 /// writes. Returns the indices of the operands.
-fn scan(words: &[Word], start: usize, model: &Model, risks: &mut Vec<Risk>) -> Vec<usize> {
+pub(super) fn scan(
+    words: &[Word],
+    start: usize,
+    model: &Model,
+    risks: &mut Vec<Risk>,
+) -> Vec<usize> {
     let mut operands = Vec::new();
     let mut i = start;
     while i < words.len() {
@@ -576,398 +582,6 @@ fn find(words: &[Word], risks: &mut Vec<Risk>) {
             _ => {}
         }
     }
-}
-
-const SED: Model = Model {
-    risky_long: &["in-place", "file"],
-    long_value: &["expression", "file", "line-length"],
-    risky_short: "if",
-    short_value: "efl",
-    dynamic_risk: true,
-    exec_short: "f",
-    ..BASE
-};
-
-/// `sed`: `-i`/`--in-place` and `-f` (a script we cannot see), and scripts with `e`, `w`,
-/// `W`, `s///e` or `s///w` (checked in every `-e` script or the first operand).
-fn sed(words: &[Word], risks: &mut Vec<Risk>) {
-    let mut scripts: Vec<(usize, String)> = Vec::new();
-    let mut i = 1;
-    let mut sandbox = false;
-    while i < words.len() {
-        let Some(text) = words[i].literal() else {
-            i += 1;
-            continue;
-        };
-        if text == "--" {
-            break;
-        }
-        if text == "--sandbox" {
-            sandbox = true;
-        }
-        if let Some(value) = text.strip_prefix("--expression=") {
-            scripts.push((i, value.to_owned()));
-        } else if text.starts_with("--") && "expression".starts_with(&text[2..]) && text.len() > 3 {
-            if let Some(value) = words.get(i + 1).and_then(Word::literal) {
-                scripts.push((i + 1, value.to_owned()));
-            }
-            i += 1;
-        } else if text.starts_with('-') && !text.starts_with("--") {
-            if let Some(at) = text.find('e') {
-                let attached = &text[at + 1..];
-                let before = &text[1..at];
-                if !before.contains(['f', 'l', 'i']) {
-                    if attached.is_empty() {
-                        if let Some(value) = words.get(i + 1).and_then(Word::literal) {
-                            scripts.push((i + 1, value.to_owned()));
-                        }
-                        i += 1;
-                    } else {
-                        scripts.push((i, attached.to_owned()));
-                    }
-                }
-            }
-        }
-        i += 1;
-    }
-    let operands = scan(words, 1, &SED, risks);
-    let has_script_option = words.iter().any(|w| {
-        w.literal().is_some_and(|t| {
-            (t.starts_with('-') && !t.starts_with("--") && t.contains(['e', 'f']))
-                || t.starts_with("--expression")
-                || t.starts_with("--file")
-        })
-    });
-    if !has_script_option {
-        if let Some(&first) = operands.first() {
-            if let Some(script) = words[first].literal() {
-                scripts.push((first, script.to_owned()));
-            }
-        }
-    }
-    if !sandbox {
-        for (index, script) in scripts {
-            risks.extend(script_risk(
-                sed_script_effect(&script),
-                index,
-                "a sed script that runs a program or writes files",
-            ));
-        }
-    }
-}
-
-/// Whether a sed script has a command that executes (`e`, `s///e`) or writes (`w`, `W`,
-/// `s///w`). Anything the scan does not understand counts as executing.
-pub(super) fn sed_script_effect(script: &str) -> ScriptEffect {
-    let mut writes = false;
-    let executes = sed_script_scan(script, &mut writes);
-    match (executes, writes) {
-        (true, _) => ScriptEffect::Executes,
-        (false, true) => ScriptEffect::Writes,
-        _ => ScriptEffect::Harmless,
-    }
-}
-
-/// True when the script executes (or cannot be read); sets `writes` for `w`/`W`/`s///w`.
-fn sed_script_scan(script: &str, writes: &mut bool) -> bool {
-    let b: Vec<char> = script.chars().collect();
-    let mut i = 0;
-    // Skips a delimited part (regex or replacement); returns false when unterminated.
-    let skip_delimited = |i: &mut usize, delim: char| -> bool {
-        while *i < b.len() {
-            let c = b[*i];
-            if c == '\\' {
-                *i += 2;
-                continue;
-            }
-            *i += 1;
-            if c == delim {
-                return true;
-            }
-            if c == '\n' {
-                return false;
-            }
-        }
-        false
-    };
-    let skip_to_line_end = |i: &mut usize| {
-        while *i < b.len() && b[*i] != '\n' {
-            if b[*i] == '\\' {
-                *i += 1;
-            }
-            *i += 1;
-        }
-    };
-    let skip_address = |i: &mut usize| -> bool {
-        for _ in 0..2 {
-            while *i < b.len() && b[*i].is_whitespace() {
-                *i += 1;
-            }
-            match b.get(*i) {
-                Some(c) if c.is_ascii_digit() => {
-                    while *i < b.len() && (b[*i].is_ascii_digit() || b[*i] == '~') {
-                        *i += 1;
-                    }
-                }
-                Some('$') => *i += 1,
-                Some('/') => {
-                    *i += 1;
-                    if !skip_delimited(i, '/') {
-                        return false;
-                    }
-                    while *i < b.len() && matches!(b[*i], 'I' | 'M') {
-                        *i += 1;
-                    }
-                }
-                Some('\\') => {
-                    let Some(&delim) = b.get(*i + 1) else {
-                        return false;
-                    };
-                    *i += 2;
-                    if !skip_delimited(i, delim) {
-                        return false;
-                    }
-                    while *i < b.len() && matches!(b[*i], 'I' | 'M') {
-                        *i += 1;
-                    }
-                }
-                Some('+' | '~') if *i > 0 => {
-                    *i += 1;
-                    while *i < b.len() && b[*i].is_ascii_digit() {
-                        *i += 1;
-                    }
-                }
-                _ => {}
-            }
-            if b.get(*i) == Some(&',') {
-                *i += 1;
-            } else {
-                break;
-            }
-        }
-        while *i < b.len() && (b[*i].is_whitespace() || b[*i] == '!') {
-            *i += 1;
-        }
-        true
-    };
-    while i < b.len() {
-        let c = b[i];
-        if c.is_whitespace() || c == ';' || c == '{' || c == '}' {
-            i += 1;
-            continue;
-        }
-        if c == '#' {
-            skip_to_line_end(&mut i);
-            continue;
-        }
-        if !skip_address(&mut i) {
-            return true;
-        }
-        let Some(&cmd) = b.get(i) else {
-            return false;
-        };
-        i += 1;
-        match cmd {
-            '{' | '}' | ';' => {}
-            'e' => return true,
-            'w' | 'W' => {
-                *writes = true;
-                skip_to_line_end(&mut i);
-            }
-            'a' | 'i' | 'c' | 'r' | 'R' | ':' | '#' => skip_to_line_end(&mut i),
-            'b' | 't' | 'T' | 'v' => {
-                while i < b.len() && !matches!(b[i], ';' | '\n' | '}') {
-                    i += 1;
-                }
-            }
-            'q' | 'Q' | 'l' | 'L' => {
-                while i < b.len() && (b[i].is_ascii_digit() || b[i] == ' ') {
-                    i += 1;
-                }
-            }
-            '=' | 'd' | 'D' | 'g' | 'G' | 'h' | 'H' | 'n' | 'N' | 'p' | 'P' | 'x' | 'z' | 'F' => {}
-            's' | 'y' => {
-                let Some(&delim) = b.get(i) else {
-                    return true;
-                };
-                if delim == '\n' || delim == '\\' {
-                    return true;
-                }
-                i += 1;
-                if !skip_delimited(&mut i, delim) || !skip_delimited(&mut i, delim) {
-                    return true;
-                }
-                if cmd == 's' {
-                    while i < b.len() && !matches!(b[i], ';' | '\n' | '}') {
-                        match b[i] {
-                            'e' => return true,
-                            'w' => {
-                                *writes = true;
-                                break;
-                            }
-                            'g' | 'p' | 'i' | 'I' | 'm' | 'M' | ' ' | '\t' => {}
-                            d if d.is_ascii_digit() => {}
-                            _ => return true,
-                        }
-                        i += 1;
-                    }
-                }
-            }
-            _ => return true,
-        }
-    }
-    false
-}
-
-const AWK: Model = Model {
-    risky_long: &["file", "exec", "include", "load"],
-    long_value: &[
-        "file",
-        "exec",
-        "include",
-        "load",
-        "source",
-        "assign",
-        "field-separator",
-    ],
-    risky_short: "fEil",
-    short_value: "fEilvFe",
-    dynamic_risk: true,
-    stop_at_operand: true,
-    exec_short: "fEil",
-    ..BASE
-};
-
-/// `awk`: program files and extensions (`-f`, `-E`, `-i`, `-l`), and programs that run
-/// commands (`system()`, pipes) or write files (`print > "f"`).
-fn awk(words: &[Word], risks: &mut Vec<Risk>) {
-    let operands = scan(words, 1, &AWK, risks);
-    let mut program_given = false;
-    let mut i = 1;
-    while i < words.len() {
-        match words[i].literal() {
-            Some("-e" | "--source") => {
-                program_given = true;
-                if let Some(text) = words.get(i + 1).and_then(Word::literal) {
-                    risks.extend(script_risk(awk_program_effect(text), i + 1, AWK_RISK));
-                }
-                i += 1;
-            }
-            Some(t) if t.starts_with("--source=") => {
-                program_given = true;
-                let effect = awk_program_effect(&t["--source=".len()..]);
-                risks.extend(script_risk(effect, i, AWK_RISK));
-            }
-            Some(t) if t.starts_with("-f") || t.starts_with("--file") => program_given = true,
-            Some("--") => break,
-            _ => {}
-        }
-        i += 1;
-    }
-    if !program_given {
-        if let Some(&first) = operands.first() {
-            if let Some(text) = words[first].literal() {
-                risks.extend(script_risk(awk_program_effect(text), first, AWK_RISK));
-            }
-        }
-    }
-}
-
-const AWK_RISK: &str = "an awk program that runs a program or writes files";
-
-/// What an awk program does: runs commands (`system(`, a pipe `print | "cmd"` or
-/// `"cmd" | getline`, `@load`/`@include`) or writes files (`print > "f"`).
-pub(super) fn awk_program_effect(program: &str) -> ScriptEffect {
-    let mut writes = false;
-    if awk_program_scan(program, &mut writes) {
-        ScriptEffect::Executes
-    } else if writes {
-        ScriptEffect::Writes
-    } else {
-        ScriptEffect::Harmless
-    }
-}
-
-/// True when the program runs commands; sets `writes` for output redirections.
-fn awk_program_scan(program: &str, writes: &mut bool) -> bool {
-    let b: Vec<char> = program.chars().collect();
-    let mut i = 0;
-    let mut in_print = false;
-    let mut parens = 0usize;
-    // The last significant character, to tell a regex `/…/` from a division.
-    let mut last = '\n';
-    while i < b.len() {
-        let c = b[i];
-        match c {
-            '"' => {
-                i += 1;
-                while i < b.len() && b[i] != '"' {
-                    if b[i] == '\\' {
-                        i += 1;
-                    }
-                    i += 1;
-                }
-                last = 'a';
-            }
-            '/' if "(,~!&|{;\n}=:?".contains(last) || last == ' ' => {
-                i += 1;
-                while i < b.len() && b[i] != '/' {
-                    if b[i] == '\\' {
-                        i += 1;
-                    }
-                    i += 1;
-                }
-                last = 'a';
-            }
-            '#' => {
-                while i < b.len() && b[i] != '\n' {
-                    i += 1;
-                }
-                continue;
-            }
-            '@' => return true,
-            '|' if b.get(i + 1) == Some(&'|') => {
-                i += 1;
-                last = '|';
-            }
-            '|' => return true,
-            '>' if in_print && parens == 0 => *writes = true,
-            '(' => {
-                parens += 1;
-                last = '(';
-            }
-            ')' => {
-                parens = parens.saturating_sub(1);
-                last = ')';
-            }
-            ';' | '\n' | '{' | '}' => {
-                in_print = false;
-                parens = 0;
-                last = c;
-            }
-            c if c.is_alphabetic() || c == '_' => {
-                let start = i;
-                while i < b.len() && (b[i].is_alphanumeric() || b[i] == '_') {
-                    i += 1;
-                }
-                let ident: String = b[start..i].iter().collect();
-                match ident.as_str() {
-                    "system" => return true,
-                    "print" | "printf" => {
-                        in_print = true;
-                        parens = 0;
-                    }
-                    _ => {}
-                }
-                last = 'a';
-                continue;
-            }
-            c if c.is_whitespace() => {}
-            _ => last = c,
-        }
-        i += 1;
-    }
-    false
 }
 
 const TAR: Model = Model {
@@ -1099,236 +713,4 @@ fn ssh(words: &[Word], risks: &mut Vec<Risk>) {
             risks.push(exec_risk(i, "a config file, helper program or log file"));
         }
     }
-}
-
-/// git global options that change nothing a rule cares about.
-const GIT_SAFE_GLOBALS: [&str; 11] = [
-    "--no-pager",
-    "-P",
-    "--no-replace-objects",
-    "--literal-pathspecs",
-    "--glob-pathspecs",
-    "--noglob-pathspecs",
-    "--icase-pathspecs",
-    "--no-optional-locks",
-    "--no-advice",
-    "--no-lazy-fetch",
-    "--bare",
-];
-
-/// git global options that take the next word as their value.
-const GIT_VALUED_GLOBALS: [&str; 9] = [
-    "-C",
-    "-c",
-    "--git-dir",
-    "--work-tree",
-    "--namespace",
-    "--super-prefix",
-    "--config-env",
-    "--attr-source",
-    "--list-cmds",
-];
-
-/// Config keys whose value is a program git runs (or that redirect what git runs).
-fn git_key_runs_programs(key: &str) -> bool {
-    const PARTS: [&str; 28] = [
-        "pager",
-        "editor",
-        "command",
-        "cmd",
-        "program",
-        "hook",
-        "external",
-        "textconv",
-        "fsmonitor",
-        "askpass",
-        "proxy",
-        "driver",
-        "filter.",
-        "alias.",
-        "helper",
-        "include",
-        "tool",
-        "browser",
-        "uploadpack",
-        "receivepack",
-        "protocol.",
-        "insteadof",
-        "exec",
-        "sendmail",
-        "smtpserver",
-        "credential",
-        "worktree",
-        "gitproxy",
-    ];
-    let key = key.to_ascii_lowercase();
-    PARTS.iter().any(|p| key.contains(p))
-}
-
-/// Config keys that only change presentation.
-fn git_key_is_harmless(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    [
-        "color.",
-        "advice.",
-        "i18n.",
-        "column.",
-        "log.date",
-        "log.decorate",
-    ]
-    .iter()
-    .any(|p| key.starts_with(p))
-        || matches!(
-            key.as_str(),
-            "core.quotepath" | "core.abbrev" | "user.name" | "user.email" | "init.defaultbranch"
-        )
-}
-
-/// Long options of git subcommands that execute or write (matched with abbreviations).
-const GIT_RISKY_LONG: [&str; 15] = [
-    "config",
-    "output",
-    "ext-diff",
-    "textconv",
-    "upload-pack",
-    "receive-pack",
-    "exec",
-    "open-files-in-pager",
-    "extcmd",
-    "tool",
-    "template",
-    "output-directory",
-    "sendmail-cmd",
-    "smtp-server",
-    "separate-git-dir",
-];
-
-/// Short options that execute or write, per subcommand.
-fn git_risky_short(subcommand: &str) -> &'static str {
-    match subcommand {
-        "grep" => "O",
-        "format-patch" | "archive" => "o",
-        "rebase" => "x",
-        "difftool" => "xt",
-        "mergetool" => "t",
-        "ls-remote" | "fetch" | "pull" => "u",
-        "clone" => "uc",
-        _ => "",
-    }
-}
-
-/// git: global options before the subcommand, then the subcommand's risky options.
-fn git(words: &[Word]) -> (Vec<Risk>, Option<View>) {
-    let mut risks = Vec::new();
-    let mut view_ok = true;
-    let mut i = 1;
-    while let Some(word) = words.get(i) {
-        let Some(text) = word.literal() else {
-            risks.push(never(i, "a dynamic global option"));
-            view_ok = false;
-            i += 1;
-            continue;
-        };
-        if !text.starts_with('-') {
-            break;
-        }
-        if text == "--" {
-            i += 1;
-            break;
-        }
-        let (name, attached) = match text.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
-            _ if text.starts_with("-c") && text.len() > 2 => ("-c", Some(text[2..].to_owned())),
-            _ if text.starts_with("-C") && text.len() > 2 => ("-C", Some(text[2..].to_owned())),
-            _ => (text, None),
-        };
-        let valued = GIT_VALUED_GLOBALS.contains(&name);
-        let value = match (&attached, valued) {
-            (Some(v), _) => Some(Word::Literal(v.clone())),
-            (None, true) => {
-                i += 1;
-                words.get(i).cloned()
-            }
-            (None, false) => None,
-        };
-        match name {
-            "-C" => {}
-            "-c" => match value.as_ref().and_then(Word::literal) {
-                Some(setting) => {
-                    let key = setting.split_once('=').map_or(setting, |(k, _)| k);
-                    if git_key_runs_programs(key) {
-                        risks.push(never(i, "git config that runs a program"));
-                        view_ok = false;
-                    } else if !git_key_is_harmless(key) {
-                        risks.push(risk(i, "git config"));
-                        view_ok = false;
-                    }
-                }
-                None => {
-                    risks.push(never(i, "git config that cannot be known"));
-                    view_ok = false;
-                }
-            },
-            "--config-env" => {
-                risks.push(never(i, "git config from the environment"));
-                view_ok = false;
-            }
-            n if GIT_SAFE_GLOBALS.contains(&n) => {}
-            _ => {
-                // --exec-path, --git-dir, --work-tree, --namespace, -p, unknown options.
-                risks.push(if matches!(name, "--exec-path" | "-p" | "--paginate") {
-                    exec_risk(i, "a git global option that runs programs")
-                } else {
-                    risk(i, "a git global option that changes what git reads")
-                });
-                view_ok = false;
-            }
-        }
-        i += 1;
-    }
-    let sub_start = i;
-    let subcommand = words.get(sub_start).and_then(Word::literal).unwrap_or("");
-    let model = Model {
-        risky_long: &GIT_RISKY_LONG,
-        exact_safe: &["text", "exec-path"],
-        risky_short: git_risky_short(subcommand),
-        exec_short: git_risky_short(subcommand).trim_matches('o'),
-        // `git status $HOME`: a variable the rules already let through stays allowed.
-        dynamic_risk: false,
-        ..BASE
-    };
-    let mut sub_risks = Vec::new();
-    if sub_start < words.len() {
-        scan(words, sub_start + 1, &model, &mut sub_risks);
-        for (j, word) in words.iter().enumerate().skip(sub_start + 1) {
-            if word
-                .literal()
-                .is_some_and(|t| t.starts_with("ext::") || t.starts_with("fd::"))
-            {
-                sub_risks.push(exec_risk(j, "a git transport that runs a command"));
-            }
-        }
-    }
-    risks.extend(sub_risks.iter().cloned());
-    if sub_start == 1 {
-        return (risks, None);
-    }
-    let mut view_words = vec![words[0].clone()];
-    view_words.extend_from_slice(&words[sub_start..]);
-    let shift = sub_start - 1;
-    let view_risks = sub_risks
-        .into_iter()
-        .map(|r| Risk {
-            word: r.word - shift,
-            ..r
-        })
-        .collect();
-    (
-        risks,
-        Some(View {
-            words: view_words,
-            risks: view_risks,
-            for_allow: view_ok,
-        }),
-    )
 }

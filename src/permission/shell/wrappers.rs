@@ -18,6 +18,10 @@
 //!   literal here-string or here-document is checked like `sh -c` with that text.
 
 use super::Word;
+use super::interpreters::{
+    interpreter_inner, interpreter_kind, shell_inner, source_inner, vim_inner,
+};
+use super::privileged::{doas_inner, su_inner, sudo_inner};
 
 /// Where a command reads its stdin from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -86,7 +90,7 @@ fn privileged(inner: Inner) -> Wrapped {
     }
 }
 
-fn words(words: Vec<Word>, stdin: &Stdin) -> Inner {
+pub(super) fn words(words: Vec<Word>, stdin: &Stdin) -> Inner {
     Inner::Words {
         words,
         sets_env: false,
@@ -94,7 +98,7 @@ fn words(words: Vec<Word>, stdin: &Stdin) -> Inner {
     }
 }
 
-fn rest(args: &[Word], from: usize) -> Vec<Word> {
+pub(super) fn rest(args: &[Word], from: usize) -> Vec<Word> {
     args.get(from..).unwrap_or_default().to_vec()
 }
 
@@ -147,28 +151,6 @@ const LAUNCHERS: [&str; 20] = [
     "ifne",
     "with-contenv",
 ];
-
-/// Interpreters: inline code and a program read from stdin are dynamic.
-fn interpreter_kind(program: &str) -> Option<&'static str> {
-    let family = |prefix: &str| {
-        program
-            .strip_prefix(prefix)
-            .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
-    };
-    Some(match program {
-        _ if family("python") || family("pypy") => "python",
-        _ if family("perl") => "perl",
-        "node" | "nodejs" | "bun" | "deno" => "node",
-        _ if family("ruby") => "ruby",
-        _ if family("php") => "php",
-        _ if family("lua") || program == "luajit" => "lua",
-        _ if family("tclsh") || family("wish") => "tcl",
-        "R" | "Rscript" | "osascript" | "jshell" | "irb" | "pry" | "guile" | "racket" | "sbcl"
-        | "clisp" | "ghci" | "scala" | "kotlin" | "julia" | "octave" | "gnuplot" | "bc" | "dc"
-        | "ed" | "ex" | "red" | "gdb" | "lldb" | "sqlite3" | "mysql" | "psql" => "other",
-        _ => return None,
-    })
-}
 
 /// What `program args…` runs (reading `stdin`), for every program we know runs commands.
 pub fn wrapped(program: &str, args: &[Word], stdin: &Stdin) -> Wrapped {
@@ -342,7 +324,7 @@ fn shell_quote(word: &str) -> String {
 }
 
 /// Where option parsing of a wrapper ends.
-enum OptionsEnd {
+pub(super) enum OptionsEnd {
     /// Index of the first operand.
     At(usize),
     /// An option word is dynamic: we cannot know where the command starts.
@@ -351,7 +333,11 @@ enum OptionsEnd {
 
 /// Skips GNU-style options: `short_with_arg` letters take a value (attached or next word),
 /// `long_with_arg` names take a value (after `=` or the next word), `--` ends options.
-fn skip_options(args: &[Word], short_with_arg: &str, long_with_arg: &[&str]) -> OptionsEnd {
+pub(super) fn skip_options(
+    args: &[Word],
+    short_with_arg: &str,
+    long_with_arg: &[&str],
+) -> OptionsEnd {
     let mut i = 0;
     while let Some(word) = args.get(i) {
         let Some(text) = word.literal() else {
@@ -387,7 +373,7 @@ fn skip_options(args: &[Word], short_with_arg: &str, long_with_arg: &[&str]) -> 
     OptionsEnd::At(i)
 }
 
-fn after_options(
+pub(super) fn after_options(
     args: &[Word],
     short_with_arg: &str,
     long_with_arg: &[&str],
@@ -397,7 +383,7 @@ fn after_options(
 }
 
 /// Skips options, then `operands` operands (a duration, a priority, a lock file …).
-fn skip_then_operands(
+pub(super) fn skip_then_operands(
     args: &[Word],
     short_with_arg: &str,
     long_with_arg: &[&str],
@@ -613,7 +599,7 @@ fn xargs_inner(args: &[Word]) -> Inner {
 }
 
 /// `eval ARG…`: the arguments joined by spaces are shell text.
-fn eval_inner(args: &[Word]) -> Inner {
+pub(super) fn eval_inner(args: &[Word]) -> Inner {
     let mut parts = Vec::with_capacity(args.len());
     for word in args {
         match word.literal() {
@@ -622,164 +608,6 @@ fn eval_inner(args: &[Word]) -> Inner {
         }
     }
     Inner::Script(parts.join(" "))
-}
-
-/// Operands that make a shell or interpreter read its program from stdin.
-fn names_stdin(word: &str) -> bool {
-    matches!(
-        word,
-        "-" | "/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0" | "/dev/tty"
-    )
-}
-
-/// A program read from stdin: a shell reads a literal text as a script; anything else is
-/// unknown. An inherited stdin is the tool's (empty) or a PTY's, whose later writes are
-/// checked as commands of their own, so it runs nothing we judge here.
-fn from_stdin(stdin: &Stdin, shell: bool) -> Option<Inner> {
-    match stdin {
-        Stdin::Inherited => None,
-        Stdin::Literal(text) if shell => Some(Inner::Script(text.clone())),
-        _ => Some(Inner::Unknown),
-    }
-}
-
-/// `sh [-options] -c SCRIPT [NAME [ARG…]]`, `sh -s`, `sh FILE`, `sh < …`.
-fn shell_inner(args: &[Word], stdin: &Stdin) -> Option<Inner> {
-    let mut i = 0;
-    let mut has_c = false;
-    let mut reads_stdin = false;
-    while let Some(word) = args.get(i) {
-        let Some(text) = word.literal() else {
-            return Some(Inner::Unknown);
-        };
-        if text == "--" {
-            i += 1;
-            break;
-        }
-        if text.starts_with("--") {
-            i += if matches!(text, "--rcfile" | "--init-file") {
-                2
-            } else {
-                1
-            };
-            continue;
-        }
-        if text.len() > 1 && (text.starts_with('-') || text.starts_with('+')) {
-            i += 1;
-            let cluster = &text[1..];
-            if text.starts_with('-') {
-                has_c |= cluster.contains('c');
-                reads_stdin |= cluster.contains(['s', 'i']);
-            }
-            if cluster.contains(['o', 'O']) {
-                i += 1;
-            }
-            continue;
-        }
-        break;
-    }
-    if has_c {
-        return match args.get(i) {
-            Some(Word::Literal(script)) => Some(Inner::Script(script.clone())),
-            Some(Word::Dynamic) => Some(Inner::Unknown),
-            None => None,
-        };
-    }
-    match args.get(i) {
-        Some(Word::Dynamic) => Some(Inner::Unknown),
-        Some(Word::Literal(file)) if !reads_stdin && !names_stdin(file) => None,
-        _ => from_stdin(stdin, true),
-    }
-}
-
-/// Interpreters: inline code (`python -c`, `perl -e`, `node -e` …) and a program read from
-/// stdin are unknown; a script file is the interpreter's own business.
-fn interpreter_inner(kind: &str, args: &[Word], stdin: &Stdin) -> Option<Inner> {
-    // Letters that carry inline code, and letters whose value follows (attached or next).
-    let (code, valued, long_code): (&str, &str, &[&str]) = match kind {
-        "python" => ("c", "WXQm", &[]),
-        "perl" => ("eE", "IMmxdDFiC0l", &[]),
-        "node" => ("ep", "r", &["--eval", "--print"]),
-        "ruby" => ("e", "rICxEFKTWU0l", &[]),
-        "php" => ("rBREF", "fdcz", &[]),
-        "lua" => ("e", "l", &[]),
-        "tcl" => ("", "", &[]),
-        _ => ("ec", "", &["--eval", "--command", "--execute"]),
-    };
-    let mut i = 0;
-    while let Some(word) = args.get(i) {
-        let Some(text) = word.literal() else {
-            return Some(Inner::Unknown);
-        };
-        if text == "--" {
-            i += 1;
-            break;
-        }
-        if text.starts_with("--") {
-            let name = text.split_once('=').map_or(text, |(n, _)| n);
-            if long_code.contains(&name) {
-                return Some(Inner::Unknown);
-            }
-            i += 1;
-            continue;
-        }
-        if text.len() > 1 && text.starts_with('-') {
-            i += 1;
-            for (at, letter) in text[1..].char_indices() {
-                if code.contains(letter) {
-                    return Some(Inner::Unknown);
-                }
-                if valued.contains(letter) {
-                    if at + letter.len_utf8() == text.len() - 1 {
-                        i += 1;
-                    }
-                    if letter == 'm' && kind == "python" {
-                        // `python -m module`: runs a module, like a script file.
-                        return None;
-                    }
-                    break;
-                }
-            }
-            continue;
-        }
-        break;
-    }
-    if kind == "other" {
-        // REPL-like programs (gdb, ed, sqlite3 …) run what they read.
-        return (!matches!(stdin, Stdin::Inherited)).then_some(Inner::Unknown);
-    }
-    match args.get(i) {
-        Some(Word::Dynamic) => Some(Inner::Unknown),
-        Some(Word::Literal(file)) if !names_stdin(file) => None,
-        _ => from_stdin(stdin, false),
-    }
-}
-
-/// `source FILE` / `. FILE`: a literal file is the shell's own business; a process
-/// substitution, a variable or stdin is a script we cannot read (a literal stdin we can).
-fn source_inner(args: &[Word], stdin: &Stdin) -> Option<Inner> {
-    match args.first() {
-        Some(Word::Dynamic) => Some(Inner::Unknown),
-        Some(Word::Literal(file)) if names_stdin(file) => from_stdin(stdin, true),
-        _ => None,
-    }
-}
-
-/// `vim -c CMD`, `vim +CMD`, `vim --cmd CMD`, `vim -S file`, `vim -s script`: editor commands
-/// run shell commands (`:!sh`), so they are unknown.
-fn vim_inner(args: &[Word]) -> Option<Inner> {
-    args.iter()
-        .any(|w| match w.literal() {
-            Some(t) => {
-                t.starts_with('+')
-                    || matches!(
-                        t,
-                        "-c" | "--cmd" | "-S" | "-s" | "-e" | "-E" | "-es" | "-Es"
-                    )
-            }
-            None => true,
-        })
-        .then_some(Inner::Unknown)
 }
 
 /// `watch [OPTION]… COMMAND…`: the words are joined and run by `sh -c` (with `-x`, directly).
@@ -875,122 +703,6 @@ fn script_wrapped(args: &[Word]) -> Wrapped {
         writes_files,
         ..Wrapped::default()
     }
-}
-
-/// `sudo [OPTION]… [VAR=value]… COMMAND…`; `-s`/`-i` run the command through a shell (or an
-/// interactive shell without one); `-e` edits files.
-fn sudo_inner(args: &[Word], stdin: &Stdin) -> Inner {
-    let long = [
-        "--user",
-        "--group",
-        "--chdir",
-        "--host",
-        "--prompt",
-        "--role",
-        "--type",
-        "--command-timeout",
-        "--other-user",
-        "--close-from",
-        "--chroot",
-    ];
-    let mut shell = false;
-    for word in args {
-        match word.literal() {
-            Some("--") => break,
-            Some("--shell" | "--login") => shell = true,
-            Some(t) if t.starts_with('-') && !t.starts_with("--") => {
-                let cluster = &t[1..];
-                let upto = cluster
-                    .find(|c| "ugCDhprtTUR".contains(c))
-                    .unwrap_or(cluster.len());
-                shell |= cluster[..upto].contains(['s', 'i']);
-            }
-            Some(t) if !t.starts_with('-') => break,
-            _ => {}
-        }
-    }
-    let OptionsEnd::At(mut i) = skip_options(args, "ugCDhprtTUR", &long) else {
-        return Inner::Unknown;
-    };
-    let mut sets_env = false;
-    while let Some(Word::Literal(text)) = args.get(i) {
-        if !is_assignment(text) {
-            break;
-        }
-        sets_env = true;
-        i += 1;
-    }
-    let command = rest(args, i);
-    if shell {
-        return if command.is_empty() {
-            from_stdin(stdin, true).unwrap_or(Inner::Unknown)
-        } else {
-            eval_inner(&command)
-        };
-    }
-    Inner::Words {
-        words: command,
-        sets_env,
-        stdin: stdin.clone(),
-    }
-}
-
-/// `doas [-nSs] [-C config] [-u user] COMMAND…`; `-s` runs a shell.
-fn doas_inner(args: &[Word], stdin: &Stdin) -> Inner {
-    if args
-        .iter()
-        .take_while(|w| w.literal().is_some_and(|t| t.starts_with('-')))
-        .any(|w| {
-            w.literal()
-                .is_some_and(|t| t.contains('s') && !t.starts_with("--"))
-        })
-    {
-        return Inner::Unknown;
-    }
-    after_options(args, "uC", &[], stdin)
-}
-
-/// `su [OPTION]… [-] [USER [ARG…]]` (also `runuser`, `sg GROUP`): `-c CMD` runs shell text;
-/// `runuser -u USER -- CMD…` runs a command; otherwise an interactive shell.
-fn su_inner(program: &str, args: &[Word], stdin: &Stdin) -> Inner {
-    let mut i = 0;
-    let mut user_mode = false;
-    while let Some(word) = args.get(i) {
-        let Some(text) = word.literal() else {
-            return Inner::Unknown;
-        };
-        i += 1;
-        match text {
-            "-c" | "--command" | "--session-command" => {
-                return match args.get(i) {
-                    Some(Word::Literal(script)) => Inner::Script(script.clone()),
-                    _ => Inner::Unknown,
-                };
-            }
-            t if t.starts_with("--command=") || t.starts_with("--session-command=") => {
-                return Inner::Script(t.split_once('=').map(|(_, v)| v).unwrap_or("").to_owned());
-            }
-            "-u" | "--user" if program == "runuser" => {
-                user_mode = true;
-                i += 1;
-            }
-            "-s"
-            | "--shell"
-            | "-g"
-            | "--group"
-            | "-G"
-            | "--supp-group"
-            | "-w"
-            | "--whitelist-environment" => i += 1,
-            "--" if user_mode => return words(rest(args, i), stdin),
-            _ => {}
-        }
-    }
-    if program == "sg" {
-        // `sg GROUP COMMAND…` without `-c`: the words are shell text.
-        return eval_inner(&rest(args, 1));
-    }
-    from_stdin(stdin, true).unwrap_or(Inner::Unknown)
 }
 
 /// `busybox APPLET ARG…`: the applet is the program (`busybox --list` runs nothing).
