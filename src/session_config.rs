@@ -313,8 +313,10 @@ impl SessionConfig {
             &crate::hooks::runner::HookCatalog::new(),
         )
         .map_err(|error| ConfigViolation::new("hooks", error.to_string()))?;
-        crate::permission::RuleSet::parse(&self.permission.allow, &self.permission.deny)
-            .map_err(|error| ConfigViolation::new("permission", error.to_string()))?;
+        crate::permission::RuleSet::parse_located(&self.permission.allow, &self.permission.deny)
+            .map_err(|(list, index, error)| {
+                ConfigViolation::new(format!("permission.{list}[{index}]"), error.to_string())
+            })?;
         let metadata_size = serde_json::to_vec(&self.metadata).map_or(usize::MAX, |v| v.len());
         if metadata_size > MAX_METADATA_BYTES {
             return Err(ConfigViolation::new(
@@ -356,13 +358,16 @@ mod tests {
             (json!({"": 1}), "(root)"),
             (
                 json!({"permission": {"allow": ["Bash(git status:*"]}}),
-                "permission",
+                "permission.allow[0]",
             ),
             (
-                json!({"permission": {"deny": ["WebFetch(domain:)"]}}),
-                "permission",
+                json!({"permission": {"deny": ["Bash(ls)", "WebFetch(domain:)"]}}),
+                "permission.deny[1]",
             ),
-            (json!({"permission": {"deny": ["(x)"]}}), "permission"),
+            (
+                json!({"permission": {"deny": ["(x)"]}}),
+                "permission.deny[0]",
+            ),
         ];
         for (body, field) in cases {
             let error = SessionConfig::from_json(body.clone()).unwrap_err();

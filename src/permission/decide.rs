@@ -11,7 +11,7 @@
 //! 9. otherwise [`Verdict::Ask`]: the caller consults the approval callback.
 //!
 //! Argument matching: a deny rule matches a command if ANY simple command matches it, a
-//! program is dynamic, or the text is unparsable; allow rules cover a command only if EVERY
+//! program is dynamic or an option runs a program we cannot see, or the text is unparsable; allow rules cover a command only if EVERY
 //! simple command is matched by some rule and none is dynamic, writes files by redirection or
 //! changes the environment. A path that escapes the workspace, a URL without a host and a
 //! missing or non-string subject field are never allowed by a rule with an argument and match
@@ -89,9 +89,11 @@ fn deny_matches(rule: &Rule, facts: &ToolFacts<'_>, value: &SubjectValue) -> boo
         SubjectValue::None => false,
         SubjectValue::Unknown => true,
         SubjectValue::Command(ParsedCommand::Unparsable(_)) => true,
-        SubjectValue::Command(ParsedCommand::Commands(commands)) => commands
-            .iter()
-            .any(|c| c.has_dynamic_program() || rule.matches_simple_command(c, true)),
+        SubjectValue::Command(ParsedCommand::Commands(commands)) => commands.iter().any(|c| {
+            c.has_dynamic_program()
+                || c.runs_unknown_program()
+                || rule.matches_simple_command(c, true)
+        }),
         SubjectValue::Path(None) | SubjectValue::Host(None) => true,
         SubjectValue::Path(Some(path)) => rule.matches_path(path),
         SubjectValue::Host(Some(host)) => rule.matches_host(host),
@@ -121,7 +123,7 @@ fn covering(rules: &[&Rule], facts: &ToolFacts<'_>, value: &SubjectValue) -> Opt
         SubjectValue::Command(ParsedCommand::Commands(commands)) => {
             let mut used: Vec<usize> = Vec::new();
             let mut judged = 0;
-            for command in commands.iter().filter(|c| !c.wrapper) {
+            for command in commands.iter().filter(|c| !c.wrapper && !c.deny_only) {
                 if command.program().is_none() || command.writes_files || command.sets_env {
                     return None;
                 }
@@ -164,6 +166,11 @@ fn unknown_detail(rule: &Rule, value: &SubjectValue) -> &'static str {
             if commands.iter().any(|c| c.has_dynamic_program()) =>
         {
             " (a program name cannot be determined, so it counts as matching)"
+        }
+        SubjectValue::Command(ParsedCommand::Commands(commands))
+            if commands.iter().any(|c| c.runs_unknown_program()) =>
+        {
+            " (an option or script runs a program that cannot be seen, so it counts as matching)"
         }
         SubjectValue::Path(None) => " (the path leaves the workspace)",
         SubjectValue::Host(None) => " (the URL has no host, so it counts as matching)",

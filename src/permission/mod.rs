@@ -11,6 +11,10 @@ pub mod rules;
 pub mod shell;
 
 pub use decide::{DecisionInput, GrantRule, decide};
+
+#[cfg(test)]
+#[path = "command_rules_tests.rs"]
+mod command_rules_tests;
 pub use rules::{Rule, RuleError, RuleSet};
 
 /// The session's permission mode.

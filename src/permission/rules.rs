@@ -6,7 +6,7 @@
 //! a [`RuleError`], never a rule that silently matches nothing.
 
 use super::Subject;
-use super::shell::{self, SimpleCommand, Word};
+use super::shell::{self, Risk, SimpleCommand, Word};
 use globset::{GlobBuilder, GlobMatcher};
 use std::fmt;
 use std::path::{Component, Path};
@@ -33,7 +33,21 @@ pub enum RuleError {
     BadGlob { rule: String, problem: String },
     #[error("permission rule `{rule}`: {problem}")]
     WrongKind { rule: String, problem: String },
+    #[error("permission rule `{rule}…` is {len} bytes, more than the limit of {limit}")]
+    TooLong {
+        /// The first characters of the rule.
+        rule: String,
+        len: usize,
+        limit: usize,
+    },
 }
+
+/// The longest rule text accepted (the command part has its own, smaller limit).
+pub const MAX_RULE_TEXT_BYTES: usize = shell::MAX_RULE_BYTES + 256;
+/// The longest path glob of a file rule (`Read(src/**)`).
+pub const MAX_GLOB_BYTES: usize = 1024;
+/// The deepest `{…}` nesting in a path glob.
+pub const MAX_GLOB_BRACE_DEPTH: usize = 4;
 
 /// The kind of argument a spec can be matched against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +160,24 @@ fn check_name(rule: &str, name: &str, allow_star: bool) -> Result<(), RuleError>
 }
 
 fn compile_glob(spec: &str) -> Result<GlobMatcher, String> {
+    if spec.len() > MAX_GLOB_BYTES {
+        return Err(format!("a path glob is at most {MAX_GLOB_BYTES} bytes"));
+    }
+    let mut depth = 0usize;
+    for c in spec.bytes() {
+        match c {
+            b'{' => {
+                depth += 1;
+                if depth > MAX_GLOB_BRACE_DEPTH {
+                    return Err(format!(
+                        "`{{…}}` nests deeper than {MAX_GLOB_BRACE_DEPTH} levels"
+                    ));
+                }
+            }
+            b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
     if spec.starts_with('/') {
         return Err("path globs are relative to the workspace (no leading `/`)".into());
     }
@@ -235,6 +267,13 @@ impl Rule {
         let text = text.trim();
         if text.is_empty() {
             return Err(RuleError::Empty);
+        }
+        if text.len() > MAX_RULE_TEXT_BYTES {
+            return Err(RuleError::TooLong {
+                rule: text.chars().take(40).collect(),
+                len: text.len(),
+                limit: MAX_RULE_TEXT_BYTES,
+            });
         }
         let rule = text.to_owned();
         let Some(open) = text.find('(') else {
@@ -337,8 +376,13 @@ impl Rule {
         }
     }
 
-    /// Whether this (command) rule matches one simple command. With `deny`, a dynamic word
-    /// where the rule expects a word counts as matching (it could be anything).
+    /// Whether this (command) rule matches one simple command.
+    ///
+    /// A deny rule (`deny`) matches the written words or the program's view of them (git
+    /// without its global options), compares the program by basename, and counts a dynamic
+    /// word where it expects a word as matching (it could be anything). An allow rule matches
+    /// a program named by its bare name or standard path only, and covers the command only
+    /// when every risky word (argument model) is one the rule names.
     pub(crate) fn matches_simple_command(&self, cmd: &SimpleCommand, deny: bool) -> bool {
         let (pattern, prefix) = match &self.spec {
             Some(Spec::CommandPrefix(words)) => (words, true),
@@ -347,7 +391,22 @@ impl Rule {
             }) => (words, false),
             _ => return false,
         };
-        words_match(pattern, &cmd.words, prefix, deny)
+        if deny {
+            return words_match(pattern, &cmd.words, prefix, true)
+                || cmd
+                    .view
+                    .as_ref()
+                    .is_some_and(|v| words_match(pattern, &v.words, prefix, true));
+        }
+        let covers = |words: &[Word], risks: &[Risk]| {
+            words_match(pattern, words, prefix, false)
+                && risks.iter().all(|r| !r.never && r.word < pattern.len())
+        };
+        covers(&cmd.words, &cmd.risks)
+            || cmd
+                .view
+                .as_ref()
+                .is_some_and(|v| v.for_allow && covers(&v.words, &v.risks))
     }
 
     /// Whether this (path) rule's glob matches a normalised workspace-relative path.
@@ -374,15 +433,18 @@ impl Rule {
     }
 }
 
-/// Word-wise comparison; the program word is compared by basename.
+/// Word-wise comparison; the program word is compared by basename for deny rules and by
+/// [`shell::names_program_for_allow`] for allow rules.
 fn words_match(pattern: &[String], words: &[Word], prefix: bool, deny: bool) -> bool {
     for (index, expected) in pattern.iter().enumerate() {
         match words.get(index) {
             None => return false,
             Some(Word::Dynamic) => return deny,
             Some(Word::Literal(actual)) => {
-                let same = if index == 0 {
+                let same = if index == 0 && deny {
                     shell::basename(actual) == shell::basename(expected)
+                } else if index == 0 {
+                    shell::names_program_for_allow(actual, expected)
                 } else {
                     actual == expected
                 };
@@ -416,6 +478,23 @@ impl RuleSet {
         Ok(RuleSet {
             allow: parse_all(allow)?,
             deny: parse_all(deny)?,
+        })
+    }
+
+    /// Like [`RuleSet::parse`], and says which rule failed: `("allow" | "deny", index)`.
+    pub fn parse_located(
+        allow: &[String],
+        deny: &[String],
+    ) -> Result<RuleSet, (&'static str, usize, RuleError)> {
+        let parse_all = |name: &'static str, list: &[String]| {
+            list.iter()
+                .enumerate()
+                .map(|(i, t)| Rule::parse(t).map_err(|e| (name, i, e)))
+                .collect::<Result<Vec<Rule>, _>>()
+        };
+        Ok(RuleSet {
+            allow: parse_all("allow", allow)?,
+            deny: parse_all("deny", deny)?,
         })
     }
 

@@ -14,7 +14,72 @@
 /// literal) and the permission layer's real shell parser ([`crate::permission::shell`]),
 /// which also sees heredocs, process substitution, `find -exec` and more wrappers.
 pub fn deny_reason(command: &str) -> Option<String> {
-    check(command, 0).or_else(|| check_parsed(command))
+    // The splitter below recurses on nested substitutions: bound the text first (the same
+    // limits as the permission layer's parser).
+    if let Err(why) = crate::permission::shell::check_bounds(command) {
+        return Some(format!(
+            "command cannot be parsed ({why}); refusing to run it"
+        ));
+    }
+    check(&strip_quoted_heredocs(command), 0).or_else(|| check_parsed(command))
+}
+
+/// Drops the bodies of here-documents with a quoted delimiter (`<<'EOF'`): their text is
+/// literal, so the splitter must not read it as commands. (The parser-based check still sees
+/// the whole text.)
+fn strip_quoted_heredocs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut until: Option<(String, bool)> = None;
+    for line in text.split_inclusive('\n') {
+        if let Some((delimiter, tabs)) = &until {
+            let body = line.trim_end_matches('\n');
+            let body = if *tabs {
+                body.trim_start_matches('\t')
+            } else {
+                body
+            };
+            if body == delimiter {
+                until = None;
+            }
+            out.push('\n');
+            continue;
+        }
+        out.push_str(line);
+        until = quoted_heredoc_delimiter(line);
+    }
+    out
+}
+
+/// The delimiter of a `<<'WORD'`, `<<"WORD"` or `<<\WORD` on this line, and whether it is `<<-`.
+fn quoted_heredoc_delimiter(line: &str) -> Option<(String, bool)> {
+    let mut rest = line;
+    while let Some(at) = rest.find("<<") {
+        let after = &rest[at + 2..];
+        if after.starts_with('<') {
+            rest = after.trim_start_matches('<');
+            continue;
+        }
+        let (tabs, after) = match after.strip_prefix('-') {
+            Some(a) => (true, a),
+            None => (false, after),
+        };
+        let after = after.trim_start_matches([' ', '\t']);
+        let mut chars = after.chars();
+        match chars.next() {
+            Some(q @ ('\'' | '"')) => {
+                let body: String = chars.take_while(|&c| c != q).collect();
+                return Some((body, tabs));
+            }
+            Some('\\') => {
+                let body: String = chars
+                    .take_while(|c| !c.is_whitespace() && !matches!(c, ';' | '|' | '&'))
+                    .collect();
+                return Some((body, tabs));
+            }
+            _ => rest = after,
+        }
+    }
+    None
 }
 
 fn check_parsed(command: &str) -> Option<String> {
@@ -71,6 +136,9 @@ fn check(command: &str, depth: usize) -> Option<String> {
     commands.iter().find_map(|words| check_simple(words, depth))
 }
 
+/// Marks a `$(` met inside double quotes (NUL never occurs in a command text that runs).
+const SUBSTITUTION: &str = "\u{0}$(";
+
 /// Splits shell text into simple commands (lists of unquoted words).
 fn split(text: &str) -> Result<Vec<Vec<String>>, &'static str> {
     let mut commands = Vec::new();
@@ -106,9 +174,10 @@ fn split(text: &str) -> Result<Vec<Vec<String>>, &'static str> {
                                 word.push(ch);
                             }
                         }
-                        // Substitutions inside double quotes still run: split them out too.
+                        // Substitutions inside double quotes still run: split them out too
+                        // (marked, so that `$(` inside single quotes stays literal).
                         Some('$') if chars.peek() == Some(&'(') => {
-                            word.push_str("$(");
+                            word.push_str(SUBSTITUTION);
                             chars.next();
                         }
                         Some(ch) => word.push(ch),
@@ -156,8 +225,8 @@ fn split(text: &str) -> Result<Vec<Vec<String>>, &'static str> {
     let mut nested = Vec::new();
     for words in &commands {
         for w in words {
-            if let Some(idx) = w.find("$(") {
-                nested.extend(split(&w[idx + 2..])?);
+            if let Some(idx) = w.find(SUBSTITUTION) {
+                nested.extend(split(&w[idx + SUBSTITUTION.len()..])?);
             }
         }
     }

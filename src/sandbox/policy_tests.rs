@@ -66,3 +66,31 @@ fn the_shell_parser_layer_sees_what_the_splitter_cannot() {
         assert_eq!(deny_reason(command), None, "should allow {command:?}");
     }
 }
+
+#[test]
+fn literal_text_is_not_a_command() {
+    for command in [
+        "echo '$(rm -rf ~)'",
+        "echo '$(rm -rf /)'",
+        "cat <<'EOF'\n$(rm -rf /)\nEOF",
+        "cat <<\"EOF\"\nrm -rf /\nEOF\necho done",
+        "cat <<-'EOF'\n\t$(rm -rf /)\n\tEOF",
+    ] {
+        assert_eq!(deny_reason(command), None, "should allow {command:?}");
+    }
+    for command in [
+        "echo \"$(rm -rf /)\"",
+        "cat <<EOF\n$(rm -rf /)\nEOF",
+        "cat <<'EOF'\nx\nEOF\nrm -rf /",
+    ] {
+        assert!(deny_reason(command).is_some(), "should deny {command:?}");
+    }
+}
+
+#[test]
+fn text_over_the_parser_limits_is_refused_without_recursing() {
+    let deep = format!("echo {}x{}", "\"$(".repeat(50_000), ")\"".repeat(50_000));
+    assert!(deny_reason(&deep).is_some());
+    let nested = format!("{}true{}", "( ".repeat(100_000), " )".repeat(100_000));
+    assert!(deny_reason(&nested).is_some());
+}

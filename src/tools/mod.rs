@@ -152,6 +152,12 @@ pub trait Tool: Send + Sync + 'static {
     fn self_decision(&self, _input: &Value) -> SelfDecision {
         SelfDecision::Ask
     }
+    /// Why the tool denies this input itself, as the result's code and message, when
+    /// [`Tool::self_decision`] is `Deny` and that decided (stage `tool_deny`). `None` keeps
+    /// the generic `PERMISSION_DENIED`.
+    fn self_denial(&self, _input: &Value) -> Option<(&'static str, String)> {
+        None
+    }
     /// What `Name(...)` permission rules match in this tool's input.
     fn permission_subject(&self) -> Subject {
         Subject::Name

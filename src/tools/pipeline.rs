@@ -472,9 +472,9 @@ impl Pipeline {
                 return Ok(input);
             }
             Verdict::Deny(reason) => {
-                let text = format!("permission denied: {}", reason.message);
+                let failure = denial(tool, &input, &reason);
                 decision.record(reason);
-                return Err(Failure::new(codes::PERMISSION_DENIED, text));
+                return Err(failure);
             }
             Verdict::Ask => {}
         }
@@ -540,9 +540,9 @@ impl Pipeline {
                 validate(entry, &updated, "input updated by the approver: ")?;
                 match self.gate.evaluate(tool, &updated) {
                     Verdict::Deny(reason) => {
-                        let text = format!("permission denied: {}", reason.message);
+                        let failure = denial(tool, &updated, &reason);
                         decision.record(reason);
-                        Err(Failure::new(codes::PERMISSION_DENIED, text))
+                        Err(failure)
                     }
                     Verdict::Allow(reason) => {
                         decision.record(reason);
@@ -619,6 +619,20 @@ fn hook_event(ctx: &ToolContext, payload: HookPayload) -> HookEvent {
 
 fn context_messages(context: Vec<String>) -> Vec<Message> {
     context.into_iter().map(Message::user_text).collect()
+}
+
+/// The failure of a denied call: the tool's own code and reason when the tool itself denied
+/// (`COMMAND_DENIED` for a command Bash refuses), otherwise `PERMISSION_DENIED`.
+fn denial(tool: &dyn Tool, input: &Value, reason: &Reason) -> Failure {
+    if reason.stage == Stage::ToolDeny {
+        if let Some((code, message)) = tool.self_denial(input) {
+            return Failure::new(code, message);
+        }
+    }
+    Failure::new(
+        codes::PERMISSION_DENIED,
+        format!("permission denied: {}", reason.message),
+    )
 }
 
 #[cfg(test)]

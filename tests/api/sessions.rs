@@ -166,7 +166,10 @@ async fn invalid_configs_are_refused(app: TestApp) {
         ),
         (json!({"permission": {"mode": "sudo"}}), "permission.mode"),
         (json!({"permission": {"allow": "Read"}}), "permission.allow"),
-        (json!({"permission": {"deny": ["Bash(rm:*"]}}), "permission"),
+        (
+            json!({"permission": {"deny": ["Bash(rm:*"]}}),
+            "permission.deny[0]",
+        ),
     ];
     for (body, field) in cases {
         let response = app.post_json("/v1/sessions", &token, &body).await;

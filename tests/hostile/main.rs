@@ -10,6 +10,7 @@ mod egress;
 #[path = "../support/fake_llm.rs"]
 mod fake_llm;
 mod limits;
+mod parsers;
 #[path = "../support/pg.rs"]
 mod pg;
 mod sandbox;

@@ -43,6 +43,17 @@ pub fn command_decision(command: &str) -> SelfDecision {
     }
 }
 
+/// The `COMMAND_DENIED` code and reason when a deny pattern matches (or the text cannot be
+/// parsed), for the tool result of a call the tool denies itself.
+pub fn command_denial(command: &str) -> Option<(&'static str, String)> {
+    policy::deny_reason(command).map(|reason| {
+        (
+            codes::COMMAND_DENIED,
+            format!("command refused by policy: {reason}"),
+        )
+    })
+}
+
 /// Fails with `COMMAND_DENIED` when a deny pattern matches.
 pub fn check_command(command: &str) -> Result<(), ToolError> {
     match policy::deny_reason(command) {
@@ -130,6 +141,9 @@ impl Tool for BashTool {
             Some(command) => command_decision(command),
             None => SelfDecision::Ask,
         }
+    }
+    fn self_denial(&self, input: &Value) -> Option<(&'static str, String)> {
+        command_denial(input.get("command").and_then(Value::as_str)?)
     }
     fn permission_subject(&self) -> Subject {
         Subject::Command { field: "command" }

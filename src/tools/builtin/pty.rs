@@ -5,7 +5,7 @@
 //! a Bash command — together with any not yet submitted text typed earlier, so a command cannot
 //! be smuggled in across several writes.
 
-use super::bash::{check_command, command_decision};
+use super::bash::{check_command, command_decision, command_denial};
 use super::tasks::kill_group;
 use super::{codes, parse_input};
 use crate::permission::{SelfDecision, Subject};
@@ -216,6 +216,9 @@ impl Tool for ShellStartTool {
             None => SelfDecision::Ask,
         }
     }
+    fn self_denial(&self, input: &Value) -> Option<(&'static str, String)> {
+        command_denial(input.get("command").and_then(Value::as_str)?)
+    }
     fn permission_subject(&self) -> Subject {
         Subject::Command { field: "command" }
     }
@@ -383,6 +386,13 @@ impl Tool for ShellWriteTool {
             Some(text) => command_decision(&self.shells.pending_with(id, &text)),
             None => SelfDecision::Ask,
         }
+    }
+    fn self_denial(&self, input: &Value) -> Option<(&'static str, String)> {
+        let id = input
+            .get("shell_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        command_denial(&self.shells.pending_with(id, &Self::typed_text(input)?))
     }
     fn permission_subject(&self) -> Subject {
         Subject::Command { field: "command" }

@@ -176,13 +176,13 @@ fn nesting_is_bounded() {
         text
     };
     assert!(matches!(
-        parse_command(&nest(MAX_DEPTH + 2)),
+        parse_command(&nest(MAX_SCRIPT_DEPTH + 2)),
         ParsedCommand::Unparsable(_)
     ));
     assert!(programs(&nest(3)).contains(&"rm x".to_owned()));
     let mut quoted = "rm x".to_owned();
     for _ in 0..3 {
-        quoted = format!("eval {}", shell_quote(&quoted));
+        quoted = format!("eval '{}'", quoted.replace('\'', r"'\''"));
     }
     assert!(programs(&quoted).contains(&"rm x".to_owned()));
 }

@@ -1,0 +1,95 @@
+//! Parsers are bounded: a shell text nested 100,000 levels deep (under the body limit) once
+//! killed the process with a stack overflow, as a permission rule at session creation and as
+//! a Bash command chosen by the model. Now the rule is a `422 INVALID_REQUEST` naming the rule,
+//! and the command is "unparsable": refused with `COMMAND_DENIED`.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support;
+
+/// `( ( ( … true ) ) )`, 100,000 levels.
+fn deeply_nested() -> String {
+    let levels = 100_000;
+    format!("{}true{}", "( ".repeat(levels), " )".repeat(levels))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_permission_rule_is_refused_at_session_creation() {
+    let server = support::start_server(&[]).await;
+    let token = server.token("hostile");
+    for list in ["allow", "deny"] {
+        let config = json!({
+            "permission": { list: ["Bash(git status:*)", format!("Bash({})", deeply_nested())] },
+        });
+        let (status, body) = server.post("/v1/sessions", &token, &config).await;
+        assert_eq!(status, 422, "{list}: {body}");
+        assert_eq!(support::code(&body), "INVALID_REQUEST", "{body}");
+        assert_eq!(
+            body["details"]["field"],
+            format!("permission.{list}[1]"),
+            "{body}"
+        );
+        // The message names the rule without echoing 400 KB back.
+        assert!(
+            body.to_string().len() < 4096,
+            "{} bytes",
+            body.to_string().len()
+        );
+    }
+    // A deeply nested path glob of a file rule too.
+    let glob = format!("Read({}x{})", "{a,".repeat(50), "}".repeat(50));
+    let (status, body) = server
+        .post(
+            "/v1/sessions",
+            &token,
+            &json!({"permission": {"deny": [glob]}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["details"]["field"], "permission.deny[0]", "{body}");
+    support::assert_still_serves(&server).await;
+}
+
+/// The first `tool_result` event's result.
+fn first_tool_result(events: &[Value]) -> &Value {
+    &events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a tool_result event")["payload"]["result"]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_command_chosen_by_the_model_is_denied() {
+    let server = support::start_server(&[]).await;
+    for (mode, deny) in [("bypass", json!([])), ("default", json!(["Bash(rm:*)"]))] {
+        let config = json!({
+            "tools": ["Bash"],
+            "permission": {"mode": mode, "deny": deny},
+            "model": {"script": {"turns": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": deeply_nested()}}]},
+                {"text": "done"}
+            ]}},
+        });
+        let session = support::create_session(&server, "hostile", &config).await;
+        let events =
+            support::prompt_and_wait(&server, "hostile", &session, "go", Duration::from_secs(60))
+                .await;
+        let result = first_tool_result(&events);
+        assert_eq!(result["is_error"], true, "{mode}: {result}");
+        if mode == "bypass" {
+            // No rule matched; the Bash tool's own check refuses the unparsable text, and
+            // the result says why.
+            assert_eq!(result["code"], "COMMAND_DENIED", "{result}");
+            let content = result["content"].to_string();
+            assert!(content.contains("cannot be parsed"), "{content}");
+        } else {
+            // The deny rule matches a text that cannot be analysed.
+            assert_eq!(result["code"], "PERMISSION_DENIED", "{result}");
+            let content = result["content"].to_string();
+            assert!(content.contains("Bash(rm:*)"), "{content}");
+        }
+    }
+    support::assert_still_serves(&server).await;
+}
