@@ -44,7 +44,10 @@ async fn prompt_in_flight_when_shutdown_begins_is_refused() {
         .into_future(),
     );
 
-    let mut app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    // The hook listens on loopback: private addresses are allowed for it.
+    let mut app = TestApp::spawn_with(Backend::Sqlite, |s| s.allow_private_webhooks = true)
+        .await
+        .unwrap();
     let token = app.token("acme");
     let id = app
         .create_session(

@@ -5,6 +5,7 @@
 //!
 //! One module per area; each case is one `#[tokio::test]`.
 
+mod bodies;
 mod config;
 mod egress;
 #[path = "../support/fake_llm.rs"]
