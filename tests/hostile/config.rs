@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::server::{ServerProcess, summarize};
-use crate::support::{self, BYSTANDER, code, create_session, prompt_and_wait};
+use crate::support::{self, code, create_session, prompt_and_wait};
 
 const RUN_WITHIN: Duration = Duration::from_secs(60);
 
@@ -265,24 +265,5 @@ async fn a_nul_printing_command_does_not_fail_the_run_on_postgres() {
 /// Like [`support::assert_still_serves`], for a server that refuses session scripts: the
 /// bystander's session has none (the server's scripted provider echoes the prompt).
 async fn assert_still_serves_without_scripts(server: &ServerProcess) {
-    let health = server
-        .client
-        .get(server.url("/healthz"))
-        .send()
-        .await
-        .expect("healthz");
-    assert_eq!(health.status(), 200, "healthz\n{}", server.logs());
-    let session = create_session(server, BYSTANDER, &Value::Object(Default::default())).await;
-    let events = prompt_and_wait(server, BYSTANDER, &session, "hello", RUN_WITHIN).await;
-    let terminal = events
-        .iter()
-        .rev()
-        .find(|e| e["type"] == "terminal")
-        .expect("terminal");
-    assert_eq!(
-        terminal["payload"]["reason"],
-        "end_turn",
-        "bystander run: {}",
-        summarize(&events)
-    );
+    support::assert_still_serves_with(server, &Value::Object(Default::default())).await;
 }

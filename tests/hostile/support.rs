@@ -74,6 +74,15 @@ pub fn code(body: &Value) -> &str {
 /// The server still answers `/healthz` and another tenant's one-turn scripted run finishes
 /// normally (`end_turn`) within a bound.
 pub async fn assert_still_serves(server: &ServerProcess) {
+    let config = json!({
+        "model": {"script": {"turns": [{"text": "still here"}]}},
+    });
+    assert_still_serves_with(server, &config).await;
+}
+
+/// The check of [`assert_still_serves`] with the bystander's session created from `config`
+/// (a server that refuses session scripts needs a config without one).
+pub async fn assert_still_serves_with(server: &ServerProcess, config: &Value) {
     let health = server
         .client
         .get(server.url("/healthz"))
@@ -81,10 +90,7 @@ pub async fn assert_still_serves(server: &ServerProcess) {
         .await
         .expect("healthz after the attack");
     assert_eq!(health.status(), 200, "healthz\n{}", server.logs());
-    let config = json!({
-        "model": {"script": {"turns": [{"text": "still here"}]}},
-    });
-    let session = create_session(server, BYSTANDER, &config).await;
+    let session = create_session(server, BYSTANDER, config).await;
     let events = prompt_and_wait(server, BYSTANDER, &session, "hello", BYSTANDER_WITHIN).await;
     let terminal = events
         .iter()
