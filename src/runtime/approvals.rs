@@ -437,9 +437,10 @@ impl RunApprover {
             Err(crate::store::StoreError::TenantLimit(exceeded)) => {
                 // Denied at once rather than parked with no room for an answer.
                 self.hub.forget(&id);
-                return Err(ApprovalAnswer::Deny {
+                return Err(ApprovalAnswer::Refused {
+                    code: crate::tools::codes::TENANT_LIMIT,
                     reason: format!(
-                        "TENANT_LIMIT: {exceeded} (limit {}); the call was not run",
+                        "{exceeded} (limit {}); the call was not run",
                         exceeded.limit.as_str()
                     ),
                 });

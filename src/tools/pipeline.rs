@@ -90,6 +90,12 @@ pub enum ApprovalAnswer {
     /// Still unanswered, and the run parks instead of waiting: the call ends with the
     /// internal `PARKED` code and is run again when the run resumes.
     Parked,
+    /// The question could not be asked (e.g. the tenant's cap on pending approvals): the call
+    /// is refused with `code` (a tool-result code such as `TENANT_LIMIT`).
+    Refused {
+        code: &'static str,
+        reason: String,
+    },
 }
 
 /// The approval callback consulted when the ladder answers `Ask`.
@@ -515,6 +521,11 @@ impl Pipeline {
                 let text = format!("permission denied by the approver: {reason}");
                 callback(decision, reason);
                 Err(Failure::new(codes::PERMISSION_DENIED, text))
+            }
+            ApprovalAnswer::Refused { code, reason } => {
+                let text = format!("the approval could not be requested: {reason}");
+                callback(decision, reason);
+                Err(Failure::new(code, text))
             }
             ApprovalAnswer::Parked => Err(Failure::new(
                 codes::PARKED,

@@ -465,3 +465,25 @@ async fn task_logs_count_inside_the_workspace_quota() {
         "{results:?}"
     );
 }
+
+/// Past `limits.pending_approvals`, a call that needs approval is refused at once with the
+/// tool-result code `TENANT_LIMIT` (it never parks waiting for an answer that has no room).
+#[tokio::test]
+async fn pending_approvals_over_the_cap_refuse_the_call() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.limits.pending_approvals = 1)
+        .await
+        .unwrap();
+    let token = app.token("acme");
+    let first = app.create_session("acme", &waiting_config()).await;
+    let pending = start_waiting(&app, &token, &first).await;
+    assert!(!pending.is_empty());
+
+    let second = app.create_session("acme", &waiting_config()).await;
+    assert_eq!(app.prompt(&token, &second, "go").await.status(), 202);
+    app.wait_for_events(&token, &second, |e| count(e, "terminal") == 1)
+        .await;
+    let results = tool_results(&app.messages(&token, &second).await);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["code"], "TENANT_LIMIT", "{results:?}");
+    assert_eq!(results[0]["is_error"], true, "{results:?}");
+}
