@@ -22,8 +22,10 @@
 //! This module only describes commands; matching them against rules lives in `rules`/`decide`.
 
 pub mod bounds;
+mod embedded;
 mod git;
 mod interpreters;
+mod options;
 mod privileged;
 mod programs;
 mod scripts;

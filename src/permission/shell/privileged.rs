@@ -3,9 +3,8 @@
 
 use super::Word;
 use super::interpreters::from_stdin;
-use super::wrappers::{
-    Inner, OptionsEnd, Stdin, after_options, eval_inner, is_assignment, rest, skip_options, words,
-};
+use super::options::{OptionsEnd, after_options, is_assignment, skip_options};
+use super::wrappers::{Inner, Stdin, eval_inner, rest, words};
 
 /// `sudo [OPTION]… [VAR=value]… COMMAND…`; `-s`/`-i` run the command through a shell (or an
 /// interactive shell without one); `-e` edits files.

@@ -18,8 +18,12 @@
 //!   literal here-string or here-document is checked like `sh -c` with that text.
 
 use super::Word;
+use super::embedded::{alias_inners, fd_exec_inners, find_exec_inners, git_inners, trap_inners};
 use super::interpreters::{
     interpreter_inner, interpreter_kind, shell_inner, source_inner, vim_inner,
+};
+use super::options::{
+    OptionsEnd, after_options, is_assignment, skip_options, skip_then_operands, take_literal,
 };
 use super::privileged::{doas_inner, su_inner, sudo_inner};
 
@@ -321,91 +325,6 @@ fn or_shell(inner: Inner) -> Inner {
 /// Quotes a static word so that re-parsing it yields the same word.
 fn shell_quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
-}
-
-/// Where option parsing of a wrapper ends.
-pub(super) enum OptionsEnd {
-    /// Index of the first operand.
-    At(usize),
-    /// An option word is dynamic: we cannot know where the command starts.
-    Unknown,
-}
-
-/// Skips GNU-style options: `short_with_arg` letters take a value (attached or next word),
-/// `long_with_arg` names take a value (after `=` or the next word), `--` ends options.
-pub(super) fn skip_options(
-    args: &[Word],
-    short_with_arg: &str,
-    long_with_arg: &[&str],
-) -> OptionsEnd {
-    let mut i = 0;
-    while let Some(word) = args.get(i) {
-        let Some(text) = word.literal() else {
-            return OptionsEnd::Unknown;
-        };
-        if text == "--" {
-            return OptionsEnd::At(i + 1);
-        }
-        if text.starts_with("--") {
-            let name_only = !text.contains('=');
-            i += if name_only && long_with_arg.contains(&text) {
-                2
-            } else {
-                1
-            };
-            continue;
-        }
-        if text.len() > 1 && text.starts_with('-') {
-            i += 1;
-            let cluster = &text[1..];
-            for (at, letter) in cluster.char_indices() {
-                if short_with_arg.contains(letter) {
-                    if at + letter.len_utf8() == cluster.len() {
-                        i += 1;
-                    }
-                    break;
-                }
-            }
-            continue;
-        }
-        return OptionsEnd::At(i);
-    }
-    OptionsEnd::At(i)
-}
-
-pub(super) fn after_options(
-    args: &[Word],
-    short_with_arg: &str,
-    long_with_arg: &[&str],
-    stdin: &Stdin,
-) -> Inner {
-    skip_then_operands(args, short_with_arg, long_with_arg, 0, stdin)
-}
-
-/// Skips options, then `operands` operands (a duration, a priority, a lock file …).
-pub(super) fn skip_then_operands(
-    args: &[Word],
-    short_with_arg: &str,
-    long_with_arg: &[&str],
-    operands: usize,
-    stdin: &Stdin,
-) -> Inner {
-    match skip_options(args, short_with_arg, long_with_arg) {
-        OptionsEnd::At(i) => words(rest(args, i + operands), stdin),
-        OptionsEnd::Unknown => Inner::Unknown,
-    }
-}
-
-pub(super) fn is_assignment(text: &str) -> bool {
-    text.split_once('=').is_some_and(|(name, _)| {
-        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    })
-}
-
-fn take_literal(args: &[Word], i: &mut usize) -> Option<String> {
-    let value = args.get(*i)?.literal()?.to_owned();
-    *i += 1;
-    Some(value)
 }
 
 /// `env [OPTION]… [NAME=VALUE]… [COMMAND [ARG]…]`, including `-S`/`--split-string`.
@@ -711,114 +630,4 @@ fn applet_inner(args: &[Word], stdin: &Stdin) -> Inner {
         Some(t) if t.starts_with('-') => words(Vec::new(), stdin),
         _ => words(args.to_vec(), stdin),
     }
-}
-
-/// The commands of `find … -exec CMD… ;` (also `-execdir`, `-ok`, `-okdir`, and `+`).
-fn find_exec_inners(args: &[Word]) -> Vec<Inner> {
-    let mut commands = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let is_exec = matches!(
-            args[i].literal(),
-            Some("-exec" | "-execdir" | "-ok" | "-okdir")
-        );
-        i += 1;
-        if !is_exec {
-            continue;
-        }
-        let mut words = Vec::new();
-        while let Some(word) = args.get(i) {
-            i += 1;
-            match word.literal() {
-                Some(";" | "+") => break,
-                Some(w) if w.contains("{}") => words.push(Word::Dynamic),
-                _ => words.push(word.clone()),
-            }
-        }
-        if words.is_empty() {
-            words.push(Word::Dynamic);
-        }
-        commands.push(Inner::Words {
-            words,
-            sets_env: false,
-            stdin: Stdin::Inherited,
-        });
-    }
-    commands
-}
-
-/// `fd … --exec CMD… [;]` and `--exec-batch` / `-x` / `-X`.
-fn fd_exec_inners(args: &[Word]) -> Vec<Inner> {
-    let Some(at) = args
-        .iter()
-        .position(|w| matches!(w.literal(), Some("-x" | "-X" | "--exec" | "--exec-batch")))
-    else {
-        return Vec::new();
-    };
-    let mut words: Vec<Word> = args[at + 1..]
-        .iter()
-        .take_while(|w| w.literal() != Some(";"))
-        .map(|w| match w.literal() {
-            Some(t) if t.contains('{') => Word::Dynamic,
-            _ => w.clone(),
-        })
-        .collect();
-    if words.is_empty() {
-        words.push(Word::Dynamic);
-    }
-    words.push(Word::Dynamic);
-    vec![Inner::Words {
-        words,
-        sets_env: false,
-        stdin: Stdin::Inherited,
-    }]
-}
-
-/// `git submodule foreach CMD…` (shell text) and `git bisect run CMD…` (a command).
-fn git_inners(args: &[Word]) -> Vec<Inner> {
-    let literal: Vec<Option<&str>> = args.iter().map(Word::literal).collect();
-    for (i, pair) in literal.windows(2).enumerate() {
-        match (pair[0], pair[1]) {
-            (Some("submodule"), Some("foreach")) => {
-                let start = i + 2;
-                let skip = args[start..]
-                    .iter()
-                    .take_while(|w| matches!(w.literal(), Some("--recursive" | "-q" | "--quiet")))
-                    .count();
-                return vec![eval_inner(&rest(args, start + skip))];
-            }
-            (Some("bisect"), Some("run")) => {
-                return vec![words(rest(args, i + 2), &Stdin::Inherited)];
-            }
-            _ => {}
-        }
-    }
-    Vec::new()
-}
-
-/// `trap [-lp] [[ACTION] SIGNAL…]`: the action is shell text run later.
-fn trap_inners(args: &[Word]) -> Vec<Inner> {
-    let OptionsEnd::At(i) = skip_options(args, "", &[]) else {
-        return vec![Inner::Unknown];
-    };
-    match args.get(i) {
-        // A single operand is a signal to reset; `-` resets too.
-        _ if args.len() <= i + 1 => Vec::new(),
-        Some(Word::Literal(action)) if action == "-" => Vec::new(),
-        Some(Word::Literal(action)) => vec![Inner::Script(action.clone())],
-        Some(Word::Dynamic) => vec![Inner::Unknown],
-        None => Vec::new(),
-    }
-}
-
-/// `alias NAME=VALUE…`: each value is shell text that later runs in place of NAME.
-fn alias_inners(args: &[Word]) -> Vec<Inner> {
-    args.iter()
-        .filter_map(|word| match word {
-            Word::Literal(text) => text
-                .split_once('=')
-                .map(|(_, value)| Inner::Script(value.to_owned())),
-            Word::Dynamic => Some(Inner::Unknown),
-        })
-        .collect()
 }
