@@ -1,0 +1,55 @@
+//! Idle expiry: sessions idle past `session_idle_expiry_seconds` are closed.
+
+use super::SessionRuntime;
+use crate::store::{NewEvent, Store, StoreError};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Closes open sessions idle for `seconds` (not running anything): their background work is
+/// stopped, a `session_expired` event is recorded and SessionEnd hooks run with reason
+/// `expired`.
+pub async fn expire_idle_sessions(
+    store: &Arc<dyn Store>,
+    runtime: &Arc<SessionRuntime>,
+    seconds: u64,
+) -> Result<usize, StoreError> {
+    let idle_before = chrono::Utc::now() - chrono::Duration::seconds(seconds as i64);
+    let mut expired = 0;
+    for session in store.list_idle_sessions(idle_before, 100).await? {
+        if runtime.is_busy(&session.id) {
+            continue;
+        }
+        let Some(closed) = store.close_session(&session.tenant, &session.id).await? else {
+            continue;
+        };
+        runtime.close(&session.tenant, &session.id).await;
+        let written = store
+            .append(
+                &session.tenant,
+                &session.id,
+                crate::store::AppendBatch {
+                    events: vec![NewEvent {
+                        kind: "session_expired".into(),
+                        payload: json!({ "idle_seconds": seconds }),
+                        run_id: None,
+                    }],
+                    ..Default::default()
+                },
+            )
+            .await?;
+        // Live subscribers on this replica see it at once (on SQLite there is no other way;
+        // on Postgres the notification of the same seq is then a duplicate the bus drops).
+        runtime.bus().publish(&session.id, &written.events);
+        runtime
+            .session_hooks(
+                &closed,
+                crate::hooks::HookPayload::SessionEnd {
+                    reason: "expired".into(),
+                },
+            )
+            .await;
+        tracing::info!(session_id = %session.id, tenant = %session.tenant, "idle session expired");
+        expired += 1;
+    }
+    Ok(expired)
+}

@@ -1,0 +1,353 @@
+//! Building and driving one run: the session's live environment (workspace, tasks, shells,
+//! task notifications), the tool registry (built-in tools, deferred tools and their wrappers),
+//! the permission gate, the approver, the pipeline, the provider, and the engine that runs the
+//! claimed run — or continues it after a crash, a hand-off or parking — to its end.
+
+use super::*;
+
+impl SessionRuntime {
+    /// Forgets an idle session's resources when nothing of them lives on (no background
+    /// task, finished or not, no shell, no undelivered notification): an idle session costs
+    /// only its rows. A session with tasks or shells keeps them until it closes or expires.
+    pub(super) fn release_env(&self, session: &SessionId) {
+        let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
+        let unused = envs.get(session).is_some_and(|env| {
+            env.shells.tasks.list().is_empty()
+                && env.shells.shells.ids().is_empty()
+                && env.notifications.lock().is_ok_and(|notes| notes.is_empty())
+        });
+        if unused {
+            envs.remove(session);
+        }
+    }
+
+    fn env_for(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Arc<SessionEnv>, RuntimeError> {
+        let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(env) = envs.get(session) {
+            return Ok(env.clone());
+        }
+        let workspace = Workspace::create(&self.settings.workspaces_dir, tenant, session)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let tasks = builtin::tasks::TaskRegistry::new(&self.settings.data_dir, session)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let holds = crate::limits::SessionHolds {
+            holds: self.holds.clone(),
+            tenant: tenant.clone(),
+            session: session.clone(),
+        };
+        tasks.set_holds(holds.clone());
+        let shells = builtin::pty::ShellRegistry::new();
+        shells.set_holds(holds);
+        let env = Arc::new(SessionEnv {
+            shells: SessionShells {
+                sandbox: self.sandbox.clone(),
+                tasks,
+                shells,
+            },
+            workspace: workspace.root().to_owned(),
+            notifications: Arc::new(Mutex::new(Vec::new())),
+        });
+        if let Some(mut finished) = env.shells.tasks.notifications() {
+            let inbox = env.notifications.clone();
+            tokio::spawn(async move {
+                while let Some(note) = finished.recv().await {
+                    let text = format!(
+                        "task {} {:?} (exit code {}): {}",
+                        note.task_id,
+                        note.status,
+                        note.exit_code.map_or("none".to_owned(), |c| c.to_string()),
+                        note.command
+                    );
+                    inbox.lock().unwrap_or_else(|e| e.into_inner()).push(text);
+                }
+            });
+        }
+        envs.insert(session.clone(), env.clone());
+        Ok(env)
+    }
+
+    /// The tenant's provider settings (or the server's), with the session's model overrides.
+    fn provider_config(&self, tenant: &TenantId) -> &ProviderConfig {
+        self.settings
+            .tenant_providers
+            .get(tenant.as_str())
+            .unwrap_or(&self.settings.provider)
+    }
+
+    fn provider_for(
+        &self,
+        tenant: &TenantId,
+        config: &SessionConfig,
+    ) -> Result<Arc<dyn Provider>, RuntimeError> {
+        let mut provider = self.provider_config(tenant).clone();
+        if let Some(script) = &config.model.script {
+            // Checked here, when the run starts, not only at creation: the session may have
+            // been stored by a server that allowed scripts.
+            if !self.settings.allow_session_scripts {
+                return Err(RuntimeError::ScriptsNotAllowed);
+            }
+            provider = ProviderConfig {
+                kind: llm::ProviderKind::Scripted,
+                script: Some(script.clone()),
+                ..provider
+            };
+        }
+        if let Some(name) = &config.model.name {
+            provider.model = name.clone();
+        }
+        llm::build_provider(&provider, self.http.clone())
+            .map_err(|error| RuntimeError::Setup(error.to_string()))
+    }
+
+    /// Runs (or, with `resume`, continues) one claimed run to its terminal event.
+    pub(super) async fn run_one(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        lease: &RunLease,
+        text: String,
+        resume: bool,
+    ) -> Result<Ended, RuntimeError> {
+        let run_id = &lease.run_id;
+        let record = self
+            .store
+            .get_session(tenant, session)
+            .await?
+            .ok_or(RuntimeError::Closed)?;
+        let config: SessionConfig = serde_json::from_value(record.config)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let writer = self.run_writer(tenant, session, lease);
+        let trail = if resume {
+            self.store
+                .list_run_events(tenant, session, run_id, resume::TRAIL_KINDS)
+                .await?
+        } else {
+            Vec::new()
+        };
+        // A claimed run that never wrote its prompt (the crash came first) starts afresh.
+        let resuming = resume::started(&trail);
+        if !resuming {
+            let prompt = Message::user_text(text.clone());
+            writer
+                .write(
+                    vec![NewMessage {
+                        message: prompt,
+                        run_id: Some(run_id.to_string()),
+                        compaction_boundary: false,
+                    }],
+                    vec![NewEvent {
+                        kind: "run_started".into(),
+                        payload: json!({ "run_id": run_id, "prompt": text }),
+                        run_id: Some(run_id.to_string()),
+                    }],
+                )
+                .await
+                .map_err(|error| RuntimeError::Setup(error.0))?;
+        }
+
+        let env = self.env_for(tenant, session)?;
+        let mut registry = ToolRegistry::new();
+        let enabled: Option<HashSet<&str>> = config
+            .tools
+            .as_ref()
+            .map(|t| t.iter().map(String::as_str).collect());
+        for tool in builtin::file_tools()
+            .into_iter()
+            .chain(builtin::shell_tools(&env.shells))
+            .chain([builtin::ask_user::ask_user_tool()])
+            .chain(builtin::state_tools(
+                self.store.clone(),
+                tenant.clone(),
+                session.clone(),
+            ))
+        {
+            if enabled
+                .as_ref()
+                .is_none_or(|names| names.contains(tool.name()))
+            {
+                let registered = if config.deferred_tools.iter().any(|d| d == tool.name()) {
+                    registry.register_deferred(tool)
+                } else {
+                    registry.register(tool)
+                };
+                registered.map_err(|error| RuntimeError::Setup(error.to_string()))?;
+            }
+        }
+        let unlocked = crate::tools::deferred::UnlockSet::default();
+        for name in self.store.unlocked_tools(tenant, session).await? {
+            unlocked.unlock(&name);
+        }
+        let hidden = registry.deferred_tools();
+        if !hidden.is_empty() {
+            let inner = hidden
+                .iter()
+                .filter_map(|tool| registry.lookup(&tool.name))
+                .map(|entry| entry.tool.clone())
+                .collect();
+            for tool in [
+                crate::tools::deferred::search_tool(hidden, unlocked.clone()),
+                crate::tools::deferred::execute_tool(inner),
+            ] {
+                registry
+                    .register(tool)
+                    .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+            }
+        }
+        let rules = RuleSet::parse(&config.permission.allow, &config.permission.deny)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let grants = Arc::new(approvals::LiveGrants::default());
+        for grant in self.store.list_grants(tenant, session).await? {
+            grants.add(&grant.id, &grant.rule, grant.scope);
+        }
+        self.live_grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.clone(), grants.clone());
+        let configured_mode = config.permission.mode;
+        let mode =
+            builtin::plan::effective_mode(self.store.as_ref(), tenant, session, configured_mode)
+                .await?;
+        let mode = Arc::new(std::sync::RwLock::new(mode));
+        let gate = approvals::LiveGate {
+            mode: mode.clone(),
+            rules,
+            grants: grants.clone(),
+            workspace: Some(env.workspace.clone()),
+        };
+        let (hooks, _statuses) = HookRunner::from_config(&config.hooks, &self.hook_catalog)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let cancel = self.cancel_token(session);
+        let park = Arc::new(approvals::ParkState::default());
+        let approver = approvals::RunApprover {
+            store: self.store.clone(),
+            writer: writer.clone(),
+            hub: self.hub.clone(),
+            tenant: tenant.clone(),
+            session: session.clone(),
+            run_id: run_id.clone(),
+            timeout: std::time::Duration::from_secs(config.approvals.timeout_seconds),
+            on_timeout: config.approvals.on_timeout,
+            grants: grants.clone(),
+            cancel: cancel.clone(),
+            webhook: config.approvals.webhook.clone(),
+            egress: self.egress.clone(),
+            resumed: resuming,
+            park_after: self.settings.approval_park_after,
+            park: park.clone(),
+            max_pending: self.settings.limits.pending_approvals,
+            handoff: self.shutdown.clone(),
+        };
+        let pipeline = Pipeline::new(registry, Arc::new(gate))
+            .with_hooks(hooks)
+            .with_approver(Arc::new(approver))
+            .with_journal(Arc::new(RunJournal {
+                writer: writer.clone(),
+                run_id: run_id.clone(),
+            }))
+            .with_quota(Arc::new(workspace_quota::WorkspaceQuota {
+                store: self.store.clone(),
+                tenant: tenant.clone(),
+                session: session.clone(),
+                workspace: env.workspace.clone(),
+                task_logs: self.settings.data_dir.join("tasks").join(session.as_str()),
+                limits: self.settings.limits.clone(),
+            }))
+            .with_output_policy(crate::tools::output::OutputPolicy {
+                head_chars: self.settings.output_head_chars,
+                spill: true,
+            });
+
+        let flusher_stop = CancellationToken::new();
+        let flusher = tokio::spawn(writer.clone().run_flusher(flusher_stop.clone()));
+        let host = Arc::new(StoreHost {
+            writer: writer.clone(),
+            pipeline,
+            tenant: tenant.clone(),
+            session: session.clone(),
+            run_id: run_id.clone(),
+            workspace: Some(env.workspace.clone()),
+            unlocked,
+            notifications: env.notifications.clone(),
+            store: self.store.clone(),
+            grants: grants.clone(),
+            mode,
+            configured_mode,
+            park: park.clone(),
+            handoff: self.shutdown.clone(),
+        });
+        let provider = self.provider_for(tenant, &config)?;
+        let engine = Engine {
+            provider,
+            host: host.clone(),
+            config: EngineConfig {
+                model: config
+                    .model
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| self.provider_config(tenant).model.clone()),
+                system: config.system_prompt.clone(),
+                max_tokens: config
+                    .model
+                    .max_tokens
+                    .unwrap_or(self.provider_config(tenant).max_tokens),
+                limits: TurnLimits {
+                    max_turns: config.budgets.max_turns,
+                    token_budget: config.budgets.max_tokens,
+                    ..TurnLimits::default()
+                },
+                ..EngineConfig::default()
+            },
+            policy: None,
+        };
+        let records = self
+            .store
+            .list_messages(tenant, session, 0, u32::MAX)
+            .await?;
+        let (messages, boundary) = history_of(&records);
+        let mut history = RunHistory { messages, boundary };
+        let mut ledger = RunLedger::new(tenant.clone(), session.clone(), run_id.clone());
+        let recovered = if resuming {
+            resume::recover(
+                &resume::Resumed {
+                    store: self.store.as_ref(),
+                    host: host.as_ref(),
+                    tenant,
+                    session,
+                    run_id,
+                    replica: &self.settings.replica_id,
+                },
+                &trail,
+                &records,
+                &mut history,
+                &cancel,
+            )
+            .await
+        } else {
+            Ok(resume::Recovery::Continue { main_turn: 1 })
+        };
+        let outcome = match recovered {
+            Ok(resume::Recovery::Continue { main_turn }) => engine
+                .run_from(history, &mut ledger, cancel, main_turn)
+                .await
+                .map(|outcome| match outcome.terminal {
+                    crate::harness::turn::TerminalReason::Parked => Ended::Parked(park.waiting()),
+                    _ => Ended::Finished,
+                })
+                .map_err(|error| RuntimeError::Setup(error.0)),
+            Ok(resume::Recovery::Finished) => Ok(Ended::Finished),
+            Ok(resume::Recovery::Parked) => Ok(Ended::Parked(park.waiting())),
+            Err(error) => Err(error),
+        };
+        self.live_grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(session);
+        flusher_stop.cancel();
+        let _ = flusher.await;
+        outcome
+    }
+}
