@@ -314,6 +314,7 @@ impl SessionConfig {
         )
         .map_err(|error| ConfigViolation::new("hooks", error.to_string()))?;
         crate::permission::RuleSet::parse_located(&self.permission.allow, &self.permission.deny)
+            .and_then(|rules| rules.check_targets(crate::tools::builtin::rule_targets::rule_target))
             .map_err(|(list, index, error)| {
                 ConfigViolation::new(format!("permission.{list}[{index}]"), error.to_string())
             })?;
@@ -338,6 +339,29 @@ mod tests {
         let config = SessionConfig::from_json(json!({})).unwrap();
         assert_eq!(config.budgets.max_turns, 50);
         assert_eq!(config.permission.mode, PermissionMode::Default);
+    }
+
+    #[test]
+    fn known_rule_targets_are_accepted() {
+        for rule in [
+            "*",
+            "Memory",
+            "TodoWrite",
+            "Bash(git status:*)",
+            "Read(src/**)",
+            "Grep(**/*.rs)",
+            "WebFetch(domain:*.docs.rs)",
+            "ShellStart(rm:*)",
+            "ShellWrite(git status:*)",
+            "SearchExtraTools",
+            "ExecuteExtraTool",
+            "AskUserQuestion",
+            "mcp__github__create_issue",
+            "mcp__github__create_issue(anything)",
+        ] {
+            let body = json!({"permission": {"allow": [rule], "deny": [rule]}});
+            SessionConfig::from_json(body).unwrap_or_else(|e| panic!("{rule}: {e}"));
+        }
     }
 
     #[test]
@@ -367,6 +391,31 @@ mod tests {
             (
                 json!({"permission": {"deny": ["(x)"]}}),
                 "permission.deny[0]",
+            ),
+            // D2: unknown tools and arguments on tools that only match by name.
+            (
+                json!({"permission": {"deny": ["bash(rm:*)"]}}),
+                "permission.deny[0]",
+            ),
+            (
+                json!({"permission": {"allow": ["Read", "Memory(x)"]}}),
+                "permission.allow[1]",
+            ),
+            (
+                json!({"permission": {"deny": ["TodoWrite(x)"]}}),
+                "permission.deny[0]",
+            ),
+            (
+                json!({"permission": {"allow": ["mcp__srv__"]}}),
+                "permission.allow[0]",
+            ),
+            (
+                json!({"permission": {"allow": ["ShellStart(src/**)"]}}),
+                "permission.allow[0]",
+            ),
+            (
+                json!({"permission": {"allow": ["Bash", "Deploy"]}}),
+                "permission.allow[1]",
             ),
         ];
         for (body, field) in cases {
