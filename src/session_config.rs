@@ -82,10 +82,13 @@ pub struct ModelConfig {
 pub struct PermissionConfig {
     #[serde(default)]
     pub mode: PermissionMode,
-    /// Allow rules: `*`, `Name`, or `Name(spec)`.
+    /// Allow rules: `*`, `Name`, or `Name(spec)`. `Name` must be a built-in tool, `WebFetch`
+    /// or `mcp__<server>__<tool>` (case-sensitive), and `spec` must fit it (none for tools that
+    /// only match by name); otherwise `422 INVALID_REQUEST`. `Bash(...)` rules also judge
+    /// ShellStart and ShellWrite.
     #[serde(default)]
     pub allow: Vec<String>,
-    /// Deny rules; they beat every mode, including bypass.
+    /// Deny rules (same syntax and checks); they beat every mode, including bypass.
     #[serde(default)]
     pub deny: Vec<String>,
 }
