@@ -69,3 +69,57 @@ async fn a_bash_deny_rule_denies_a_shell_started_with_that_command() {
     assert!(content.contains("Bash(rm:*)"), "{content}");
     support::assert_still_serves(&server).await;
 }
+
+/// The results of a scripted run of `calls` (one turn) under `permission`, in call order.
+async fn results_of(
+    server: &crate::server::ServerProcess,
+    permission: Value,
+    calls: Value,
+) -> Vec<Value> {
+    let config = json!({
+        "tools": ["ShellStart", "ShellWrite"],
+        "permission": permission,
+        "model": {"script": {"turns": [{"tool_calls": calls}, {"text": "done"}]}},
+    });
+    let session = support::create_session(server, "hostile", &config).await;
+    let events =
+        support::prompt_and_wait(server, "hostile", &session, "go", Duration::from_secs(60)).await;
+    events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| e["payload"]["result"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_writes_are_judged_by_bash_rules_before_the_shell_is_looked_up() {
+    let server = support::start_server(&[]).await;
+    // A denied line is refused by the rule, before the (unknown) shell is even looked up.
+    let results = results_of(
+        &server,
+        json!({"mode": "default", "deny": ["Bash(rm:*)"]}),
+        json!([{"name": "ShellWrite", "input": {"shell_id": "shell_x", "command": "cd / && rm -rf x"}}]),
+    )
+    .await;
+    assert_eq!(results[0]["code"], "PERMISSION_DENIED", "{}", results[0]);
+    assert!(
+        results[0]["content"].to_string().contains("Bash(rm:*)"),
+        "{}",
+        results[0]
+    );
+    // A Bash allow rule covers the line: the call passes the permission step and reaches the
+    // tool, which reports the unknown shell. Without the rule the same call needs approval,
+    // which dontAsk refuses.
+    let write =
+        json!([{"name": "ShellWrite", "input": {"shell_id": "shell_x", "command": "git status"}}]);
+    let allowed = results_of(
+        &server,
+        json!({"mode": "dontAsk", "allow": ["Bash(git status:*)"]}),
+        write.clone(),
+    )
+    .await;
+    assert_eq!(allowed[0]["code"], "SHELL_NOT_FOUND", "{}", allowed[0]);
+    let asked = results_of(&server, json!({"mode": "dontAsk"}), write).await;
+    assert_eq!(asked[0]["code"], "PERMISSION_DENIED", "{}", asked[0]);
+    support::assert_still_serves(&server).await;
+}
