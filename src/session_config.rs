@@ -82,10 +82,13 @@ pub struct ModelConfig {
 pub struct PermissionConfig {
     #[serde(default)]
     pub mode: PermissionMode,
-    /// Allow rules: `*`, `Name`, or `Name(spec)`.
+    /// Allow rules: `*`, `Name`, or `Name(spec)`. `Name` must be a built-in tool, `WebFetch`
+    /// or `mcp__<server>__<tool>` (case-sensitive), and `spec` must fit it (none for tools that
+    /// only match by name); otherwise `422 INVALID_REQUEST`. `Bash(...)` rules also judge
+    /// ShellStart and ShellWrite.
     #[serde(default)]
     pub allow: Vec<String>,
-    /// Deny rules; they beat every mode, including bypass.
+    /// Deny rules (same syntax and checks); they beat every mode, including bypass.
     #[serde(default)]
     pub deny: Vec<String>,
 }
@@ -314,6 +317,7 @@ impl SessionConfig {
         )
         .map_err(|error| ConfigViolation::new("hooks", error.to_string()))?;
         crate::permission::RuleSet::parse_located(&self.permission.allow, &self.permission.deny)
+            .and_then(|rules| rules.check_targets(crate::tools::builtin::rule_targets::rule_target))
             .map_err(|(list, index, error)| {
                 ConfigViolation::new(format!("permission.{list}[{index}]"), error.to_string())
             })?;
@@ -338,6 +342,29 @@ mod tests {
         let config = SessionConfig::from_json(json!({})).unwrap();
         assert_eq!(config.budgets.max_turns, 50);
         assert_eq!(config.permission.mode, PermissionMode::Default);
+    }
+
+    #[test]
+    fn known_rule_targets_are_accepted() {
+        for rule in [
+            "*",
+            "Memory",
+            "TodoWrite",
+            "Bash(git status:*)",
+            "Read(src/**)",
+            "Grep(**/*.rs)",
+            "WebFetch(domain:*.docs.rs)",
+            "ShellStart(rm:*)",
+            "ShellWrite(git status:*)",
+            "SearchExtraTools",
+            "ExecuteExtraTool",
+            "AskUserQuestion",
+            "mcp__github__create_issue",
+            "mcp__github__create_issue(anything)",
+        ] {
+            let body = json!({"permission": {"allow": [rule], "deny": [rule]}});
+            SessionConfig::from_json(body).unwrap_or_else(|e| panic!("{rule}: {e}"));
+        }
     }
 
     #[test]
@@ -367,6 +394,31 @@ mod tests {
             (
                 json!({"permission": {"deny": ["(x)"]}}),
                 "permission.deny[0]",
+            ),
+            // D2: unknown tools and arguments on tools that only match by name.
+            (
+                json!({"permission": {"deny": ["bash(rm:*)"]}}),
+                "permission.deny[0]",
+            ),
+            (
+                json!({"permission": {"allow": ["Read", "Memory(x)"]}}),
+                "permission.allow[1]",
+            ),
+            (
+                json!({"permission": {"deny": ["TodoWrite(x)"]}}),
+                "permission.deny[0]",
+            ),
+            (
+                json!({"permission": {"allow": ["mcp__srv__"]}}),
+                "permission.allow[0]",
+            ),
+            (
+                json!({"permission": {"allow": ["ShellStart(src/**)"]}}),
+                "permission.allow[0]",
+            ),
+            (
+                json!({"permission": {"allow": ["Bash", "Deploy"]}}),
+                "permission.allow[1]",
             ),
         ];
         for (body, field) in cases {

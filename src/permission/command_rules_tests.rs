@@ -647,6 +647,8 @@ const ROWS: &[Row] = &[
 
 fn facts() -> ToolFacts<'static> {
     ToolFacts {
+        rules_as: None,
+        subject_text: None,
         name: "Bash",
         read_only: false,
         self_decision: SelfDecision::None,

@@ -16,6 +16,11 @@
 //! changes the environment. A path that escapes the workspace, a URL without a host and a
 //! missing or non-string subject field are never allowed by a rule with an argument and match
 //! every deny rule of the tool that has an argument of the right kind.
+//!
+//! Rules bind to a tool by name, `*`, or the name the tool answers to ([`ToolFacts::rules_as`]):
+//! ShellStart and ShellWrite are judged by the session's `Bash(...)` rules as well as their own,
+//! on the command they start or the line they complete (earlier unsubmitted text plus the typed
+//! text), so `deny: ["Bash(rm:*)"]` cannot be sidestepped by typing `rm` into a shell.
 
 use super::rules::{self, Rule, RuleSet};
 use super::shell::{self, ParsedCommand};
@@ -60,8 +65,12 @@ impl SubjectValue {
             Subject::Name => return SubjectValue::None,
             Subject::Command { field } | Subject::Path { field } | Subject::Url { field } => *field,
         };
-        let Some(text) = input.input.get(field).and_then(|v| v.as_str()) else {
-            return SubjectValue::Unknown;
+        let text = match &input.tool.subject_text {
+            Some(text) => text.as_str(),
+            None => match input.input.get(field).and_then(|v| v.as_str()) {
+                Some(text) => text,
+                None => return SubjectValue::Unknown,
+            },
         };
         match &input.tool.subject {
             Subject::Name => SubjectValue::None,
@@ -74,9 +83,14 @@ impl SubjectValue {
     }
 }
 
+/// Whether the rule names this tool, `*`, or the tool whose rules this tool answers to.
+fn names(rule: &Rule, facts: &ToolFacts<'_>) -> bool {
+    rule.names_tool(facts.name) || facts.rules_as.is_some_and(|alias| rule.tool() == alias)
+}
+
 /// Whether a deny rule matches this call.
 fn deny_matches(rule: &Rule, facts: &ToolFacts<'_>, value: &SubjectValue) -> bool {
-    if !rule.names_tool(facts.name) {
+    if !names(rule, facts) {
         return false;
     }
     if !rule.has_spec() {
@@ -102,15 +116,12 @@ fn deny_matches(rule: &Rule, facts: &ToolFacts<'_>, value: &SubjectValue) -> boo
 
 /// Whether a rule with an argument part applies to this tool and may match by argument.
 fn arg_rule_applies(rule: &Rule, facts: &ToolFacts<'_>) -> bool {
-    rule.names_tool(facts.name) && rule.has_spec() && rule.spec_fits(&facts.subject)
+    names(rule, facts) && rule.has_spec() && rule.spec_fits(&facts.subject)
 }
 
 /// The indices of the rules that together cover this call, if they do.
 fn covering(rules: &[&Rule], facts: &ToolFacts<'_>, value: &SubjectValue) -> Option<Vec<usize>> {
-    if let Some(index) = rules
-        .iter()
-        .position(|r| r.names_tool(facts.name) && !r.has_spec())
-    {
+    if let Some(index) = rules.iter().position(|r| names(r, facts) && !r.has_spec()) {
         return Some(vec![index]);
     }
     let candidates: Vec<usize> = (0..rules.len())

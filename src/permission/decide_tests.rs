@@ -82,6 +82,8 @@ fn run_case(case: &Case) -> (Outcome, Stage, Reason) {
     let rules = RuleSet::parse(&strings(case.allowed), &strings(case.disallowed))
         .unwrap_or_else(|e| panic!("{}: rules do not parse: {e}", case.name));
     let facts = ToolFacts {
+        rules_as: None,
+        subject_text: None,
         name: case.tool,
         read_only: case.read_only,
         self_decision: case.self_decision,
@@ -883,6 +885,8 @@ const CONFIG_ERRORS: &[&str] = &[
 
 fn bash_facts() -> ToolFacts<'static> {
     ToolFacts {
+        rules_as: None,
+        subject_text: None,
         name: "Bash",
         read_only: false,
         self_decision: SelfDecision::None,
@@ -1176,6 +1180,8 @@ fn missing_subject_field_is_unknown() {
 
 fn path_facts(name: &'static str, read_only: bool) -> ToolFacts<'static> {
     ToolFacts {
+        rules_as: None,
+        subject_text: None,
         name,
         read_only,
         self_decision: SelfDecision::None,
@@ -1287,6 +1293,8 @@ fn escaping_path_matches_every_path_deny_rule() {
 
 fn fetch(allow: &[&str], deny: &[&str], url: &str) -> Verdict {
     let facts = ToolFacts {
+        rules_as: None,
+        subject_text: None,
         name: "WebFetch",
         read_only: false,
         self_decision: SelfDecision::None,
@@ -1353,6 +1361,8 @@ fn domain_rules() {
 #[test]
 fn argument_rules_never_match_other_subjects() {
     let todo = ToolFacts {
+        rules_as: None,
+        subject_text: None,
         name: "Todo",
         read_only: false,
         self_decision: SelfDecision::None,
@@ -1423,6 +1433,8 @@ fn grants_allow_after_rules_and_carry_their_id() {
 fn ladder_order_for_self_deny_and_rules() {
     // A deny rule is reported before the tool's own denial.
     let facts = ToolFacts {
+        rules_as: None,
+        subject_text: None,
         self_decision: SelfDecision::Deny,
         ..bash_facts()
     };
@@ -1528,7 +1540,7 @@ proptest! {
         (mode, tool, read_only, self_decision, file_edit, allow, deny, input) in scenario()
     ) {
         let rules = RuleSet::parse(&allow, &deny).expect("pool rules parse");
-        let facts = ToolFacts { name: tool, read_only, self_decision, file_edit, subject: subject_for(tool) };
+        let facts = ToolFacts { rules_as: None, subject_text: None, name: tool, read_only, self_decision, file_edit, subject: subject_for(tool) };
         let verdict = decide(&DecisionInput {
             mode, rules: &rules, grants: &[], tool: &facts, input: &input, workspace: None,
         });

@@ -15,6 +15,9 @@ pub use decide::{DecisionInput, GrantRule, decide};
 #[cfg(test)]
 #[path = "command_rules_tests.rs"]
 mod command_rules_tests;
+#[cfg(test)]
+#[path = "shell_tools_tests.rs"]
+mod shell_tools_tests;
 pub use rules::{Rule, RuleError, RuleSet};
 
 /// The session's permission mode.
@@ -130,4 +133,8 @@ pub struct ToolFacts<'a> {
     pub self_decision: SelfDecision,
     pub file_edit: bool,
     pub subject: Subject,
+    /// Another tool name whose rules also apply (`Bash` for ShellStart and ShellWrite).
+    pub rules_as: Option<&'a str>,
+    /// The subject text, when the tool computes it instead of reading its input field.
+    pub subject_text: Option<String>,
 }

@@ -33,6 +33,11 @@ pub enum RuleError {
     BadGlob { rule: String, problem: String },
     #[error("permission rule `{rule}`: {problem}")]
     WrongKind { rule: String, problem: String },
+    #[error(
+        "permission rule `{rule}`: no tool is named `{tool}` (tool names are case-sensitive; \
+         MCP tools are named `mcp__<server>__<tool>`)"
+    )]
+    UnknownTool { rule: String, tool: String },
     #[error("permission rule `{rule}…` is {len} bytes, more than the limit of {limit}")]
     TooLong {
         /// The first characters of the rule.
@@ -496,6 +501,35 @@ impl RuleSet {
             allow: parse_all("allow", allow)?,
             deny: parse_all("deny", deny)?,
         })
+    }
+
+    /// Checks that every rule names a known tool and that its argument part fits that tool's
+    /// subject; says which rule failed like [`RuleSet::parse_located`]. `target` answers for a
+    /// tool name: `None` unknown, `Some(None)` known with any argument (MCP tools),
+    /// `Some(Some(subject))` known with that subject. `*` is always valid.
+    pub fn check_targets(
+        &self,
+        target: impl Fn(&str) -> Option<Option<Subject>>,
+    ) -> Result<(), (&'static str, usize, RuleError)> {
+        let check = |rule: &Rule| -> Result<(), RuleError> {
+            if rule.tool() == "*" {
+                return Ok(());
+            }
+            match target(rule.tool()) {
+                None => Err(RuleError::UnknownTool {
+                    rule: rule.as_str().to_owned(),
+                    tool: rule.tool().to_owned(),
+                }),
+                Some(None) => Ok(()),
+                Some(Some(subject)) => rule.check_subject(&subject),
+            }
+        };
+        for (name, list) in [("allow", &self.allow), ("deny", &self.deny)] {
+            for (index, rule) in list.iter().enumerate() {
+                check(rule).map_err(|e| (name, index, e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Checks every rule naming `tool` (exactly, not via `*`) against the tool's subject; call

@@ -162,6 +162,16 @@ pub trait Tool: Send + Sync + 'static {
     fn permission_subject(&self) -> Subject {
         Subject::Name
     }
+    /// Another tool name whose rules also judge this tool: the PTY shell tools answer to
+    /// `Bash(...)` rules, so a session's command rules cannot be sidestepped through a shell.
+    fn permission_rules_as(&self) -> Option<&'static str> {
+        None
+    }
+    /// The subject text when it is more than the input field (ShellWrite: the unsubmitted line
+    /// plus the typed text). `None` reads the field named by [`Tool::permission_subject`].
+    fn permission_subject_text(&self, _input: &Value) -> Option<String> {
+        None
+    }
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 }
 

@@ -59,6 +59,8 @@ pub fn tool_facts<'a>(tool: &'a dyn Tool, input: &Value) -> ToolFacts<'a> {
         self_decision: tool.self_decision(input),
         file_edit: tool.is_file_edit(),
         subject: tool.permission_subject(),
+        rules_as: tool.permission_rules_as(),
+        subject_text: tool.permission_subject_text(input),
     }
 }
 

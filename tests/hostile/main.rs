@@ -14,6 +14,7 @@ mod limits;
 mod parsers;
 #[path = "../support/pg.rs"]
 mod pg;
+mod rule_targets;
 mod sandbox;
 #[path = "../support/server.rs"]
 mod server;

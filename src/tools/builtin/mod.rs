@@ -18,6 +18,7 @@ pub mod patterns;
 pub mod plan;
 pub mod pty;
 pub mod read;
+pub mod rule_targets;
 pub mod tasks;
 pub mod todo;
 pub mod write;

@@ -4,6 +4,11 @@
 //! the same sandbox launcher as Bash. Every ShellWrite is checked by the same command policy as
 //! a Bash command — together with any not yet submitted text typed earlier, so a command cannot
 //! be smuggled in across several writes.
+//!
+//! ShellStart and ShellWrite also answer to the session's `Bash(...)` permission rules (and to
+//! rules naming themselves): the ladder judges ShellStart's `command` and, for ShellWrite, the
+//! line the write completes (unsubmitted text plus the typed text, with Enter unless
+//! `submit: false`), exactly as it judges a Bash command.
 
 use super::bash::{check_command, command_decision, command_denial};
 use super::tasks::kill_group;
@@ -222,6 +227,17 @@ impl Tool for ShellStartTool {
     fn permission_subject(&self) -> Subject {
         Subject::Command { field: "command" }
     }
+    fn permission_rules_as(&self) -> Option<&'static str> {
+        Some("Bash")
+    }
+    fn permission_subject_text(&self, input: &Value) -> Option<String> {
+        // A shell started without a command runs nothing yet (each line it gets is judged as a
+        // ShellWrite), so an empty command: no argument rule matches or covers it.
+        match input.get("command") {
+            None | Some(Value::Null) => Some(String::new()),
+            Some(_) => None,
+        }
+    }
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: StartInput = parse_input(input)?;
         if let Some(command) = &input.command {
@@ -396,6 +412,13 @@ impl Tool for ShellWriteTool {
     }
     fn permission_subject(&self) -> Subject {
         Subject::Command { field: "command" }
+    }
+    fn permission_rules_as(&self) -> Option<&'static str> {
+        Some("Bash")
+    }
+    fn permission_subject_text(&self, input: &Value) -> Option<String> {
+        let id = input.get("shell_id").and_then(Value::as_str)?;
+        Some(self.shells.pending_with(id, &Self::typed_text(input)?))
     }
     async fn call(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: WriteInput = parse_input(input)?;
