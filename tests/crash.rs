@@ -23,7 +23,10 @@ use std::time::Duration;
 
 use fake_llm::{FakeLlm, Reply, anthropic as an};
 use serde_json::{Value, json};
-use server::{ServerProcess, read_lines, summarize};
+use server::{
+    ServerProcess, assert_contiguous, count, of_kind, processes_running, read_lines,
+    single_terminal_reason, summarize,
+};
 
 const TENANT: &str = "acme";
 const REPLICA: &str = "crash-replica-1";
@@ -81,14 +84,6 @@ on_both_backends! {
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-fn count(events: &[Value], kind: &str) -> usize {
-    events.iter().filter(|e| e["type"] == kind).count()
-}
-
-fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["type"] == kind).collect()
-}
-
 /// Creates a session and sends one prompt; returns `(session id, run id)`.
 async fn session_with_prompt(
     server: &ServerProcess,
@@ -140,21 +135,6 @@ async fn wait_run_final(server: &ServerProcess, token: &str, session: &str, run:
     }
 }
 
-/// Seqs are exactly 1..=N: no gap, no duplicate, in order.
-fn assert_contiguous(events: &[Value]) {
-    let seqs: Vec<i64> = events
-        .iter()
-        .map(|e| e["seq"].as_i64().expect("seq"))
-        .collect();
-    let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
-    assert_eq!(
-        seqs,
-        expected,
-        "event seqs are not 1..=N\n{}",
-        summarize(events)
-    );
-}
-
 /// The single `run_resumed` event of the run.
 fn run_resumed<'a>(events: &'a [Value], run: &str) -> &'a Value {
     let resumed = of_kind(events, "run_resumed");
@@ -185,21 +165,6 @@ fn user_texts(messages: &[Value], text: &str) -> usize {
         .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
         .filter(|b| b["type"] == "text" && b["text"] == text)
         .count()
-}
-
-/// The terminal event's reason, asserting there is exactly one terminal event.
-fn single_terminal_reason(events: &[Value]) -> String {
-    let terminals = of_kind(events, "terminal");
-    assert_eq!(
-        terminals.len(),
-        1,
-        "exactly one terminal event\n{}",
-        summarize(events)
-    );
-    terminals[0]["payload"]["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -554,24 +519,4 @@ async fn kill_during_slow_tool(mut server: ServerProcess) {
 
     let record = wait_run_final(&server, &token, &id, &run).await;
     assert_eq!(record["status"], "completed", "{record}");
-}
-
-/// Whether a process whose command line contains `needle` is running.
-fn processes_running(needle: &str) -> bool {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|entry| {
-            entry
-                .file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
-        .any(|cmdline| {
-            String::from_utf8_lossy(&cmdline)
-                .replace('\0', " ")
-                .contains(needle)
-        })
 }

@@ -31,7 +31,10 @@ use eventsource_stream::Eventsource;
 use fake_llm::{FakeLlm, Reply, anthropic as an};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use server::{ServerProcess, summarize};
+use server::{
+    ServerProcess, assert_contiguous, count, of_kind, processes_running, single_terminal_reason,
+    summarize,
+};
 
 const TENANT: &str = "acme";
 const FIRST: &str = "shutdown-replica-a";
@@ -125,14 +128,6 @@ on_both_backends! {
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["type"] == kind).collect()
-}
-
-fn count(events: &[Value], kind: &str) -> usize {
-    of_kind(events, kind).len()
-}
-
 /// The events of `kind` about call `tool_use_id`.
 fn of_call<'a>(events: &'a [Value], kind: &str, tool_use_id: &str) -> Vec<&'a Value> {
     of_kind(events, kind)
@@ -157,36 +152,6 @@ async fn session_with_prompt(server: &ServerProcess, token: &str, config: &Value
     id
 }
 
-/// Seqs are exactly 1..=N: no gap, no duplicate, in order.
-fn assert_contiguous(events: &[Value]) {
-    let seqs: Vec<i64> = events
-        .iter()
-        .map(|e| e["seq"].as_i64().expect("seq"))
-        .collect();
-    let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
-    assert_eq!(
-        seqs,
-        expected,
-        "event seqs are not 1..=N\n{}",
-        summarize(events)
-    );
-}
-
-/// The terminal event's reason, asserting there is exactly one.
-fn single_terminal_reason(events: &[Value]) -> String {
-    let terminals = of_kind(events, "terminal");
-    assert_eq!(
-        terminals.len(),
-        1,
-        "one terminal event\n{}",
-        summarize(events)
-    );
-    terminals[0]["payload"]["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// The single `run_resumed` event's payload.
 fn run_resumed(events: &[Value]) -> Value {
     let resumed = of_kind(events, "run_resumed");
@@ -197,26 +162,6 @@ fn run_resumed(events: &[Value]) -> Value {
         summarize(events)
     );
     resumed[0]["payload"].clone()
-}
-
-/// Whether a process whose command line contains `needle` is running.
-fn processes_running(needle: &str) -> bool {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|entry| {
-            entry
-                .file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
-        .any(|cmdline| {
-            String::from_utf8_lossy(&cmdline)
-                .replace('\0', " ")
-                .contains(needle)
-        })
 }
 
 /// Polls until `needle` runs (or no longer runs), bounded.

@@ -460,3 +460,63 @@ pub fn read_lines(path: &Path) -> Vec<String> {
         .map(|text| text.lines().map(str::to_owned).collect())
         .unwrap_or_default()
 }
+
+/// The events of one type.
+pub fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == kind).collect()
+}
+
+/// How many events of one type.
+pub fn count(events: &[Value], kind: &str) -> usize {
+    of_kind(events, kind).len()
+}
+
+/// The transcript's seqs are exactly 1..=N: no gap, no duplicate.
+pub fn assert_contiguous(events: &[Value]) {
+    let seqs: Vec<i64> = events
+        .iter()
+        .map(|e| e["seq"].as_i64().expect("seq"))
+        .collect();
+    let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
+    assert_eq!(
+        seqs,
+        expected,
+        "event seqs are not 1..=N\n{}",
+        summarize(events)
+    );
+}
+
+/// The reason of the transcript's one `terminal` event (asserts there is exactly one).
+pub fn single_terminal_reason(events: &[Value]) -> String {
+    let terminals = of_kind(events, "terminal");
+    assert_eq!(
+        terminals.len(),
+        1,
+        "exactly one terminal event\n{}",
+        summarize(events)
+    );
+    terminals[0]["payload"]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// True when a process whose command line contains `needle` is running on this machine.
+pub fn processes_running(needle: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .any(|cmdline| {
+            String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains(needle)
+        })
+}
