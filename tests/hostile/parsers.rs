@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support;
 
@@ -52,14 +52,6 @@ async fn a_deeply_nested_permission_rule_is_refused_at_session_creation() {
     support::assert_still_serves(&server).await;
 }
 
-/// The first `tool_result` event's result.
-fn first_tool_result(events: &[Value]) -> &Value {
-    &events
-        .iter()
-        .find(|e| e["type"] == "tool_result")
-        .expect("a tool_result event")["payload"]["result"]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deeply_nested_command_chosen_by_the_model_is_denied() {
     let server = support::start_server(&[]).await;
@@ -76,7 +68,7 @@ async fn a_deeply_nested_command_chosen_by_the_model_is_denied() {
         let events =
             support::prompt_and_wait(&server, "hostile", &session, "go", Duration::from_secs(60))
                 .await;
-        let result = first_tool_result(&events);
+        let result = support::first_tool_result(&events);
         assert_eq!(result["is_error"], true, "{mode}: {result}");
         if mode == "bypass" {
             // No rule matched; the Bash tool's own check refuses the unparsable text, and

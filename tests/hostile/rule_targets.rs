@@ -40,14 +40,6 @@ async fn rules_naming_unknown_tools_or_arguments_of_name_only_tools_are_refused(
     support::assert_still_serves(&server).await;
 }
 
-/// The first `tool_result` event's result.
-fn first_tool_result(events: &[Value]) -> &Value {
-    &events
-        .iter()
-        .find(|e| e["type"] == "tool_result")
-        .expect("a tool_result event")["payload"]["result"]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bash_deny_rule_denies_a_shell_started_with_that_command() {
     let server = support::start_server(&[]).await;
@@ -62,7 +54,7 @@ async fn a_bash_deny_rule_denies_a_shell_started_with_that_command() {
     let session = support::create_session(&server, "hostile", &config).await;
     let events =
         support::prompt_and_wait(&server, "hostile", &session, "go", Duration::from_secs(60)).await;
-    let result = first_tool_result(&events);
+    let result = support::first_tool_result(&events);
     assert_eq!(result["is_error"], true, "{result}");
     assert_eq!(result["code"], "PERMISSION_DENIED", "{result}");
     let content = result["content"].to_string();

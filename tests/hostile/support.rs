@@ -105,6 +105,14 @@ pub async fn assert_still_serves_with(server: &ServerProcess, config: &Value) {
     );
 }
 
+/// The first `tool_result` event's result.
+pub fn first_tool_result(events: &[Value]) -> &Value {
+    &events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a tool_result event")["payload"]["result"]
+}
+
 /// A smoke case: the check itself works on a fresh server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_server_serves_the_bystander() {
