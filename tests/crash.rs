@@ -177,23 +177,7 @@ const RECOVERED: &str = "recovered answer after the restart";
 async fn kill_during_model_stream(server: ServerProcess) {
     let fake = FakeLlm::start().await;
     // First answer: a slow stream (300 deltas, 100 ms apart) that the crash cuts short.
-    let mut frames = vec![
-        an::message_start(10),
-        an::block_start(0, json!({"type": "text", "text": ""})),
-    ];
-    for i in 0..300 {
-        frames.push(an::text_delta(0, &format!("tick{i} ")));
-    }
-    frames.extend([
-        an::block_stop(0),
-        an::message_delta("end_turn", 300),
-        an::message_stop(),
-    ]);
-    fake.push(Reply::Sse {
-        frames,
-        gap: Duration::from_millis(100),
-        abort: false,
-    });
+    fake.push(Reply::slow_text_stream(300, Duration::from_millis(100)));
     // Second answer (the re-issued call after the restart): a whole text turn.
     fake.push(Reply::sse(an::text_turn(RECOVERED)));
 

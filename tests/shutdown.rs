@@ -214,6 +214,19 @@ fn follow_until_reconnect(
     })
 }
 
+/// Waits (bounded) for the run's `terminal` event on `next`; asserts it ended `end_turn` with
+/// contiguous seqs, and returns the transcript.
+async fn finished_normally(next: &ServerProcess, token: &str, id: &str, what: &str) -> Vec<Value> {
+    let events = next
+        .wait_for_events(token, id, FINISH_WITHIN, what, |e| {
+            count(e, "terminal") >= 1
+        })
+        .await;
+    assert_eq!(single_terminal_reason(&events), "end_turn");
+    assert_contiguous(&events);
+    events
+}
+
 // ---------------------------------------------------------------------------------------------
 // SIGTERM while the first of two exclusive calls runs
 // ---------------------------------------------------------------------------------------------
@@ -275,17 +288,7 @@ async fn sigterm_between_two_calls(backend: Backend) {
     );
 
     let next = replicas.next().await;
-    let events = next
-        .wait_for_events(
-            &token,
-            &id,
-            FINISH_WITHIN,
-            "terminal on the next replica",
-            |e| count(e, "terminal") >= 1,
-        )
-        .await;
-    assert_eq!(single_terminal_reason(&events), "end_turn");
-    assert_contiguous(&events);
+    let events = finished_normally(&next, &token, &id, "terminal on the next replica").await;
     assert_eq!(
         count(&events, "run_handed_off"),
         1,
@@ -358,17 +361,7 @@ async fn stuck_tool_past_grace(backend: Backend) {
     wait_process(&sleep, false).await;
 
     let next = replicas.next().await;
-    let events = next
-        .wait_for_events(
-            &token,
-            &id,
-            FINISH_WITHIN,
-            "terminal on the next replica",
-            |e| count(e, "terminal") >= 1,
-        )
-        .await;
-    assert_eq!(single_terminal_reason(&events), "end_turn");
-    assert_contiguous(&events);
+    let events = finished_normally(&next, &token, &id, "terminal on the next replica").await;
     let resumed = run_resumed(&events);
     assert_eq!(resumed["interrupted"], json!([call]), "{resumed}");
     let results = of_call(&events, "tool_result", &call);
@@ -516,17 +509,7 @@ async fn approval_wait_parks(backend: Backend) {
         .await;
     assert_eq!(status, 200, "{answer}");
 
-    let events = next
-        .wait_for_events(
-            &token,
-            &id,
-            FINISH_WITHIN,
-            "terminal after the answer",
-            |e| count(e, "terminal") >= 1,
-        )
-        .await;
-    assert_eq!(single_terminal_reason(&events), "end_turn");
-    assert_contiguous(&events);
+    let events = finished_normally(&next, &token, &id, "terminal after the answer").await;
     assert_eq!(
         count(&events, "run_handed_off"),
         1,
@@ -550,23 +533,7 @@ const ANSWER: &str = "the answer from the next replica";
 async fn model_stream_abandoned(backend: Backend) {
     let fake = FakeLlm::start().await;
     // First answer: a stream of 300 deltas 100 ms apart, cut short by the shutdown.
-    let mut frames = vec![
-        an::message_start(10),
-        an::block_start(0, json!({"type": "text", "text": ""})),
-    ];
-    for i in 0..300 {
-        frames.push(an::text_delta(0, &format!("tick{i} ")));
-    }
-    frames.extend([
-        an::block_stop(0),
-        an::message_delta("end_turn", 300),
-        an::message_stop(),
-    ]);
-    fake.push(Reply::Sse {
-        frames,
-        gap: Duration::from_millis(100),
-        abort: false,
-    });
+    fake.push(Reply::slow_text_stream(300, Duration::from_millis(100)));
     fake.push(Reply::sse(an::text_turn(ANSWER)));
     let url = fake.url();
     let env = [
@@ -601,17 +568,7 @@ async fn model_stream_abandoned(backend: Backend) {
     );
 
     let next = replicas.next().await;
-    let events = next
-        .wait_for_events(
-            &token,
-            &id,
-            FINISH_WITHIN,
-            "terminal on the next replica",
-            |e| count(e, "terminal") >= 1,
-        )
-        .await;
-    assert_eq!(single_terminal_reason(&events), "end_turn");
-    assert_contiguous(&events);
+    let events = finished_normally(&next, &token, &id, "terminal on the next replica").await;
     assert_eq!(
         count(&events, "run_handed_off"),
         1,

@@ -78,6 +78,28 @@ impl Reply {
         }
     }
 
+    /// A slow Anthropic text turn: `ticks` deltas (`tick0 `, `tick1 `, …) `gap` apart, then
+    /// `end_turn` — long enough for a test to crash or stop the server mid-stream.
+    pub fn slow_text_stream(ticks: usize, gap: Duration) -> Self {
+        let mut frames = vec![
+            anthropic::message_start(10),
+            anthropic::block_start(0, json!({"type": "text", "text": ""})),
+        ];
+        for i in 0..ticks {
+            frames.push(anthropic::text_delta(0, &format!("tick{i} ")));
+        }
+        frames.extend([
+            anthropic::block_stop(0),
+            anthropic::message_delta("end_turn", 300),
+            anthropic::message_stop(),
+        ]);
+        Self::Sse {
+            frames,
+            gap,
+            abort: false,
+        }
+    }
+
     /// An SSE stream whose connection is cut after `frames`.
     pub fn sse_then_abort(frames: Vec<String>) -> Self {
         Self::Sse {
