@@ -55,6 +55,15 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) if db.is_unique_violation() => {
                 Self::Conflict(db.message().to_owned())
             }
+            // A full disk (SQLite `SQLITE_FULL`, Postgres `disk_full`): nothing was written, and
+            // writes work again once space returns, so it is an outage, not an internal error.
+            sqlx::Error::Database(db)
+                if db
+                    .code()
+                    .is_some_and(|code| code == "13" || code == "53100") =>
+            {
+                Self::Unavailable(db.message().to_owned())
+            }
             // Postgres "admin shutdown" / "cannot connect now" while a server stops or starts.
             sqlx::Error::Database(db)
                 if db

@@ -124,6 +124,9 @@ impl Store for SqliteStore {
 
     async fn create_session(&self, session: NewSession) -> StoreResult<SessionRecord> {
         let created = ts(now());
+        // An explicit transaction: an autocommit `RETURNING` statement commits when it is reset,
+        // after its row was read, and a failed commit (a full disk) would go unreported.
+        let mut tx = self.writer.begin().await?;
         let row = sqlx::query(&format!(
             "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
              VALUES (?, ?, ?, ?, ?) RETURNING {SESSION_COLUMNS}"
@@ -133,8 +136,9 @@ impl Store for SqliteStore {
         .bind(session.config.to_string())
         .bind(&created)
         .bind(&created)
-        .fetch_one(&self.writer)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         session_from_row(&row)
     }
 
@@ -195,6 +199,8 @@ impl Store for SqliteStore {
         id: &SessionId,
     ) -> StoreResult<Option<SessionRecord>> {
         let at = ts(now());
+        // Explicit transaction: see `create_session`.
+        let mut tx = self.writer.begin().await?;
         let row = sqlx::query(&format!(
             "UPDATE sessions SET status = 'closed', closed_at = COALESCE(closed_at, ?), \
                  updated_at = ? \
@@ -204,8 +210,9 @@ impl Store for SqliteStore {
         .bind(&at)
         .bind(id.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&self.writer)
+        .fetch_optional(&mut *tx)
         .await?;
+        tx.commit().await?;
         row.as_ref().map(session_from_row).transpose()
     }
 
@@ -1056,6 +1063,8 @@ impl Store for SqliteStore {
         let content = super::storable::text(content);
         let content: &str = &content;
         let at = ts(now());
+        // Explicit transaction: see `create_session`.
+        let mut tx = self.writer.begin().await?;
         let row = match expect {
             MemoryExpect::Absent => {
                 sqlx::query(
@@ -1070,7 +1079,7 @@ impl Store for SqliteStore {
                 .bind(content.len() as i64)
                 .bind(&at)
                 .bind(&at)
-                .fetch_optional(&self.writer)
+                .fetch_optional(&mut *tx)
                 .await?
             }
             MemoryExpect::Version(version) => {
@@ -1086,10 +1095,11 @@ impl Store for SqliteStore {
                 .bind(tenant.as_str())
                 .bind(path)
                 .bind(version)
-                .fetch_optional(&self.writer)
+                .fetch_optional(&mut *tx)
                 .await?
             }
         };
+        tx.commit().await?;
         let row = row.ok_or_else(|| memory_conflict(path, expect))?;
         sqlite_memory_note(&row)
     }
