@@ -11,6 +11,8 @@ mod hooks;
 mod limits;
 mod openapi;
 mod pg_outage;
+#[path = "../support/proxy.rs"]
+mod proxy;
 mod replicas;
 mod resume;
 mod runs;

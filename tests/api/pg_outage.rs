@@ -1,64 +1,15 @@
 //! Postgres going away while the server runs: requests and `/readyz` answer 503
 //! `STORE_UNAVAILABLE`, and the service recovers by itself when Postgres is back.
 //!
-//! The outage is simulated by a TCP proxy between the server and Postgres that drops every
-//! connection and refuses new ones, so the shared local Postgres keeps serving other tests.
+//! The outage is simulated by the TCP fault proxy (`tests/support/proxy.rs`) between the server
+//! and Postgres, which drops every connection and refuses new ones, so the shared local Postgres
+//! keeps serving other tests.
 
 use crate::helpers::{Backend, TestApp, error_code, fresh_pg_database, test_settings};
 use secrecy::SecretString;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 
-struct FlakyProxy {
-    port: u16,
-    down: Arc<AtomicBool>,
-    cut: Arc<Notify>,
-}
-
-impl FlakyProxy {
-    async fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let down = Arc::new(AtomicBool::new(false));
-        let cut = Arc::new(Notify::new());
-        let (down2, cut2) = (down.clone(), cut.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut client, _)) = listener.accept().await else {
-                    return;
-                };
-                if down2.load(Ordering::SeqCst) {
-                    drop(client);
-                    continue;
-                }
-                let upstream = upstream.clone();
-                let cut = cut2.clone();
-                tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        () = cut.notified() => {}
-                    }
-                });
-            }
-        });
-        Self { port, down, cut }
-    }
-
-    fn go_down(&self) {
-        self.down.store(true, Ordering::SeqCst);
-        self.cut.notify_waiters();
-    }
-
-    fn come_back(&self) {
-        self.down.store(false, Ordering::SeqCst);
-    }
-}
+use crate::proxy::FaultProxy;
 
 #[tokio::test]
 async fn postgres_outage_answers_503_and_recovers_without_restart() {
@@ -71,14 +22,12 @@ async fn postgres_outage_answers_503_and_recovers_without_restart() {
         parsed.host_str().unwrap(),
         parsed.port().unwrap_or(5432)
     );
-    let proxy = FlakyProxy::start(upstream).await;
-    let mut proxied = parsed.clone();
-    proxied.set_host(Some("127.0.0.1")).unwrap();
-    proxied.set_port(Some(proxy.port)).unwrap();
+    let proxy = FaultProxy::start(upstream).await;
+    let proxied = proxy.proxied_url(&url);
 
     let data_dir = tempfile::tempdir().unwrap();
     let mut settings = test_settings(data_dir.path());
-    settings.database_url = Some(SecretString::from(proxied.to_string()));
+    settings.database_url = Some(SecretString::from(proxied));
     settings.database_acquire_timeout_ms = 1_000;
     let app = TestApp::start(settings, Backend::Postgres, data_dir).await;
     let token = app.token("acme");

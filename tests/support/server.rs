@@ -38,6 +38,8 @@ pub struct ServerProcess {
     root: tempfile::TempDir,
     port: u16,
     env: Vec<(String, String)>,
+    /// A command the binary runs under (e.g. `unshare … sh -c '…; exec "$@"' sh`), if any.
+    wrapper: Vec<String>,
     child: Option<Child>,
     starts: usize,
     verifier: JwtVerifier,
@@ -81,6 +83,7 @@ impl ServerProcess {
             root,
             port,
             env,
+            wrapper: Vec::new(),
             child: None,
             starts: 0,
             verifier,
@@ -95,6 +98,13 @@ impl ServerProcess {
     pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
         self.env.retain(|(k, _)| k != key);
         self.env.push((key.to_owned(), value.into()));
+        self
+    }
+
+    /// Runs every later start under `wrapper` (program and arguments, followed by the binary
+    /// and `serve`); the wrapper must `exec` the binary so the child's pid stays the server's.
+    pub fn wrapped(mut self, wrapper: &[&str]) -> Self {
+        self.wrapper = wrapper.iter().map(|s| s.to_string()).collect();
         self
     }
 
@@ -179,7 +189,14 @@ impl ServerProcess {
         self.starts += 1;
         let log_path = self.log_path(self.starts);
         let log = std::fs::File::create(&log_path).expect("log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_norma"));
+        let mut command = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(env!("CARGO_BIN_EXE_norma"));
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_norma")),
+        };
         command
             .arg("serve")
             .current_dir(self.root.path())
