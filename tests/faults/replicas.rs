@@ -13,9 +13,9 @@ use crate::invariants::assert_invariants;
 use crate::pg;
 use crate::proxy::FaultProxy;
 use crate::server::{ServerProcess, of_kind};
-use crate::store::{seeded_sessions, upstream_of, wait_until_seen};
 use crate::workload::{
-    Shape, TENANT, allow_pending, drive_to_end, report, session_config, start_session,
+    Shape, TENANT, allow_pending, drive_to_end, report, seeded_sessions, session_config,
+    start_session, upstream_of, wait_until_seen,
 };
 
 /// Bound for the work to end once the fault is over.

@@ -19,40 +19,12 @@ use crate::pg_cluster::PgCluster;
 use crate::proxy::FaultProxy;
 use crate::server::ServerProcess;
 use crate::workload::{
-    Shape, TENANT, Tracked, drive_to_end, report, session_config, start_session, wait_ready,
+    Shape, TENANT, drive_to_end, report, seeded_sessions, session_config, start_session,
+    upstream_of, wait_ready, wait_until_seen,
 };
 
 /// Bound for the work to end once the fault is over.
 const FINISH_WITHIN: Duration = Duration::from_secs(60);
-
-/// Starts `count` sessions of seeded shapes (no webhook) on `server`, each followed on
-/// `stream_urls`.
-pub async fn seeded_sessions(
-    server: &ServerProcess,
-    token: &str,
-    rng: &mut StdRng,
-    count: usize,
-    sleep: f64,
-    stream_urls: &[String],
-) -> Vec<Tracked> {
-    let mut tracked = Vec::new();
-    for _ in 0..count {
-        let shape = Shape::pick(rng);
-        let config = session_config(shape, sleep, None);
-        tracked.push(start_session(server, token, &config, shape, stream_urls).await);
-    }
-    tracked
-}
-
-/// Waits (bounded) until at least `n` sessions' streams showed `kind`.
-pub async fn wait_until_seen(tracked: &[Tracked], kind: &str, n: usize, within: Duration) {
-    let deadline = Instant::now() + within;
-    while tracked.iter().filter(|t| t.witness.count(kind) > 0).count() < n
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Postgres restarted under load
@@ -137,16 +109,6 @@ async fn allowing_webhook() -> (String, Arc<AtomicUsize>) {
         axum::serve(listener, app).await.unwrap();
     });
     (format!("http://{addr}/hook"), deliveries)
-}
-
-/// The shared Postgres (`host:port`) behind a fresh database URL.
-pub fn upstream_of(url: &str) -> String {
-    let parsed = url::Url::parse(url).unwrap();
-    format!(
-        "{}:{}",
-        parsed.host_str().unwrap(),
-        parsed.port().unwrap_or(5432)
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

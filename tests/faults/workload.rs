@@ -127,6 +127,45 @@ pub async fn prompt(server: &ServerProcess, token: &str, session: &str) -> Strin
     accepted["run_id"].as_str().expect("run id").to_owned()
 }
 
+/// Starts `count` sessions of seeded shapes (no webhook) on `server`, each followed on
+/// `stream_urls`.
+pub async fn seeded_sessions(
+    server: &ServerProcess,
+    token: &str,
+    rng: &mut StdRng,
+    count: usize,
+    sleep: f64,
+    stream_urls: &[String],
+) -> Vec<Tracked> {
+    let mut tracked = Vec::new();
+    for _ in 0..count {
+        let shape = Shape::pick(rng);
+        let config = session_config(shape, sleep, None);
+        tracked.push(start_session(server, token, &config, shape, stream_urls).await);
+    }
+    tracked
+}
+
+/// Waits (bounded) until at least `n` sessions' streams showed `kind`.
+pub async fn wait_until_seen(tracked: &[Tracked], kind: &str, n: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    while tracked.iter().filter(|t| t.witness.count(kind) > 0).count() < n
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The shared Postgres (`host:port`) behind a fresh database URL.
+pub fn upstream_of(url: &str) -> String {
+    let parsed = url::Url::parse(url).unwrap();
+    format!(
+        "{}:{}",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(5432)
+    )
+}
+
 /// A GET that tolerates an unreachable or failing server: `None` unless `200`.
 pub async fn try_get(server: &ServerProcess, path: &str, token: &str) -> Option<Value> {
     let response = server
