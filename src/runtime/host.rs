@@ -43,7 +43,15 @@ pub struct SessionWriter {
     /// Serialises writes so sequence order equals emit order.
     write_lock: tokio::sync::Mutex<()>,
     wake: Notify,
+    /// Set when the last write failed on a transient store error (after its retries).
+    store_unavailable: std::sync::atomic::AtomicBool,
 }
+
+/// How long one write keeps retrying a transient store error before it gives up (the run is
+/// then given back to the queue, not failed).
+pub const TRANSIENT_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(15);
+/// The first pause between retries of a transient store error (doubling, at most 2 s).
+const TRANSIENT_RETRY_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl SessionWriter {
     pub fn new(
@@ -83,6 +91,7 @@ impl SessionWriter {
             pending: Mutex::new(Pending::default()),
             write_lock: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
+            store_unavailable: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -101,6 +110,13 @@ impl SessionWriter {
             .unwrap_or_else(|e| e.into_inner())
             .outputs
             .push(output);
+    }
+
+    /// Whether the last write failed because the store was unavailable (transient), after
+    /// retrying for [`TRANSIENT_RETRY_WINDOW`].
+    pub fn store_unavailable(&self) -> bool {
+        self.store_unavailable
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Set once this writer committed its run's end.
@@ -136,17 +152,45 @@ impl SessionWriter {
             return Ok(());
         }
         let ends_run = batch.run_end.is_some();
-        let written = self
-            .store
-            .append(&self.tenant, &self.session, batch)
-            .await
-            .map_err(|error| HostError(error.to_string()))?;
+        let written = self.append_retrying(batch).await.map_err(|error| {
+            self.store_unavailable
+                .store(error.is_transient(), std::sync::atomic::Ordering::SeqCst);
+            HostError(error.to_string())
+        })?;
+        self.store_unavailable
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         if ends_run {
             // A client that sees `terminal` may prompt at once: the session is free by then.
             self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         self.bus.publish(&self.session, &written.events);
         Ok(())
+    }
+
+    /// Appends `batch`, retrying a transient store error with backoff for up to
+    /// [`TRANSIENT_RETRY_WINDOW`]; a permanent error (or a lost lease) returns at once.
+    async fn append_retrying(
+        &self,
+        batch: AppendBatch,
+    ) -> Result<crate::store::AppendResult, crate::store::StoreError> {
+        let deadline = tokio::time::Instant::now() + TRANSIENT_RETRY_WINDOW;
+        let mut pause = TRANSIENT_RETRY_FIRST_PAUSE;
+        loop {
+            match self
+                .store
+                .append(&self.tenant, &self.session, batch.clone())
+                .await
+            {
+                Err(error)
+                    if error.is_transient() && tokio::time::Instant::now() + pause < deadline =>
+                {
+                    tracing::warn!(%error, retry_in_ms = pause.as_millis() as u64, "store write failed transiently; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(2));
+                }
+                outcome => return outcome,
+            }
+        }
     }
 
     /// Flushes buffered events until `stop` is cancelled (then flushes once more).
