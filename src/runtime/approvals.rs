@@ -87,6 +87,25 @@ impl ApprovalHub {
         }
     }
 
+    /// Every approval someone here waits on (a waiting call or a parked run).
+    pub fn awaited(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        ids.extend(
+            self.parked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .keys()
+                .cloned(),
+        );
+        ids
+    }
+
     /// Records that `run` parked on these approvals.
     pub fn park(&self, run: &RunId, approvals: &[String]) {
         let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());

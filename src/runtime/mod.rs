@@ -619,6 +619,7 @@ impl SessionRuntime {
                     }
                 }
                 crate::store::Signal::ApprovalDecided { id } => self.hub.wake(&id),
+                crate::store::Signal::Reconnected => self.reconcile().await,
                 crate::store::Signal::RunsReleased { replica } => {
                     if replica == self.settings.replica_id {
                         continue;
@@ -639,6 +640,47 @@ impl SessionRuntime {
                     }
                 }
             }
+        }
+    }
+
+    /// Catches up with what lost signals would have said (after the listening connection
+    /// came back): approvals answered elsewhere wake their runs, and every session followed
+    /// here publishes the events committed since the last one it published.
+    async fn reconcile(&self) {
+        self.reconcile_approvals().await;
+        for (tenant, session, published) in self.bus.followed() {
+            let mut after = published;
+            loop {
+                match self.store.list_events(&tenant, &session, after, 1000).await {
+                    Ok(events) if !events.is_empty() => {
+                        after = events.last().map_or(after, |e| e.seq);
+                        self.bus.publish(&session, &events);
+                    }
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::warn!(%error, session_id = %session, "cannot catch up a followed session");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wakes whoever here waits on an approval that is not pending any more in the store
+    /// (one query by primary key; nothing when nobody waits).
+    async fn reconcile_approvals(&self) {
+        let awaited = self.hub.awaited();
+        if awaited.is_empty() {
+            return;
+        }
+        match self.store.settled_approvals(&awaited).await {
+            Ok(settled) => {
+                for id in settled {
+                    tracing::info!(approval_id = %id, "an approval was settled while its signal was lost");
+                    self.hub.wake(&id);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot reconcile awaited approvals"),
         }
     }
 
@@ -1005,6 +1047,8 @@ impl SessionRuntime {
                     if let Err(error) = self.resume_unfinished().await {
                         tracing::warn!(%error, "takeover sweep failed");
                     }
+                    // Signals are advisory: an answer whose signal was lost is found here.
+                    self.reconcile_approvals().await;
                 }
                 Some(run) = async {
                     match resumes.as_mut() {

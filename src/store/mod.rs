@@ -166,6 +166,9 @@ pub enum Signal {
     /// A stopping replica released the leases of its unfinished runs: live replicas take them
     /// over now instead of at their next sweep.
     RunsReleased { replica: String },
+    /// Local only (never sent by a replica): the listening connection was lost and is back,
+    /// so signals sent meanwhile may be missing and the replica reconciles from the store.
+    Reconnected,
 }
 
 /// Everything the server keeps durably.
@@ -319,6 +322,13 @@ pub trait Store: Send + Sync + 'static {
     /// approval decisions are signalled by the store itself.
     async fn signals(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Signal>>> {
         Ok(None)
+    }
+
+    /// System-level reconciliation: which of these approvals are not pending any more
+    /// (decided, expired or cancelled) — one query by primary key. A store only this process
+    /// uses loses no signals, so it answers none.
+    async fn settled_approvals(&self, _ids: &[String]) -> StoreResult<Vec<String>> {
+        Ok(Vec::new())
     }
 
     /// Sends a signal to every replica (nothing to do for a single-process store).
