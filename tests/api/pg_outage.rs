@@ -12,14 +12,29 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-struct FlakyProxy {
-    port: u16,
+pub(crate) struct FlakyProxy {
+    pub(crate) port: u16,
     down: Arc<AtomicBool>,
     cut: Arc<Notify>,
 }
 
 impl FlakyProxy {
-    async fn start(upstream: String) -> Self {
+    /// A proxy in front of the Postgres of `url`, and `url` rewritten to go through it.
+    pub(crate) async fn in_front_of(url: &str) -> (Self, String) {
+        let parsed = url::Url::parse(url).unwrap();
+        let upstream = format!(
+            "{}:{}",
+            parsed.host_str().unwrap(),
+            parsed.port().unwrap_or(5432)
+        );
+        let proxy = Self::start(upstream).await;
+        let mut proxied = parsed.clone();
+        proxied.set_host(Some("127.0.0.1")).unwrap();
+        proxied.set_port(Some(proxy.port)).unwrap();
+        (proxy, proxied.to_string())
+    }
+
+    pub(crate) async fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let down = Arc::new(AtomicBool::new(false));
@@ -50,12 +65,14 @@ impl FlakyProxy {
         Self { port, down, cut }
     }
 
-    fn go_down(&self) {
+    /// Cuts every connection and refuses new ones.
+    pub(crate) fn go_down(&self) {
         self.down.store(true, Ordering::SeqCst);
         self.cut.notify_waiters();
     }
 
-    fn come_back(&self) {
+    /// Accepts connections again.
+    pub(crate) fn come_back(&self) {
         self.down.store(false, Ordering::SeqCst);
     }
 }
@@ -91,6 +108,13 @@ async fn postgres_outage_answers_503_and_recovers_without_restart() {
         let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
         assert_eq!(error_code(ready).await, (503, "STORE_UNAVAILABLE".into()));
         let read = app.get(&format!("/v1/sessions/{id}"), &token).await;
+        assert_eq!(
+            read.headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()),
+            Some("2"),
+            "every 503 says when to retry"
+        );
         assert_eq!(error_code(read).await, (503, "STORE_UNAVAILABLE".into()));
         let write = app
             .post_json("/v1/sessions", &token, &serde_json::json!({}))
