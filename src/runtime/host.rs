@@ -13,6 +13,7 @@ use crate::llm::ToolSpec;
 use crate::message::{Message, ToolResultBlock};
 use crate::store::{
     AppendBatch, NewEvent, NewMessage, NewOutput, RunEnd, RunLease, RunStatus, Store,
+    TRANSIENT_RETRY_WINDOW,
 };
 use crate::tools::pipeline::Pipeline;
 use crate::tools::{ToolContext, ToolProgress};
@@ -46,12 +47,6 @@ pub struct SessionWriter {
     /// Set when the last write failed on a transient store error (after its retries).
     store_unavailable: std::sync::atomic::AtomicBool,
 }
-
-/// How long one write keeps retrying a transient store error before it gives up (the run is
-/// then given back to the queue, not failed).
-pub const TRANSIENT_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(15);
-/// The first pause between retries of a transient store error (doubling, at most 2 s).
-const TRANSIENT_RETRY_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl SessionWriter {
     pub fn new(
@@ -173,24 +168,11 @@ impl SessionWriter {
         &self,
         batch: AppendBatch,
     ) -> Result<crate::store::AppendResult, crate::store::StoreError> {
-        let deadline = tokio::time::Instant::now() + TRANSIENT_RETRY_WINDOW;
-        let mut pause = TRANSIENT_RETRY_FIRST_PAUSE;
-        loop {
-            match self
-                .store
+        crate::store::retry_transient(TRANSIENT_RETRY_WINDOW, || {
+            self.store
                 .append(&self.tenant, &self.session, batch.clone())
-                .await
-            {
-                Err(error)
-                    if error.is_transient() && tokio::time::Instant::now() + pause < deadline =>
-                {
-                    tracing::warn!(%error, retry_in_ms = pause.as_millis() as u64, "store write failed transiently; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(std::time::Duration::from_secs(2));
-                }
-                outcome => return outcome,
-            }
-        }
+        })
+        .await
     }
 
     /// Flushes buffered events until `stop` is cancelled (then flushes once more).

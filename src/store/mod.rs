@@ -71,6 +71,33 @@ pub fn transient_sqlite_code(code: &str) -> bool {
         .is_ok_and(|code| matches!(code & 0xff, 5 | 6))
 }
 
+/// How long work that was already accepted retries a transient store error before it gives
+/// up (a run is then given back, see the runtime).
+pub const TRANSIENT_RETRY_WINDOW: Duration = Duration::from_secs(15);
+
+/// Runs `op` again while it fails transiently, with backoff (50 ms doubling up to 2 s), for at
+/// most `window`; a success, a permanent error or the last transient error is returned.
+pub async fn retry_transient<T, F, Fut>(window: Duration, mut op: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let deadline = tokio::time::Instant::now() + window;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match op().await {
+            Err(error)
+                if error.is_transient() && tokio::time::Instant::now() + pause < deadline =>
+            {
+                tracing::warn!(%error, retry_in_ms = pause.as_millis() as u64, "transient store error; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         match &error {

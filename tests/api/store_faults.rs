@@ -32,7 +32,11 @@ fn assert_ended_normally(events: &[Value]) {
         terminal["payload"]["reason"], "end_turn",
         "the run was not failed by the outage: {terminal}"
     );
-    assert_eq!(count(events, "run_started"), 1, "the prompt was written once");
+    assert_eq!(
+        count(events, "run_started"),
+        1,
+        "the prompt was written once"
+    );
 }
 
 #[tokio::test]
