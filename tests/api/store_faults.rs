@@ -61,7 +61,12 @@ async fn accepted_prompt_survives_store_outage_before_the_run_is_prepared() {
     proxy.go_down();
     tokio::time::sleep(Duration::from_secs(3)).await;
     proxy.come_back();
+    let back = Instant::now();
     let events = terminal_of(&app, &token, &id).await;
+    eprintln!(
+        "store outage: run ended {:?} after the store came back",
+        back.elapsed()
+    );
     assert_ended_normally(&events);
     let runs: Value = app
         .get(&format!("/v1/sessions/{id}/runs"), &token)
@@ -99,7 +104,12 @@ async fn store_blip_mid_run_does_not_fail_the_run() {
     proxy.go_down();
     tokio::time::sleep(Duration::from_secs(3)).await;
     proxy.come_back();
+    let back = Instant::now();
     let events = terminal_of(&app, &token, &id).await;
+    eprintln!(
+        "store outage: run ended {:?} after the store came back",
+        back.elapsed()
+    );
     assert_ended_normally(&events);
     assert_eq!(count(&events, "tool_result"), 1, "{events:#?}");
 }
