@@ -64,7 +64,7 @@ async fn accepted_prompt_survives_store_outage_before_the_run_is_prepared() {
     let back = Instant::now();
     let events = terminal_of(&app, &token, &id).await;
     eprintln!(
-        "store outage: run ended {:?} after the store came back",
+        "store outage before the run is prepared: run ended {:?} after the store came back",
         back.elapsed()
     );
     assert_ended_normally(&events);
@@ -107,7 +107,7 @@ async fn store_blip_mid_run_does_not_fail_the_run() {
     let back = Instant::now();
     let events = terminal_of(&app, &token, &id).await;
     eprintln!(
-        "store outage: run ended {:?} after the store came back",
+        "store outage mid-run: run ended {:?} after the store came back",
         back.elapsed()
     );
     assert_ended_normally(&events);
