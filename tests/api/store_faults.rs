@@ -16,6 +16,9 @@ async fn replica(url: &str, name: &str) -> TestApp {
     settings.database_url = Some(SecretString::from(url.to_owned()));
     settings.database_acquire_timeout_ms = 500;
     settings.replica_id = Some(name.into());
+    // A lease far longer than the test: the takeover sweep (once per lease) never runs, so
+    // what recovers the runs here is the retry, the reclaim and the listener's reconnect.
+    settings.run_lease_seconds = 600;
     TestApp::start(settings, Backend::Postgres, dir).await
 }
 
