@@ -199,8 +199,20 @@ impl IntoResponse for ApiError {
             message: self.message,
             details: self.details,
         };
-        (self.code.status(), axum::Json(body)).into_response()
+        let status = self.code.status();
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            // Every 503 says when to come back (the store or the replica is expected back).
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            );
+        }
+        response
     }
 }
+
+/// The `Retry-After` of every 503 answer, in seconds.
+pub const RETRY_AFTER_SECONDS: &str = "2";
 
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -183,7 +183,10 @@ pub async fn stream(
             HoldError::Store(error) => ApiError::from(error),
         })?;
     // Subscribe before reading the backlog, so nothing falls between the two.
-    let mut live = state.runtime.bus().subscribe(&session.id);
+    let mut live = state
+        .runtime
+        .bus()
+        .subscribe_for(&principal.tenant, &session.id);
     let store = state.store.clone();
     let tenant = principal.tenant.clone();
     let session_id = session.id.clone();

@@ -87,6 +87,25 @@ impl ApprovalHub {
         }
     }
 
+    /// Every approval someone here waits on (a waiting call or a parked run).
+    pub fn awaited(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        ids.extend(
+            self.parked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .keys()
+                .cloned(),
+        );
+        ids
+    }
+
     /// Records that `run` parked on these approvals.
     pub fn park(&self, run: &RunId, approvals: &[String]) {
         let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
@@ -291,11 +310,12 @@ impl RunApprover {
             updated_input: None,
             grant: None,
         };
-        match self
-            .store
-            .decide_approval(&self.tenant, &self.session, id, decision)
-            .await
-        {
+        let decided = crate::store::retry_transient(crate::store::TRANSIENT_RETRY_WINDOW, || {
+            self.store
+                .decide_approval(&self.tenant, &self.session, id, decision.clone())
+        })
+        .await;
+        match decided {
             Ok(Some(record)) => Some(record),
             // Someone answered first: their decision stands.
             _ => self
@@ -345,10 +365,12 @@ impl RunApprover {
                         updated_input: answer.updated_input.filter(Value::is_object),
                         grant: None,
                     };
-                    if let Ok(Some(_)) = store
-                        .decide_approval(&tenant, &session, &id, decision)
-                        .await
-                    {
+                    let decided =
+                        crate::store::retry_transient(crate::store::TRANSIENT_RETRY_WINDOW, || {
+                            store.decide_approval(&tenant, &session, &id, decision.clone())
+                        })
+                        .await;
+                    if let Ok(Some(_)) = decided {
                         hub.wake(id.as_str());
                     }
                 }

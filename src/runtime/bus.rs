@@ -1,7 +1,7 @@
 //! In-process fan-out of persisted events to live subscribers (SSE), one bounded broadcast
 //! channel per session. Events are published only after the store committed them.
 
-use crate::ids::SessionId;
+use crate::ids::{SessionId, TenantId};
 use crate::store::EventRecord;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,6 +28,8 @@ impl std::ops::Deref for LiveEvent {
 struct Channel {
     sender: broadcast::Sender<Arc<LiveEvent>>,
     last_seq: Option<i64>,
+    /// The session's tenant, when a subscriber named it (to catch up from the store).
+    tenant: Option<TenantId>,
 }
 
 #[derive(Default)]
@@ -38,15 +40,48 @@ pub struct EventBus {
 impl EventBus {
     /// Subscribes to a session's live events.
     pub fn subscribe(&self, session: &SessionId) -> broadcast::Receiver<Arc<LiveEvent>> {
+        self.subscribe_in(None, session)
+    }
+
+    /// Subscribes to a session of `tenant`: its channel can be caught up from the store
+    /// when signals were lost (see [`EventBus::followed`]).
+    pub fn subscribe_for(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> broadcast::Receiver<Arc<LiveEvent>> {
+        self.subscribe_in(Some(tenant), session)
+    }
+
+    fn subscribe_in(
+        &self,
+        tenant: Option<&TenantId>,
+        session: &SessionId,
+    ) -> broadcast::Receiver<Arc<LiveEvent>> {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let channel = channels.entry(session.clone()).or_insert_with(|| Channel {
+            sender: broadcast::channel(SUBSCRIBER_BUFFER).0,
+            last_seq: None,
+            tenant: None,
+        });
+        if let Some(tenant) = tenant {
+            channel.tenant = Some(tenant.clone());
+        }
+        channel.sender.subscribe()
+    }
+
+    /// The sessions someone here listens to, with their tenant and the highest `seq`
+    /// published (channels that published nothing yet are left out: their subscribers
+    /// still read their backlog from the store).
+    pub fn followed(&self) -> Vec<(TenantId, SessionId, i64)> {
+        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         channels
-            .entry(session.clone())
-            .or_insert_with(|| Channel {
-                sender: broadcast::channel(SUBSCRIBER_BUFFER).0,
-                last_seq: None,
+            .iter()
+            .filter(|(_, channel)| channel.sender.receiver_count() > 0)
+            .filter_map(|(session, channel)| {
+                Some((channel.tenant.clone()?, session.clone(), channel.last_seq?))
             })
-            .sender
-            .subscribe()
+            .collect()
     }
 
     /// Publishes committed events in `seq` order; an event at or below the highest `seq`

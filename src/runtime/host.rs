@@ -13,6 +13,7 @@ use crate::llm::ToolSpec;
 use crate::message::{Message, ToolResultBlock};
 use crate::store::{
     AppendBatch, NewEvent, NewMessage, NewOutput, RunEnd, RunLease, RunStatus, Store,
+    TRANSIENT_RETRY_WINDOW,
 };
 use crate::tools::pipeline::Pipeline;
 use crate::tools::{ToolContext, ToolProgress};
@@ -43,6 +44,8 @@ pub struct SessionWriter {
     /// Serialises writes so sequence order equals emit order.
     write_lock: tokio::sync::Mutex<()>,
     wake: Notify,
+    /// Set when the last write failed on a transient store error (after its retries).
+    store_unavailable: std::sync::atomic::AtomicBool,
 }
 
 impl SessionWriter {
@@ -83,6 +86,7 @@ impl SessionWriter {
             pending: Mutex::new(Pending::default()),
             write_lock: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
+            store_unavailable: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -101,6 +105,13 @@ impl SessionWriter {
             .unwrap_or_else(|e| e.into_inner())
             .outputs
             .push(output);
+    }
+
+    /// Whether the last write failed because the store was unavailable (transient), after
+    /// retrying for [`TRANSIENT_RETRY_WINDOW`].
+    pub fn store_unavailable(&self) -> bool {
+        self.store_unavailable
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Set once this writer committed its run's end.
@@ -136,17 +147,32 @@ impl SessionWriter {
             return Ok(());
         }
         let ends_run = batch.run_end.is_some();
-        let written = self
-            .store
-            .append(&self.tenant, &self.session, batch)
-            .await
-            .map_err(|error| HostError(error.to_string()))?;
+        let written = self.append_retrying(batch).await.map_err(|error| {
+            self.store_unavailable
+                .store(error.is_transient(), std::sync::atomic::Ordering::SeqCst);
+            HostError(error.to_string())
+        })?;
+        self.store_unavailable
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         if ends_run {
             // A client that sees `terminal` may prompt at once: the session is free by then.
             self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         self.bus.publish(&self.session, &written.events);
         Ok(())
+    }
+
+    /// Appends `batch`, retrying a transient store error with backoff for up to
+    /// [`TRANSIENT_RETRY_WINDOW`]; a permanent error (or a lost lease) returns at once.
+    async fn append_retrying(
+        &self,
+        batch: AppendBatch,
+    ) -> Result<crate::store::AppendResult, crate::store::StoreError> {
+        crate::store::retry_transient(TRANSIENT_RETRY_WINDOW, || {
+            self.store
+                .append(&self.tenant, &self.session, batch.clone())
+        })
+        .await
     }
 
     /// Flushes buffered events until `stop` is cancelled (then flushes once more).

@@ -87,6 +87,24 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
+    /// A failed write of a run's writer: transient when the store was unavailable (the run is
+    /// then resumed once the store answers), a setup failure otherwise.
+    pub(crate) fn from_write(
+        writer: &SessionWriter,
+        error: crate::harness::engine::HostError,
+    ) -> Self {
+        if writer.store_unavailable() {
+            Self::Store(StoreError::Unavailable(error.0))
+        } else {
+            Self::Setup(error.0)
+        }
+    }
+
+    /// Whether the run may succeed once the store answers again: it is then never failed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Store(error) if error.is_transient())
+    }
+
     /// The `code` of the `terminal` event of a run that ended with this error.
     fn terminal_code(&self) -> &'static str {
         match self {
@@ -144,6 +162,9 @@ impl Active {
         }
     }
 }
+
+/// The longest pause between two claims of a run waiting for the store to answer.
+const RECLAIM_MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Server-wide runtime settings.
 #[derive(Clone, Debug)]
@@ -598,6 +619,7 @@ impl SessionRuntime {
                     }
                 }
                 crate::store::Signal::ApprovalDecided { id } => self.hub.wake(&id),
+                crate::store::Signal::Reconnected => self.reconcile().await,
                 crate::store::Signal::RunsReleased { replica } => {
                     if replica == self.settings.replica_id {
                         continue;
@@ -618,6 +640,47 @@ impl SessionRuntime {
                     }
                 }
             }
+        }
+    }
+
+    /// Catches up with what lost signals would have said (after the listening connection
+    /// came back): approvals answered elsewhere wake their runs, and every session followed
+    /// here publishes the events committed since the last one it published.
+    async fn reconcile(&self) {
+        self.reconcile_approvals().await;
+        for (tenant, session, published) in self.bus.followed() {
+            let mut after = published;
+            loop {
+                match self.store.list_events(&tenant, &session, after, 1000).await {
+                    Ok(events) if !events.is_empty() => {
+                        after = events.last().map_or(after, |e| e.seq);
+                        self.bus.publish(&session, &events);
+                    }
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::warn!(%error, session_id = %session, "cannot catch up a followed session");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wakes whoever here waits on an approval that is not pending any more in the store
+    /// (one query by primary key; nothing when nobody waits).
+    async fn reconcile_approvals(&self) {
+        let awaited = self.hub.awaited();
+        if awaited.is_empty() {
+            return;
+        }
+        match self.store.settled_approvals(&awaited).await {
+            Ok(settled) => {
+                for id in settled {
+                    tracing::info!(approval_id = %id, "an approval was settled while its signal was lost");
+                    self.hub.wake(&id);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot reconcile awaited approvals"),
         }
     }
 
@@ -708,6 +771,18 @@ impl SessionRuntime {
                     }
                     Ok(Ended::Parked(waiting)) => {
                         runtime.park(tenant, session, lease, prompt, waiting).await;
+                        return;
+                    }
+                    Err(error) if error.is_transient() && !runtime.is_shutting_down() => {
+                        // Accepted work never ends on a store outage: the run keeps its
+                        // lease and its session, and is resumed once the store answers.
+                        tracing::warn!(%error, "run met a transient store error; resuming it once the store answers");
+                        runtime.reclaim_when_store_answers(tenant, session, lease.run_id);
+                        return;
+                    }
+                    Err(error) if error.is_transient() => {
+                        // Shutting down: the run's lease is released with the others.
+                        tracing::warn!(%error, "run met a transient store error while shutting down");
                         return;
                     }
                     Err(error) => {
@@ -814,12 +889,77 @@ impl SessionRuntime {
                     self.release_env(&session);
                     return;
                 }
+                Err(error) if error.is_transient() => {
+                    // The run stays first in line: it is claimed once the store answers.
+                    tracing::warn!(%error, run_id = %next, "cannot claim a queued run yet");
+                    self.reclaim_when_store_answers(tenant, session, next);
+                    return;
+                }
                 Err(error) => {
                     // It stays queued in the store; the takeover sweep picks it up later.
                     tracing::warn!(%error, run_id = %next, "cannot claim a queued run");
                 }
             }
         }
+    }
+
+    /// Claims `run` (the session's current run here) again once the store answers, then drives
+    /// it (resumed from its trail in the store). Retries with backoff (at most
+    /// [`RECLAIM_MAX_PAUSE`]) until the claim succeeds, another replica took the run (its lease
+    /// expired meanwhile: the session is left to that replica), a permanent error, or
+    /// shutdown (the lease is released with the others).
+    fn reclaim_when_store_answers(
+        self: &Arc<Self>,
+        tenant: TenantId,
+        session: SessionId,
+        run: RunId,
+    ) {
+        let runtime = self.clone();
+        self.run_tasks.spawn(async move {
+            let mut pause = std::time::Duration::from_millis(100);
+            loop {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RECLAIM_MAX_PAUSE);
+                if runtime.is_shutting_down() {
+                    return;
+                }
+                let claimed = runtime
+                    .store
+                    .claim_run(
+                        &tenant,
+                        &run,
+                        &runtime.settings.replica_id,
+                        runtime.settings.run_lease,
+                        runtime.settings.limits.run_caps(),
+                    )
+                    .await;
+                match claimed {
+                    Ok(Some(record)) => {
+                        tracing::info!(run_id = %run, "the store answers again; resuming the run");
+                        let resume = record.fence > 1;
+                        runtime.spawn_run(record, resume);
+                        return;
+                    }
+                    Err(error) if error.is_transient() => {}
+                    // No run slot free yet: the claim is tried again.
+                    Err(StoreError::TenantLimit(_)) => {}
+                    outcome => {
+                        if let Err(error) = outcome {
+                            tracing::warn!(%error, run_id = %run, "cannot claim the run again; the takeover sweep decides");
+                        } else {
+                            tracing::info!(run_id = %run, "another replica took the run over");
+                        }
+                        let mut active = runtime.active.lock().unwrap_or_else(|e| e.into_inner());
+                        if active.get(&session).is_some_and(|entry| entry.current == run) {
+                            active.remove(&session);
+                            drop(active);
+                            runtime.release_env(&session);
+                        }
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     /// Resumes the unfinished runs this replica may take: its own (after a restart) and those
@@ -907,6 +1047,8 @@ impl SessionRuntime {
                     if let Err(error) = self.resume_unfinished().await {
                         tracing::warn!(%error, "takeover sweep failed");
                     }
+                    // Signals are advisory: an answer whose signal was lost is found here.
+                    self.reconcile_approvals().await;
                 }
                 Some(run) = async {
                     match resumes.as_mut() {

@@ -139,13 +139,13 @@ pub async fn recover(
                     vec![LoopEvent::new("terminal", json!({ "reason": "end_turn" }))],
                 )
                 .await
-                .map_err(|error| RuntimeError::Setup(error.0))?;
+                .map_err(|error| RuntimeError::from_write(&run.host.writer, error))?;
             return Ok(Recovery::Finished);
         }
         run.host
             .commit(vec![], vec![resumed_event(run, &[], &[])])
             .await
-            .map_err(|error| RuntimeError::Setup(error.0))?;
+            .map_err(|error| RuntimeError::from_write(&run.host.writer, error))?;
         return Ok(Recovery::Continue {
             main_turn: tool_turns_done + 1,
         });
@@ -164,7 +164,7 @@ pub async fn recover(
     run.host
         .commit(vec![], vec![resumed_event(run, &interrupted, &rerun)])
         .await
-        .map_err(|error| RuntimeError::Setup(error.0))?;
+        .map_err(|error| RuntimeError::from_write(&run.host.writer, error))?;
 
     let mut paired = Vec::with_capacity(calls.len());
     let mut new_results = Vec::new();
@@ -247,7 +247,7 @@ pub async fn recover(
             events,
         )
         .await
-        .map_err(|error| RuntimeError::Setup(error.0))?;
+        .map_err(|error| RuntimeError::from_write(&run.host.writer, error))?;
     Ok(Recovery::Continue {
         main_turn: tool_turns_done + 2,
     })

@@ -146,7 +146,7 @@ impl SessionRuntime {
                     }],
                 )
                 .await
-                .map_err(|error| RuntimeError::Setup(error.0))?;
+                .map_err(|error| RuntimeError::from_write(&writer, error))?;
         }
 
         let env = self.env_for(tenant, session)?;
@@ -337,7 +337,7 @@ impl SessionRuntime {
                     crate::harness::turn::TerminalReason::Parked => Ended::Parked(park.waiting()),
                     _ => Ended::Finished,
                 })
-                .map_err(|error| RuntimeError::Setup(error.0)),
+                .map_err(|error| RuntimeError::from_write(&writer, error)),
             Ok(resume::Recovery::Finished) => Ok(Ended::Finished),
             Ok(resume::Recovery::Parked) => Ok(Ended::Parked(park.waiting())),
             Err(error) => Err(error),

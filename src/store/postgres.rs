@@ -17,6 +17,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres")
 /// The row-level-security role tenant-scoped transactions run as.
 pub const TENANT_ROLE: &str = "norma_app";
 
+#[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
 }
@@ -49,6 +50,13 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         Ok(tx)
+    }
+
+    /// A fresh listening connection on the signal channel.
+    async fn listen(&self) -> StoreResult<sqlx::postgres::PgListener> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(SIGNAL_CHANNEL).await?;
+        Ok(listener)
     }
 
     /// The pool, for tests that need to look under the hood.
@@ -693,16 +701,17 @@ impl Store for PgStore {
     // --- signals between replicas ---
 
     async fn signals(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Signal>>> {
-        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
-        listener.listen(SIGNAL_CHANNEL).await?;
+        let mut listener = self.listen().await?;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let store = self.clone();
         tokio::spawn(async move {
             loop {
-                // `recv` reconnects by itself; signals sent while disconnected are lost (a
-                // waiting approval still settles at its expiry, SSE clients can reconnect).
-                match listener.recv().await {
-                    Ok(notification) => {
+                // Signals sent while the connection is down are lost: after reconnecting, the
+                // runtime is told (`Reconnected`) and reconciles from the store.
+                match listener.try_recv().await {
+                    Ok(Some(notification)) => {
                         match serde_json::from_str::<Signal>(notification.payload()) {
+                            Ok(Signal::Reconnected) => {}
                             Ok(signal) => {
                                 if tx.send(signal).is_err() {
                                     return; // nobody follows the signals any more
@@ -711,9 +720,30 @@ impl Store for PgStore {
                             Err(error) => tracing::warn!(%error, "malformed signal"),
                         }
                     }
-                    Err(error) => {
-                        tracing::warn!(%error, "signal listener failed; retrying");
-                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    lost => {
+                        if let Err(error) = lost {
+                            tracing::warn!(%error, "signal listener failed; reconnecting");
+                        } else {
+                            tracing::warn!("signal listener lost its connection; reconnecting");
+                        }
+                        let mut pause = std::time::Duration::from_millis(100);
+                        listener = loop {
+                            if tx.is_closed() {
+                                return;
+                            }
+                            match store.listen().await {
+                                Ok(listener) => break listener,
+                                Err(error) => {
+                                    tracing::debug!(%error, "signal listener cannot reconnect yet");
+                                    tokio::time::sleep(pause).await;
+                                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                                }
+                            }
+                        };
+                        tracing::info!("signal listener reconnected; reconciling from the store");
+                        if tx.send(Signal::Reconnected).is_err() {
+                            return;
+                        }
                     }
                 }
                 if tx.is_closed() {
@@ -722,6 +752,18 @@ impl Store for PgStore {
             }
         });
         Ok(Some(rx))
+    }
+
+    async fn settled_approvals(&self, ids: &[String]) -> StoreResult<Vec<String>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(String,)> =
+            sqlx::query_as("SELECT id FROM approvals WHERE id = ANY($1) AND status <> 'pending'")
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
     async fn signal(&self, signal: Signal) -> StoreResult<()> {

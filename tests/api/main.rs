@@ -20,6 +20,7 @@ mod sessions;
 mod shutdown;
 mod sse;
 mod store;
+mod store_faults;
 mod store_limits;
 mod tenant_providers;
 mod webhooks;
