@@ -50,7 +50,7 @@ impl ApprovalHub {
         )
     }
 
-    fn register(&self, id: &ApprovalId) -> oneshot::Receiver<()> {
+    pub(super) fn register(&self, id: &ApprovalId) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         self.waiters
             .lock()

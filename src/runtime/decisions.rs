@@ -139,3 +139,204 @@ impl Approvals {
             .cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::GrantId;
+    use crate::store::{ConnectOptions, GrantScope, NewApproval, NewGrant, NewSession};
+    use serde_json::json;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        store: Arc<dyn Store>,
+        approvals: Arc<Approvals>,
+        tenant: TenantId,
+        session: SessionId,
+    }
+
+    async fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("norma.db").display());
+        let store = crate::store::connect(&url, &ConnectOptions::default())
+            .await
+            .unwrap();
+        let tenant = TenantId::new("acme");
+        let session = SessionId::generate();
+        store
+            .create_session(NewSession {
+                id: session.clone(),
+                tenant: tenant.clone(),
+                config: json!({}),
+            })
+            .await
+            .unwrap();
+        let (hub, _resumes) = ApprovalHub::new();
+        let approvals = Arc::new(Approvals::new(store.clone(), Arc::new(hub)));
+        Fixture {
+            _dir: dir,
+            store,
+            approvals,
+            tenant,
+            session,
+        }
+    }
+
+    async fn request(f: &Fixture, expires_in: chrono::Duration) -> ApprovalId {
+        let id = ApprovalId::generate();
+        f.store
+            .create_approval(
+                &f.tenant,
+                NewApproval {
+                    id: id.clone(),
+                    session: f.session.clone(),
+                    run_id: None,
+                    tool_use_id: "tu_1".into(),
+                    tool_name: "Bash".into(),
+                    input: json!({ "command": "git push" }),
+                    input_sha256: "digest".into(),
+                    reason: "ask".into(),
+                    expires_at: chrono::Utc::now() + expires_in,
+                },
+                10,
+            )
+            .await
+            .unwrap();
+        id
+    }
+
+    fn decision(status: ApprovalStatus, by: &str) -> ApprovalDecision {
+        ApprovalDecision {
+            status,
+            decided_by: by.into(),
+            reason: None,
+            updated_input: None,
+            grant: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn racing_rest_webhook_and_expiry_write_one_decision_and_wake_the_waiter() {
+        let f = fixture().await;
+        for _ in 0..5 {
+            let id = request(&f, chrono::Duration::minutes(5)).await;
+            let woken = f.approvals.hub().register(&id);
+            let answers = [
+                decision(ApprovalStatus::Allowed, "alice"),
+                decision(ApprovalStatus::Denied, "webhook"),
+                decision(ApprovalStatus::Expired, "system"),
+            ];
+            let racing = answers.into_iter().map(|answer| {
+                let (approvals, id) = (f.approvals.clone(), id.clone());
+                let (tenant, session) = (f.tenant.clone(), f.session.clone());
+                tokio::spawn(async move { approvals.decide(&tenant, &session, &id, answer).await })
+            });
+            let outcomes: Vec<_> = futures::future::join_all(racing)
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            let won: Vec<&ApprovalRecord> = outcomes.iter().flatten().collect();
+            assert_eq!(won.len(), 1, "{outcomes:?}");
+            let stored = f
+                .store
+                .get_approval(&f.tenant, &f.session, &id)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(&stored, won[0]);
+            for lost in outcomes.into_iter().filter_map(Result::err) {
+                assert!(
+                    matches!(
+                        lost,
+                        DecideError::AlreadyDecided(_) | DecideError::Expired(_)
+                    ),
+                    "{lost:?}"
+                );
+                assert_eq!(lost.standing().as_ref(), Some(&stored));
+            }
+            woken
+                .await
+                .expect("the waiter is woken by the winning decision");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_second_answer_is_refused_and_a_late_one_expired() {
+        let f = fixture().await;
+        let id = request(&f, chrono::Duration::minutes(5)).await;
+        f.approvals
+            .decide(
+                &f.tenant,
+                &f.session,
+                &id,
+                decision(ApprovalStatus::Denied, "bob"),
+            )
+            .await
+            .unwrap();
+        let again = f
+            .approvals
+            .decide(
+                &f.tenant,
+                &f.session,
+                &id,
+                decision(ApprovalStatus::Allowed, "eve"),
+            )
+            .await;
+        assert!(
+            matches!(again, Err(DecideError::AlreadyDecided(_))),
+            "{again:?}"
+        );
+
+        let late = request(&f, chrono::Duration::milliseconds(-1)).await;
+        let answer = f
+            .approvals
+            .decide(
+                &f.tenant,
+                &f.session,
+                &late,
+                decision(ApprovalStatus::Allowed, "bob"),
+            )
+            .await;
+        assert!(matches!(answer, Err(DecideError::Expired(_))), "{answer:?}");
+
+        let missing = f
+            .approvals
+            .decide(
+                &f.tenant,
+                &f.session,
+                &ApprovalId::generate(),
+                decision(ApprovalStatus::Allowed, "bob"),
+            )
+            .await;
+        assert!(matches!(missing, Err(DecideError::NotFound)), "{missing:?}");
+    }
+
+    #[tokio::test]
+    async fn an_allow_with_a_grant_makes_it_live_in_the_running_session() {
+        let f = fixture().await;
+        let live = Arc::new(LiveGrants::default());
+        f.approvals.track_session(&f.session, live.clone());
+        let id = request(&f, chrono::Duration::minutes(5)).await;
+        let grant = GrantId::generate();
+        let mut allow = decision(ApprovalStatus::Allowed, "alice");
+        allow.grant = Some(NewGrant {
+            id: grant.clone(),
+            session: f.session.clone(),
+            scope: GrantScope::Session,
+            rule: "Bash(git push:*)".into(),
+            created_by: "alice".into(),
+            approval_id: Some(id.to_string()),
+            expires_at: None,
+        });
+        let record = f
+            .approvals
+            .decide(&f.tenant, &f.session, &id, allow)
+            .await
+            .unwrap();
+        assert_eq!(record.grant_id.as_deref(), Some(grant.as_str()));
+        assert_eq!(live.scope_of(grant.as_str()), Some(GrantScope::Session));
+        f.approvals.grant_revoked(grant.as_str());
+        assert_eq!(live.scope_of(grant.as_str()), None);
+    }
+}
