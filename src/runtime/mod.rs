@@ -6,6 +6,15 @@
 //! they are published to live subscribers, and every write checks the run's lease. A busy
 //! session follows the policy the client chose: reject, enqueue (a queued run row), or
 //! interrupt. Runs left unfinished by a crash are resumed from the store (see [`resume`]).
+//!
+//! **Where each approval decision is written:** only in [`Approvals::decide`]
+//! ([`decisions`]). Its callers: the REST answer (`api::approvals::answer_approval`), the policy
+//! webhook's synchronous answer and the expiry timeout / cancellation of a waiting call
+//! (`approvals::RunApprover`), and the `deny` policy for pending approvals on a new prompt or a
+//! cancelled parked run (`parking::deny_approvals`). It writes once (conditional update; racing
+//! answers get the decision that stands), makes an added grant live, and wakes the waiting or
+//! parked run here; other replicas are woken by the store's `ApprovalDecided` signal, sent in the
+//! same transaction.
 
 pub mod approvals;
 pub mod bus;
