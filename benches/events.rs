@@ -4,9 +4,10 @@
 //! 127.0.0.1:5432 or NORMA_TEST_PG_URL; it is skipped with a message otherwise).
 
 use norma::ids::{SessionId, TenantId};
+use norma::run_event::{AssistantDelta, RunEvent};
 use norma::runtime::bus::EventBus;
 use norma::runtime::host::SessionWriter;
-use norma::store::{ConnectOptions, NewEvent, NewSession, Store};
+use norma::store::{ConnectOptions, NewSession, Store};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,10 +43,10 @@ async fn throughput(store: Arc<dyn Store>, label: &str) {
         tasks.push(tokio::spawn(async move {
             for b in 0..BATCHES {
                 let events = (0..BATCH)
-                    .map(|i| NewEvent {
-                        kind: "assistant_delta".into(),
-                        payload: json!({ "text": format!("token {b}-{i}") }),
-                        run_id: None,
+                    .map(|i| {
+                        RunEvent::AssistantDelta(AssistantDelta {
+                            text: format!("token {b}-{i}"),
+                        })
                     })
                     .collect();
                 writer.write(vec![], events).await.expect("write");

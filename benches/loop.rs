@@ -32,7 +32,7 @@ use fake_llm::anthropic as an;
 use model_thread::{ModelThread, rusage_seconds};
 use nix::sys::resource::UsageWho;
 use norma::harness::engine::{
-    Engine, EngineConfig, HistoryAppend, HostError, LoopEvent, LoopHost, RunHistory,
+    Engine, EngineConfig, HistoryAppend, HostError, LoopHost, RunHistory,
 };
 use norma::harness::ledger::RunLedger;
 use norma::harness::scheduler::PendingCall;
@@ -40,6 +40,7 @@ use norma::harness::turn::TerminalReason;
 use norma::ids::{RunId, SessionId, TenantId};
 use norma::llm::{Provider, ProviderConfig, ProviderKind, ToolSpec, build_provider};
 use norma::message::{Message, ToolResultBlock};
+use norma::run_event::RunEvent;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -84,12 +85,12 @@ struct Host {
 
 #[async_trait]
 impl LoopHost for Host {
-    fn emit(&self, _event: LoopEvent) {}
+    fn emit(&self, _event: RunEvent) {}
 
     async fn commit(
         &self,
         messages: Vec<HistoryAppend>,
-        _events: Vec<LoopEvent>,
+        _events: Vec<RunEvent>,
     ) -> Result<(), HostError> {
         self.committed
             .lock()

@@ -167,6 +167,12 @@ impl From<crate::limits::LimitExceeded> for ApiError {
     }
 }
 
+impl From<crate::store::InvalidCursor> for ApiError {
+    fn from(error: crate::store::InvalidCursor) -> Self {
+        ApiError::new(ErrorCode::InvalidRequest, error.to_string())
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod llm;
 pub mod message;
 pub mod permission;
+pub mod run_event;
 pub mod runtime;
 pub mod sandbox;
 pub mod session_config;

@@ -1,9 +1,12 @@
 //! A session's configuration, validated strictly when the session is created: unknown fields,
 //! wrong types and out-of-range values are refused with a field path.
 
+use crate::egress::AddressPolicy;
 use crate::permission::PermissionMode;
+use crate::signing::WebhookSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::net::IpAddr;
 use utoipa::ToSchema;
 
 /// Why a session configuration was refused.
@@ -102,11 +105,11 @@ pub struct ApprovalConfig {
     pub timeout_seconds: u64,
     /// The decision when nobody answers in time (default `deny`, reported as `APPROVAL_EXPIRED`).
     #[serde(default)]
-    pub on_timeout: crate::runtime::approvals::TimeoutDecision,
+    pub on_timeout: TimeoutDecision,
     /// The policy service approval requests are POSTed to (signed); answers may come in its
     /// response or over REST.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub webhook: Option<crate::runtime::webhook::WebhookConfig>,
+    pub webhook: Option<WebhookConfig>,
     /// What a new prompt does while the session's run waits on an approval: `reject` it
     /// (`409 APPROVAL_PENDING`, default) or `deny` the pending calls and go on with the new
     /// prompt (the run reads the denial and finishes; the new prompt runs next, ahead of
@@ -329,6 +332,68 @@ impl SessionConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// What to do when nobody answers in time.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutDecision {
+    #[default]
+    Deny,
+    Allow,
+}
+
+/// Where a session's approval requests are posted.
+#[derive(Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// `https://…` (or `http://…`) endpoint of the policy service.
+    pub url: String,
+    /// Signing secret, `whsec_<base64>` or raw text. Never returned by the API.
+    pub secret: String,
+}
+
+impl std::fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("url", &self.url)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+impl WebhookConfig {
+    /// Checks what can be checked without the network: scheme, host, secret, and literal IPs
+    /// against `policy` (a host name is checked when it is resolved, at delivery).
+    pub fn validate(&self, policy: AddressPolicy) -> Result<(), String> {
+        let url = url::Url::parse(&self.url).map_err(|e| format!("invalid url: {e}"))?;
+        if !matches!(url.scheme(), "https" | "http") {
+            return Err("the url must be http(s)".into());
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("the url must not carry credentials".into());
+        }
+        WebhookSecret::parse(&self.secret).map_err(|e| format!("invalid secret: {e}"))?;
+        let literal = match url.host() {
+            None => return Err("the url has no host".into()),
+            Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
+            Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
+            Some(url::Host::Domain(_)) => return Ok(()),
+        };
+        policy
+            .check(literal)
+            .map_err(|range| format!("{literal} is not a public address ({range})"))
     }
 }
 

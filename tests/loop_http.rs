@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fake_llm::{FakeLlm, Reply, anthropic as an, openai as oa};
 use norma::harness::engine::{
-    Engine, EngineConfig, HistoryAppend, HostError, LoopEvent, LoopHost, RunHistory,
+    Engine, EngineConfig, HistoryAppend, HostError, LoopHost, RunHistory,
 };
 use norma::harness::ledger::RunLedger;
 use norma::harness::scheduler::PendingCall;
@@ -19,6 +19,7 @@ use norma::harness::turn::TerminalReason;
 use norma::ids::{RunId, SessionId, TenantId};
 use norma::llm::{ProviderConfig, ProviderKind, ToolSpec, build_provider};
 use norma::message::{ContentBlock, Message, ToolResultBlock};
+use norma::run_event::RunEvent;
 use pretty_assertions::assert_eq;
 use secrecy::SecretString;
 use serde_json::{Value, json};
@@ -27,18 +28,19 @@ use tokio_util::sync::CancellationToken;
 /// A host with one read-only tool, `Lookup`, answering `looked up <key>`.
 #[derive(Default)]
 struct Host {
-    events: Mutex<Vec<&'static str>>,
+    /// Committed events, by wire name.
+    events: Mutex<Vec<String>>,
     history: Mutex<Vec<Message>>,
 }
 
 #[async_trait]
 impl LoopHost for Host {
-    fn emit(&self, _event: LoopEvent) {}
+    fn emit(&self, _event: RunEvent) {}
 
     async fn commit(
         &self,
         messages: Vec<HistoryAppend>,
-        events: Vec<LoopEvent>,
+        events: Vec<RunEvent>,
     ) -> Result<(), HostError> {
         self.history
             .lock()
@@ -47,7 +49,7 @@ impl LoopHost for Host {
         self.events
             .lock()
             .unwrap()
-            .extend(events.into_iter().map(|e| e.kind));
+            .extend(events.iter().map(|e| e.to_parts().0));
         Ok(())
     }
 

@@ -7,6 +7,7 @@ use crate::auth::{Principal, scopes};
 use crate::error::{ApiError, ApiResult, ErrorBody, ErrorCode};
 use crate::ids::{ApprovalId, GrantId};
 use crate::permission::Rule;
+use crate::runtime::DecideError;
 use crate::store::{
     ApprovalDecision, ApprovalRecord, ApprovalStatus, GrantRecord, GrantScope, NewGrant,
 };
@@ -157,41 +158,25 @@ pub async fn answer_approval(
         decided_by: principal.subject.clone(),
         reason: answer.reason.clone(),
         updated_input: answer.updated_input.clone(),
-        grant: grant.clone(),
+        grant,
     };
-    match state
-        .store
-        .decide_approval(&principal.tenant, &session.id, &approval_id, decision)
-        .await?
-    {
-        Some(record) => {
-            if let Some(grant) = grant {
-                state
-                    .runtime
-                    .grant_added(&session.id, grant.id.as_str(), &grant.rule, grant.scope);
-            }
-            state.runtime.approval_decided(&record.id);
-            tracing::info!(approval_id = %record.id, status = ?record.status, "approval decided");
-            Ok(Json(record))
-        }
-        None => {
-            let current = state
-                .store
-                .get_approval(&principal.tenant, &session.id, &approval_id)
-                .await?;
-            let expired = current.as_ref().is_some_and(|a| {
-                a.status == ApprovalStatus::Expired
-                    || (a.status == ApprovalStatus::Pending && a.expires_at <= chrono::Utc::now())
-            });
-            Err(if expired {
-                ApiError::new(ErrorCode::ApprovalExpired, "the approval request expired")
-            } else {
-                ApiError::new(
-                    ErrorCode::ApprovalAlreadyDecided,
-                    "the approval was already decided",
-                )
-            })
-        }
+    let decided = state
+        .runtime
+        .approvals()
+        .decide(&principal.tenant, &session.id, &approval_id, decision)
+        .await;
+    match decided {
+        Ok(record) => Ok(Json(record)),
+        Err(DecideError::NotFound) => Err(ApiError::not_found("approval")),
+        Err(DecideError::Expired(_)) => Err(ApiError::new(
+            ErrorCode::ApprovalExpired,
+            "the approval request expired",
+        )),
+        Err(DecideError::AlreadyDecided(_)) => Err(ApiError::new(
+            ErrorCode::ApprovalAlreadyDecided,
+            "the approval was already decided",
+        )),
+        Err(DecideError::Store(error)) => Err(error.into()),
     }
 }
 
@@ -245,6 +230,6 @@ pub async fn revoke_grant(
     {
         return Err(ApiError::not_found("grant"));
     }
-    state.runtime.grant_revoked(&grant_id);
+    state.runtime.approvals().grant_revoked(&grant_id);
     Ok(StatusCode::NO_CONTENT)
 }

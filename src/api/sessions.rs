@@ -5,6 +5,7 @@ use crate::app::AppState;
 use crate::auth::{Principal, scopes};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::ids::SessionId;
+use crate::run_event::{Forked, RunEvent};
 use crate::session_config::SessionConfig;
 use crate::store::{NewSession, SessionCursor, SessionRecord, SessionStatus};
 use axum::Json;
@@ -312,11 +313,13 @@ pub async fn fork_session(
                         compaction_boundary: m.compaction_boundary,
                     })
                     .collect(),
-                events: vec![crate::store::NewEvent {
-                    kind: "forked".into(),
-                    payload: json!({ "from_session": source.id, "messages_copied": copied }),
-                    run_id: None,
-                }],
+                events: vec![
+                    RunEvent::Forked(Forked {
+                        from_session: source.id.to_string(),
+                        messages_copied: copied,
+                    })
+                    .into_row(None),
+                ],
                 outputs: vec![],
                 ..Default::default()
             },

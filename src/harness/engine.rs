@@ -18,8 +18,9 @@ use crate::llm::{
     self, AssistantTurn, ModelRequest, Provider, ProviderError, StopReason, StreamItem, ToolSpec,
 };
 use crate::message::{ContentBlock, Message, Role, ToolResultBlock};
+use crate::run_event::{self, RunEvent};
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -37,30 +38,17 @@ pub struct HistoryAppend {
     pub compaction_boundary: bool,
 }
 
-/// A transcript event: its type and JSON payload.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LoopEvent {
-    pub kind: &'static str,
-    pub payload: Value,
-}
-
-impl LoopEvent {
-    pub fn new(kind: &'static str, payload: Value) -> Self {
-        Self { kind, payload }
-    }
-}
-
 /// What the loop needs from its surroundings.
 #[async_trait]
 pub trait LoopHost: Send + Sync + 'static {
     /// A transient event (text deltas, tool progress). Ordered after everything emitted or
     /// committed before it; durable at the latest with the next `commit`.
-    fn emit(&self, event: LoopEvent);
+    fn emit(&self, event: RunEvent);
     /// Durably appends history and events in one transaction, then publishes the events.
     async fn commit(
         &self,
         messages: Vec<HistoryAppend>,
-        events: Vec<LoopEvent>,
+        events: Vec<RunEvent>,
     ) -> Result<(), HostError>;
     /// The tools offered to the model.
     fn tool_specs(&self) -> Vec<ToolSpec>;
@@ -207,12 +195,13 @@ impl Engine {
                 max_tokens,
                 temperature: None,
             };
-            self.host.emit(LoopEvent::new(
-                "model_request",
-                json!({ "request": request_index, "main_turn": state.main_turns,
-                        "reason": reason.as_ref().map(ContinueReason::code),
-                        "messages": request.messages.len() }),
-            ));
+            self.host
+                .emit(RunEvent::ModelRequest(run_event::ModelRequest {
+                    request: request_index,
+                    main_turn: state.main_turns,
+                    reason: reason.as_ref().map(|r| r.code().to_owned()),
+                    messages: request.messages.len(),
+                }));
             let (turn, results) = self.call_model(&request, &cancel).await;
             if self.host.parked() {
                 // Everything needed to continue is in the store (the calls, their results so
@@ -245,10 +234,12 @@ impl Engine {
                         message: turn.message.clone(),
                         compaction_boundary: false,
                     }];
-                    let mut events = vec![LoopEvent::new(
-                        "assistant_message",
-                        json!({ "message": turn.message, "stop_reason": turn.stop_reason, "usage": turn.usage }),
-                    )];
+                    let mut events =
+                        vec![RunEvent::AssistantMessage(run_event::AssistantMessage {
+                            message: turn.message.clone(),
+                            stop_reason: turn.stop_reason.clone(),
+                            usage: turn.usage,
+                        })];
                     history.messages.push(turn.message.clone());
                     if state.had_tool_use {
                         let paired = pair_results(&turn.message, results, state.cancelled);
@@ -267,20 +258,20 @@ impl Engine {
                             message: results_message,
                             compaction_boundary: false,
                         });
-                        events.push(LoopEvent::new(
-                            "tool_results",
-                            json!({ "count": appends[1].message.content.len() }),
-                        ));
+                        events.push(RunEvent::ToolResults(run_event::ToolResults {
+                            count: appends[1].message.content.len(),
+                        }));
                     }
                     self.host.commit(appends, events).await?;
                     last_assistant = Some(turn.message);
                 }
                 Err(ProviderError::ContextOverflow(message)) => {
                     state.context_overflow = true;
-                    self.host.emit(LoopEvent::new(
-                        "provider_error",
-                        json!({ "code": "CONTEXT_OVERFLOW", "message": message }),
-                    ));
+                    self.host
+                        .emit(RunEvent::ProviderError(run_event::CodedMessage {
+                            code: "CONTEXT_OVERFLOW".into(),
+                            message,
+                        }));
                 }
                 Err(ProviderError::Cancelled) => state.cancelled = true,
                 Err(error) => {
@@ -320,13 +311,7 @@ impl Engine {
                         });
                     }
                     self.host
-                        .commit(
-                            appends,
-                            vec![LoopEvent::new(
-                                "continue",
-                                serde_json::to_value(&next).unwrap_or(Value::Null),
-                            )],
-                        )
+                        .commit(appends, vec![RunEvent::Continue(next.clone())])
                         .await?;
                     reason = Some(next);
                 }
@@ -394,13 +379,7 @@ impl Engine {
         self.host
             .commit(
                 vec![],
-                vec![
-                    LoopEvent::new("usage", serde_json::to_value(usage).unwrap_or(Value::Null)),
-                    LoopEvent::new(
-                        "terminal",
-                        serde_json::to_value(&terminal).unwrap_or(Value::Null),
-                    ),
-                ],
+                vec![RunEvent::Usage(usage), RunEvent::Terminal(terminal.clone())],
             )
             .await?;
         Ok(RunOutcome {
@@ -475,10 +454,11 @@ impl Engine {
             }
             Err(error) => {
                 // Compaction is an optimisation: on failure the request goes out uncompacted.
-                self.host.emit(LoopEvent::new(
-                    "compaction_failed",
-                    json!({ "code": error.code(), "message": error.to_string() }),
-                ));
+                self.host
+                    .emit(RunEvent::CompactionFailed(run_event::CodedMessage {
+                        code: error.code().to_owned(),
+                        message: error.to_string(),
+                    }));
                 return Ok(());
             }
         };
@@ -499,7 +479,15 @@ impl Engine {
         let tokens_after =
             estimate_tokens(&context::default_view(&history.messages, history.boundary));
         self.host
-            .commit(appends, vec![LoopEvent::new("compaction", json!({ "summarized_messages": cut, "tokens_before": tokens_before, "tokens_after": tokens_after, "forced": force }))])
+            .commit(
+                appends,
+                vec![RunEvent::Compaction(run_event::Compaction {
+                    summarized_messages: cut,
+                    tokens_before,
+                    tokens_after,
+                    forced: force,
+                })],
+            )
             .await
     }
 
@@ -526,9 +514,13 @@ impl Engine {
             let calls_tx = calls_tx;
             let result = tokio::select! {
                 turn = llm::collect(stream, |item| match item {
-                    StreamItem::TextDelta(text) => host.emit(LoopEvent::new("assistant_delta", json!({ "text": text }))),
+                    StreamItem::TextDelta(text) => host.emit(RunEvent::AssistantDelta(run_event::AssistantDelta { text: text.clone() })),
                     StreamItem::ToolUseDone { id, name, input, .. } => {
-                        host.emit(LoopEvent::new("tool_call", json!({ "tool_use_id": id, "name": name, "input": input })));
+                        host.emit(RunEvent::ToolCall(run_event::ToolCall {
+                            tool_use_id: id.clone(),
+                            name: name.clone(),
+                            input: input.clone(),
+                        }));
                         let _ = calls_tx.send(PendingCall {
                             tool_use_id: id.clone(),
                             name: name.clone(),
@@ -562,19 +554,18 @@ impl Engine {
             },
             move |event| match event {
                 SchedulerEvent::Started { tool_use_id } => {
-                    event_host.emit(LoopEvent::new(
-                        "tool_started",
-                        json!({ "tool_use_id": tool_use_id }),
-                    ));
+                    event_host.emit(RunEvent::ToolStarted(run_event::ToolStarted {
+                        tool_use_id: tool_use_id.clone(),
+                    }));
                 }
                 SchedulerEvent::Finished {
                     tool_use_id,
                     result,
                 } if result.code.as_deref() != Some(crate::tools::codes::PARKED) => {
-                    event_host.emit(LoopEvent::new(
-                        "tool_result",
-                        json!({ "tool_use_id": tool_use_id, "result": result }),
-                    ));
+                    event_host.emit(RunEvent::ToolResult(run_event::ToolResult {
+                        tool_use_id: tool_use_id.clone(),
+                        result: result.clone(),
+                    }));
                 }
                 // A parked call has no result yet: it runs again when the run resumes.
                 SchedulerEvent::Finished { .. } => {}

@@ -10,9 +10,11 @@ use crate::harness::turn::{BudgetKind, CONTEXT_OVERFLOW, STOP_HOOK_BLOCK_LIMIT};
 use crate::ids::{RunId, SessionId, TenantId};
 use crate::llm::scripted::ScriptedProvider;
 use crate::llm::{ItemStream, Usage as TokenUsage};
+use crate::run_event::RunEvent;
 use crate::tools::codes;
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
+use serde_json::json;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -21,12 +23,24 @@ use std::time::Duration;
 // The in-memory host
 // ---------------------------------------------------------------------------------------------
 
-/// One event as the host saw it: emitted (transient) or committed (durable).
+/// One event as the host saw it, in its wire form: emitted (transient) or committed (durable).
 #[derive(Clone, Debug)]
 struct Seen {
     kind: &'static str,
     payload: Value,
     committed: bool,
+}
+
+impl Seen {
+    fn of(event: &RunEvent, committed: bool) -> Self {
+        let (kind, payload) = event.to_parts();
+        Self {
+            // A handful of distinct names per test: leaking them keeps the assertions terse.
+            kind: Box::leak(kind.into_boxed_str()),
+            payload,
+            committed,
+        }
+    }
 }
 
 /// How a test tool behaves.
@@ -139,28 +153,20 @@ impl TestHost {
 
 #[async_trait]
 impl LoopHost for TestHost {
-    fn emit(&self, event: LoopEvent) {
-        self.events.lock().unwrap().push(Seen {
-            kind: event.kind,
-            payload: event.payload,
-            committed: false,
-        });
+    fn emit(&self, event: RunEvent) {
+        self.events.lock().unwrap().push(Seen::of(&event, false));
     }
 
     async fn commit(
         &self,
         messages: Vec<HistoryAppend>,
-        events: Vec<LoopEvent>,
+        events: Vec<RunEvent>,
     ) -> Result<(), HostError> {
         self.history.lock().unwrap().extend(messages);
         self.events
             .lock()
             .unwrap()
-            .extend(events.into_iter().map(|event| Seen {
-                kind: event.kind,
-                payload: event.payload,
-                committed: true,
-            }));
+            .extend(events.iter().map(|event| Seen::of(event, true)));
         Ok(())
     }
 

@@ -10,7 +10,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::iter::Sum;
 use std::ops::{Add, AddAssign};
-use utoipa::ToSchema;
 
 /// What one ledger entry records.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,20 +65,7 @@ impl Entry {
     }
 }
 
-/// Usage computed from ledger entries.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Usage {
-    /// Input tokens over all model calls.
-    pub input_tokens: u64,
-    /// Output tokens over all model calls.
-    pub output_tokens: u64,
-    /// Requests made to a model provider (every request, not main turns).
-    pub model_calls: u64,
-    /// Tool calls that produced a result, successful or not.
-    pub tool_calls: u64,
-    /// The subset of `tool_calls` whose result was an error.
-    pub failed_tool_calls: u64,
-}
+pub use crate::run_event::Usage;
 
 impl Usage {
     /// Usage of the given entries. Counts saturate instead of overflowing.

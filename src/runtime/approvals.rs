@@ -3,15 +3,16 @@
 //! When the permission ladder says "ask", the run's [`RunApprover`] persists an approval
 //! request (bound to the SHA-256 of the exact input), publishes an `approval_requested`
 //! event and waits — bounded by the request's expiry — for the answer that arrives over REST.
-//! The answer is a single conditional update in the store, so it is decided exactly once
-//! however many answers race. Grants added by an answer are visible to the running session at
-//! once through [`LiveGrants`].
+//! Every decision (REST, webhook, expiry, cancellation, the pending-prompt policy) is written
+//! by [`super::Approvals::decide`], exactly once however many answers race. Grants added by an
+//! answer are visible to the running session at once through [`LiveGrants`].
 
 use super::host::SessionWriter;
 use crate::ids::{ApprovalId, GrantId, RunId, SessionId, TenantId};
 use crate::permission::{DecisionInput, GrantRule, PermissionMode, Rule, RuleSet, Verdict, decide};
+use crate::run_event::{self, RunEvent};
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, GrantScope, NewApproval, NewEvent, Store,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, GrantScope, NewApproval, Store,
 };
 use crate::tools::Tool;
 use crate::tools::pipeline::{
@@ -49,7 +50,7 @@ impl ApprovalHub {
         )
     }
 
-    fn register(&self, id: &ApprovalId) -> oneshot::Receiver<()> {
+    pub(super) fn register(&self, id: &ApprovalId) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         self.waiters
             .lock()
@@ -238,30 +239,15 @@ pub fn input_digest(input: &Value) -> String {
     hex::encode(Sha256::digest(input.to_string().as_bytes()))
 }
 
-/// What to do when nobody answers in time.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum TimeoutDecision {
-    #[default]
-    Deny,
-    Allow,
-}
+pub use crate::session_config::TimeoutDecision;
 
 /// The approval callback of one run.
 pub struct RunApprover {
     pub store: Arc<dyn Store>,
     pub writer: Arc<SessionWriter>,
     pub hub: Arc<ApprovalHub>,
+    /// The single writer of decisions (the expiry timeout, cancellation, the webhook's answer).
+    pub approvals: Arc<super::Approvals>,
     pub tenant: TenantId,
     pub session: SessionId,
     pub run_id: RunId,
@@ -286,12 +272,7 @@ pub struct RunApprover {
 }
 
 impl RunApprover {
-    async fn record_event(&self, kind: &str, payload: Value) {
-        let event = NewEvent {
-            kind: kind.into(),
-            payload,
-            run_id: Some(self.run_id.to_string()),
-        };
+    async fn record_event(&self, event: RunEvent) {
         if let Err(error) = self.writer.write(vec![], vec![event]).await {
             tracing::warn!(%error, "cannot record approval event");
         }
@@ -310,20 +291,22 @@ impl RunApprover {
             updated_input: None,
             grant: None,
         };
-        let decided = crate::store::retry_transient(crate::store::TRANSIENT_RETRY_WINDOW, || {
-            self.store
-                .decide_approval(&self.tenant, &self.session, id, decision.clone())
-        })
-        .await;
-        match decided {
-            Ok(Some(record)) => Some(record),
+        match self
+            .approvals
+            .decide(&self.tenant, &self.session, id, decision)
+            .await
+        {
+            Ok(record) => Some(record),
             // Someone answered first: their decision stands.
-            _ => self
-                .store
-                .get_approval(&self.tenant, &self.session, id)
-                .await
-                .ok()
-                .flatten(),
+            Err(error) => match error.standing() {
+                Some(record) => Some(record),
+                None => self
+                    .store
+                    .get_approval(&self.tenant, &self.session, id)
+                    .await
+                    .ok()
+                    .flatten(),
+            },
         }
     }
 
@@ -336,21 +319,12 @@ impl RunApprover {
             "session_id": self.session,
             "approval": record,
         });
-        let (store, writer, hub) = (self.store.clone(), self.writer.clone(), self.hub.clone());
-        let (tenant, session, run) = (
-            self.tenant.clone(),
-            self.session.clone(),
-            self.run_id.clone(),
-        );
+        let (approvals, writer) = (self.approvals.clone(), self.writer.clone());
+        let (tenant, session) = (self.tenant.clone(), self.session.clone());
         let id = ApprovalId::from_string(record.id.clone());
         let egress = self.egress.clone();
         tokio::spawn(async move {
             let outcome = super::webhook::deliver(&egress, &webhook, &body).await;
-            let note = |kind: &str, payload: Value| NewEvent {
-                kind: kind.into(),
-                payload,
-                run_id: Some(run.to_string()),
-            };
             match outcome {
                 Ok(Some(answer)) => {
                     let status = match answer.decision.as_str() {
@@ -365,24 +339,18 @@ impl RunApprover {
                         updated_input: answer.updated_input.filter(Value::is_object),
                         grant: None,
                     };
-                    let decided =
-                        crate::store::retry_transient(crate::store::TRANSIENT_RETRY_WINDOW, || {
-                            store.decide_approval(&tenant, &session, &id, decision.clone())
-                        })
-                        .await;
-                    if let Ok(Some(_)) = decided {
-                        hub.wake(id.as_str());
-                    }
+                    // A later answer than another's is simply not the one that stands.
+                    let _ = approvals.decide(&tenant, &session, &id, decision).await;
                 }
                 Ok(None) => {}
                 Err(error) => {
                     // The detail (addresses, statuses) is for the log; the tenant sees a code.
                     tracing::warn!(%error, %tenant, %session, approval_id = %id,
                         "approval webhook failed");
-                    let event = note(
-                        "approval_webhook_failed",
-                        json!({ "approval_id": id, "code": super::webhook::WEBHOOK_FAILED }),
-                    );
+                    let event = RunEvent::ApprovalWebhookFailed(run_event::ApprovalWebhookFailed {
+                        approval_id: id.to_string(),
+                        code: super::webhook::WEBHOOK_FAILED.to_owned(),
+                    });
                     let _ = writer.write(vec![], vec![event]).await;
                 }
             }
@@ -475,8 +443,10 @@ impl RunApprover {
                 });
             }
         };
-        self.record_event("approval_requested", json!({ "approval": record }))
-            .await;
+        self.record_event(RunEvent::ApprovalRequested(run_event::ApprovalEvent {
+            approval: record.clone(),
+        }))
+        .await;
         if let Some(webhook) = self.webhook.clone() {
             self.spawn_webhook(webhook, &record);
         }
@@ -492,8 +462,10 @@ impl RunApprover {
                 }
             }
         }
-        self.record_event("approval_decided", json!({ "approval": record }))
-            .await;
+        self.record_event(RunEvent::ApprovalDecided(run_event::ApprovalEvent {
+            approval: record.clone(),
+        }))
+        .await;
         self.answer_of(&record)
     }
 }

@@ -1,8 +1,8 @@
 //! Idle expiry: sessions idle past `session_idle_expiry_seconds` are closed.
 
 use super::SessionRuntime;
-use crate::store::{NewEvent, Store, StoreError};
-use serde_json::json;
+use crate::run_event::{RunEvent, SessionExpired};
+use crate::store::{Store, StoreError};
 use std::sync::Arc;
 
 /// Closes open sessions idle for `seconds` (not running anything): their background work is
@@ -28,11 +28,12 @@ pub async fn expire_idle_sessions(
                 &session.tenant,
                 &session.id,
                 crate::store::AppendBatch {
-                    events: vec![NewEvent {
-                        kind: "session_expired".into(),
-                        payload: json!({ "idle_seconds": seconds }),
-                        run_id: None,
-                    }],
+                    events: vec![
+                        RunEvent::SessionExpired(SessionExpired {
+                            idle_seconds: seconds,
+                        })
+                        .into_row(None),
+                    ],
                     ..Default::default()
                 },
             )

@@ -21,8 +21,8 @@
 
 use super::SessionRuntime;
 use crate::ids::{RunId, SessionId, TenantId};
-use crate::store::{NewEvent, RunLease, Signal};
-use serde_json::json;
+use crate::run_event::{self, RunEvent};
+use crate::store::{RunLease, Signal};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -73,11 +73,10 @@ impl SessionRuntime {
         lease: &RunLease,
     ) {
         let writer = self.run_writer(tenant, session, lease);
-        let event = NewEvent {
-            kind: "run_handed_off".into(),
-            payload: json!({ "run_id": lease.run_id, "replica": self.settings.replica_id }),
-            run_id: Some(lease.run_id.to_string()),
-        };
+        let event = RunEvent::RunHandedOff(run_event::RunHandedOff {
+            run_id: lease.run_id.to_string(),
+            replica: self.settings.replica_id.clone(),
+        });
         if let Err(error) = writer.write(vec![], vec![event]).await {
             tracing::warn!(error = %error.0, "cannot record the hand-off");
         }

@@ -6,11 +6,12 @@
 //! Spilled outputs are written in the transaction that carries the first event pointing at them.
 
 use super::bus::EventBus;
-use crate::harness::engine::{HistoryAppend, HostError, LoopEvent, LoopHost};
+use crate::harness::engine::{HistoryAppend, HostError, LoopHost};
 use crate::harness::scheduler::PendingCall;
 use crate::ids::{OutputId, RunId, SessionId, TenantId};
 use crate::llm::ToolSpec;
 use crate::message::{Message, ToolResultBlock};
+use crate::run_event::{self, RunEvent, TerminalReason};
 use crate::store::{
     AppendBatch, NewEvent, NewMessage, NewOutput, RunEnd, RunLease, RunStatus, Store,
     TRANSIENT_RETRY_WINDOW,
@@ -18,7 +19,7 @@ use crate::store::{
 use crate::tools::pipeline::Pipeline;
 use crate::tools::{ToolContext, ToolProgress};
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -26,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Default)]
 struct Pending {
-    events: Vec<NewEvent>,
+    events: Vec<RunEvent>,
     outputs: Vec<NewOutput>,
 }
 
@@ -90,7 +91,7 @@ impl SessionWriter {
         })
     }
 
-    fn push_event(&self, event: NewEvent) {
+    fn push_event(&self, event: RunEvent) {
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -120,29 +121,36 @@ impl SessionWriter {
     }
 
     /// Writes everything pending plus `messages` and `events` in one transaction, then publishes.
-    /// For a run's writer, a `terminal` event among `events` also ends the run (its status
-    /// follows the terminal reason) in the same transaction.
+    /// For a run's writer, a [`RunEvent::Terminal`] among `events` also ends the run (its
+    /// status follows the terminal reason) in the same transaction. Events are stored with the
+    /// run's id (none for a session writer).
     pub async fn write(
         &self,
         messages: Vec<NewMessage>,
-        events: Vec<NewEvent>,
+        events: Vec<RunEvent>,
     ) -> Result<(), HostError> {
         let _guard = self.write_lock.lock().await;
         let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
         let run_end = self.lease.as_ref().and_then(|_| {
-            events
-                .iter()
-                .find(|e| e.kind == "terminal")
-                .map(|e| run_end_of(&e.payload))
+            events.iter().find_map(|e| match e {
+                RunEvent::Terminal(reason) => Some(run_end_of(reason)),
+                _ => None,
+            })
         });
-        let mut batch = AppendBatch {
+        let run_id = self.lease.as_ref().map(|lease| lease.run_id.to_string());
+        let events: Vec<NewEvent> = pending
+            .events
+            .into_iter()
+            .chain(events)
+            .map(|event| event.into_row(run_id.clone()))
+            .collect();
+        let batch = AppendBatch {
             messages,
-            events: pending.events,
+            events,
             outputs: pending.outputs,
             lease: self.lease.clone(),
             run_end,
         };
-        batch.events.extend(events);
         if batch.events.is_empty() && batch.messages.is_empty() && batch.outputs.is_empty() {
             return Ok(());
         }
@@ -192,16 +200,16 @@ impl SessionWriter {
     }
 }
 
-/// How a run ends, from its `terminal` event's payload.
-fn run_end_of(terminal: &Value) -> RunEnd {
-    let status = match terminal["reason"].as_str() {
-        Some("cancelled") => RunStatus::Cancelled,
-        Some("error") => RunStatus::Failed,
+/// How a run ends, from its terminal reason.
+fn run_end_of(terminal: &TerminalReason) -> RunEnd {
+    let status = match terminal {
+        TerminalReason::Cancelled => RunStatus::Cancelled,
+        TerminalReason::Error { .. } => RunStatus::Failed,
         _ => RunStatus::Completed,
     };
     RunEnd {
         status,
-        terminal: terminal.clone(),
+        terminal: serde_json::to_value(terminal).unwrap_or(Value::Null),
     }
 }
 
@@ -218,11 +226,10 @@ impl crate::tools::pipeline::ExecutionJournal for RunJournal {
         self.writer
             .write(
                 vec![],
-                vec![event(
-                    "tool_executing",
-                    json!({ "tool_use_id": tool_use_id, "name": tool_name }),
-                    &self.run_id,
-                )],
+                vec![RunEvent::ToolExecuting(run_event::ToolExecuting {
+                    tool_use_id: tool_use_id.to_owned(),
+                    name: tool_name.to_owned(),
+                })],
             )
             .await
             .map_err(|error| error.0)
@@ -253,25 +260,16 @@ pub struct StoreHost {
     pub handoff: CancellationToken,
 }
 
-fn event(kind: &str, payload: Value, run: &RunId) -> NewEvent {
-    NewEvent {
-        kind: kind.to_owned(),
-        payload,
-        run_id: Some(run.to_string()),
-    }
-}
-
 #[async_trait]
 impl LoopHost for StoreHost {
-    fn emit(&self, loop_event: LoopEvent) {
-        self.writer
-            .push_event(event(loop_event.kind, loop_event.payload, &self.run_id));
+    fn emit(&self, event: RunEvent) {
+        self.writer.push_event(event);
     }
 
     async fn commit(
         &self,
         messages: Vec<HistoryAppend>,
-        events: Vec<LoopEvent>,
+        events: Vec<RunEvent>,
     ) -> Result<(), HostError> {
         let run = Some(self.run_id.to_string());
         let messages = messages
@@ -281,10 +279,6 @@ impl LoopHost for StoreHost {
                 run_id: run.clone(),
                 compaction_boundary: append.compaction_boundary,
             })
-            .collect();
-        let events = events
-            .into_iter()
-            .map(|e| event(e.kind, e.payload, &self.run_id))
             .collect();
         self.writer.write(messages, events).await
     }
@@ -329,14 +323,12 @@ impl LoopHost for StoreHost {
         // Progress (e.g. TodoWrite's list) becomes `tool_progress` events as it happens.
         let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel::<ToolProgress>();
         let writer = self.writer.clone();
-        let run = self.run_id.clone();
         let forward = tokio::spawn(async move {
             while let Some(report) = reports.recv().await {
-                writer.push_event(event(
-                    "tool_progress",
-                    json!({ "tool_use_id": report.tool_use_id, "data": report.data }),
-                    &run,
-                ));
+                writer.push_event(RunEvent::ToolProgress(run_event::ToolProgress {
+                    tool_use_id: report.tool_use_id,
+                    data: report.data,
+                }));
             }
         });
         let ctx = ToolContext {
@@ -365,10 +357,12 @@ impl LoopHost for StoreHost {
         if let (Some((name, input)), false) = (inner, outcome.result.is_error) {
             // The wrapper passed its own checks; the inner tool runs under its own name
             // (schema, permission, hooks), and only if it is visible or unlocked (D6).
-            self.writer.push_event(event(
-                "permission_decision",
-                json!({ "tool_use_id": call.tool_use_id, "tool": call.name, "decision": outcome.decision }),
-                &self.run_id,
+            self.writer.push_event(RunEvent::PermissionDecision(
+                run_event::PermissionDecision {
+                    tool_use_id: call.tool_use_id.clone(),
+                    tool: call.name.clone(),
+                    decision: outcome.decision.clone(),
+                },
             ));
             outcome = self
                 .pipeline
@@ -424,10 +418,12 @@ impl LoopHost for StoreHost {
                 content: spill.content,
             });
         }
-        self.writer.push_event(event(
-            "permission_decision",
-            json!({ "tool_use_id": call.tool_use_id, "tool": decided_tool, "decision": outcome.decision }),
-            &self.run_id,
+        self.writer.push_event(RunEvent::PermissionDecision(
+            run_event::PermissionDecision {
+                tool_use_id: call.tool_use_id.clone(),
+                tool: decided_tool,
+                decision: outcome.decision,
+            },
         ));
         outcome.result
     }

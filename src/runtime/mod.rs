@@ -6,9 +6,19 @@
 //! they are published to live subscribers, and every write checks the run's lease. A busy
 //! session follows the policy the client chose: reject, enqueue (a queued run row), or
 //! interrupt. Runs left unfinished by a crash are resumed from the store (see [`resume`]).
+//!
+//! **Where each approval decision is written:** only in [`Approvals::decide`]
+//! ([`decisions`]). Its callers: the REST answer (`api::approvals::answer_approval`), the policy
+//! webhook's synchronous answer and the expiry timeout / cancellation of a waiting call
+//! (`approvals::RunApprover`), and the `deny` policy for pending approvals on a new prompt or a
+//! cancelled parked run (`parking::deny_approvals`). It writes once (conditional update; racing
+//! answers get the decision that stands), makes an added grant live, and wakes the waiting or
+//! parked run here; other replicas are woken by the store's `ApprovalDecided` signal, sent in the
+//! same transaction.
 
 pub mod approvals;
 pub mod bus;
+pub mod decisions;
 mod expiry;
 pub mod handoff;
 pub mod host;
@@ -18,6 +28,7 @@ mod run_factory;
 pub mod webhook;
 pub mod workspace_quota;
 
+pub use decisions::{Approvals, DecideError};
 pub use expiry::expire_idle_sessions;
 
 use crate::egress::EgressClient;
@@ -29,11 +40,10 @@ use crate::ids::{RunId, SessionId, TenantId};
 use crate::llm::{self, Provider, ProviderConfig};
 use crate::message::Message;
 use crate::permission::RuleSet;
+use crate::run_event::{self, RunEvent, TerminalReason};
 use crate::sandbox::{Sandbox, SandboxConfig};
 use crate::session_config::SessionConfig;
-use crate::store::{
-    NewEvent, NewMessage, NewRun, RunLease, RunStatus, SessionRecord, Store, StoreError,
-};
+use crate::store::{NewMessage, NewRun, RunLease, RunStatus, SessionRecord, Store, StoreError};
 use crate::tools::builtin::{self, SessionShells};
 use crate::tools::pipeline::Pipeline;
 use crate::tools::registry::ToolRegistry;
@@ -41,7 +51,6 @@ use crate::workspace::Workspace;
 use bus::EventBus;
 use host::{RunJournal, SessionWriter, StoreHost, history_of};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -231,7 +240,8 @@ pub struct SessionRuntime {
     resumes: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<RunId>>>,
     /// Runs parked on approvals: no task runs them until an answer (or expiry) comes.
     parked: Mutex<HashMap<RunId, ParkedRun>>,
-    live_grants: Mutex<HashMap<SessionId, Arc<approvals::LiveGrants>>>,
+    /// The single writer of approval decisions, and the live grants of running sessions.
+    approvals: Arc<Approvals>,
     envs: Mutex<HashMap<SessionId, Arc<SessionEnv>>>,
     /// This replica's holds (streams, tasks, shells) counted against tenant limits.
     holds: crate::limits::Holds,
@@ -252,6 +262,8 @@ impl SessionRuntime {
     ) -> Arc<Self> {
         let sandbox = Arc::new(Sandbox::probe(settings.sandbox.clone()));
         let (hub, resumes) = approvals::ApprovalHub::new();
+        let hub = Arc::new(hub);
+        let approvals = Arc::new(Approvals::new(store.clone(), hub.clone()));
         let holds = crate::limits::Holds::new(
             store.clone(),
             settings.limits.clone(),
@@ -268,10 +280,10 @@ impl SessionRuntime {
             hook_catalog: HookCatalog::new().with_egress(egress.clone()),
             egress,
             active: Mutex::new(HashMap::new()),
-            hub: Arc::new(hub),
+            hub,
             resumes: Mutex::new(Some(resumes)),
             parked: Mutex::new(HashMap::new()),
-            live_grants: Mutex::new(HashMap::new()),
+            approvals,
             envs: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             run_tasks: tokio_util::task::TaskTracker::new(),
@@ -297,39 +309,9 @@ impl SessionRuntime {
         &self.holds
     }
 
-    /// Wakes the run waiting for approval `id`, if it runs in this process.
-    pub fn approval_decided(&self, id: &str) {
-        self.hub.wake(id);
-    }
-
-    /// Makes a new grant visible to a running session at once.
-    pub fn grant_added(
-        &self,
-        session: &SessionId,
-        id: &str,
-        rule: &str,
-        scope: crate::store::GrantScope,
-    ) {
-        if let Some(grants) = self
-            .live_grants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(session)
-        {
-            grants.add(id, rule, scope);
-        }
-    }
-
-    /// Withdraws a revoked grant from every running session.
-    pub fn grant_revoked(&self, id: &str) {
-        for grants in self
-            .live_grants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
-            grants.remove(id);
-        }
+    /// The single writer of approval decisions (see the module doc).
+    pub fn approvals(&self) -> &Arc<Approvals> {
+        &self.approvals
     }
 
     /// Runs the session's hooks for a session-level event (SessionStart, SessionEnd,
@@ -789,11 +771,13 @@ impl SessionRuntime {
                         tracing::error!(%error, "run failed");
                         let writer = runtime.run_writer(&tenant, &session, &lease);
                         let _ = writer
-                            .write(vec![], vec![NewEvent {
-                                kind: "terminal".into(),
-                                payload: json!({ "reason": "error", "code": error.terminal_code(), "message": error.to_string() }),
-                                run_id: Some(lease.run_id.to_string()),
-                            }])
+                            .write(
+                                vec![],
+                                vec![RunEvent::Terminal(TerminalReason::Error {
+                                    code: error.terminal_code().to_owned(),
+                                    message: error.to_string(),
+                                })],
+                            )
                             .await;
                     }
                 }

@@ -22,11 +22,10 @@ impl SessionRuntime {
         let _ = writer
             .write(
                 vec![],
-                vec![NewEvent {
-                    kind: "run_parked".into(),
-                    payload: json!({ "run_id": run_id, "approval_ids": ids }),
-                    run_id: Some(run_id.to_string()),
-                }],
+                vec![RunEvent::RunParked(run_event::RunParked {
+                    run_id: run_id.to_string(),
+                    approval_ids: ids.clone(),
+                })],
             )
             .await;
         let timer = CancellationToken::new();
@@ -157,14 +156,15 @@ impl SessionRuntime {
                 updated_input: None,
                 grant: None,
             };
-            if let Err(error) = self
-                .store
-                .decide_approval(tenant, session, &id, decision)
-                .await
-            {
-                tracing::warn!(%error, approval_id = %id, "cannot settle a pending approval");
+            match self.approvals.decide(tenant, session, &id, decision).await {
+                // Decided now, or by an answer that came first: either way the waiter is woken.
+                Ok(_) | Err(DecideError::AlreadyDecided(_) | DecideError::Expired(_)) => {}
+                Err(error) => {
+                    tracing::warn!(%error, approval_id = %id, "cannot settle a pending approval");
+                    // Let the waiter read what the store holds rather than wait on.
+                    self.hub.wake(id.as_str());
+                }
             }
-            self.hub.wake(id.as_str());
         }
     }
 }

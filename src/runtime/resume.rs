@@ -16,13 +16,14 @@
 
 use super::RuntimeError;
 use super::host::StoreHost;
-use crate::harness::engine::{HistoryAppend, LoopEvent, LoopHost, RunHistory};
+use crate::harness::engine::{HistoryAppend, LoopHost, RunHistory};
 use crate::harness::scheduler::PendingCall;
 use crate::ids::{RunId, SessionId, TenantId};
 use crate::message::{ContentBlock, Message, Role, ToolResultBlock};
+use crate::run_event::{self, RunEvent, TerminalReason, kinds};
 use crate::store::{EventRecord, MessageRecord, Store};
 use crate::tools::codes;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use tokio_util::sync::CancellationToken;
 
@@ -58,17 +59,19 @@ struct Call {
 /// interrupted turn. (A run whose `terminal` event was written is not resumed: the event and
 /// the run's end are one transaction.)
 pub const TRAIL_KINDS: &[&str] = &[
-    "run_started",
-    "model_request",
-    "assistant_delta",
-    "tool_call",
-    "tool_executing",
-    "tool_result",
+    kinds::RUN_STARTED,
+    kinds::MODEL_REQUEST,
+    kinds::ASSISTANT_DELTA,
+    kinds::TOOL_CALL,
+    kinds::TOOL_EXECUTING,
+    kinds::TOOL_RESULT,
 ];
 
 /// Whether the run wrote its prompt (`run_started`) before it was interrupted.
 pub fn started(trail: &[EventRecord]) -> bool {
-    trail.iter().any(|event| event.kind == "run_started")
+    trail
+        .iter()
+        .any(|event| matches!(RunEvent::from_row(event), RunEvent::RunStarted(_)))
 }
 
 /// Brings the run's history up to date and tells how to continue. `events` are the run's
@@ -98,30 +101,25 @@ pub async fn recover(
     let mut executing: HashSet<String> = HashSet::new();
     let mut text = String::new();
     for event in events {
-        let id = event.payload["tool_use_id"].as_str().unwrap_or_default();
-        match event.kind.as_str() {
+        match RunEvent::from_row(event) {
             // Streamed text belongs to the last request's response.
-            "model_request" => text.clear(),
-            "assistant_delta" => text.push_str(event.payload["text"].as_str().unwrap_or_default()),
-            "tool_call" if !known.contains(id) && !calls.iter().any(|c| c.id == id) => {
+            RunEvent::ModelRequest(_) => text.clear(),
+            RunEvent::AssistantDelta(delta) => text.push_str(&delta.text),
+            RunEvent::ToolCall(call)
+                if !known.contains(&call.tool_use_id)
+                    && !calls.iter().any(|c| c.id == call.tool_use_id) =>
+            {
                 calls.push(Call {
-                    id: id.to_owned(),
-                    name: event.payload["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    input: event.payload["input"].clone(),
+                    id: call.tool_use_id,
+                    name: call.name,
+                    input: call.input,
                 });
             }
-            "tool_executing" => {
-                executing.insert(id.to_owned());
+            RunEvent::ToolExecuting(started) => {
+                executing.insert(started.tool_use_id);
             }
-            "tool_result" => {
-                if let Ok(result) =
-                    serde_json::from_value::<ToolResultBlock>(event.payload["result"].clone())
-                {
-                    results.insert(id.to_owned(), result);
-                }
+            RunEvent::ToolResult(done) => {
+                results.insert(done.tool_use_id, done.result);
             }
             _ => {}
         }
@@ -134,10 +132,7 @@ pub async fn recover(
         if last_is_answer {
             // The final answer was committed; only the terminal event was missing.
             run.host
-                .commit(
-                    vec![],
-                    vec![LoopEvent::new("terminal", json!({ "reason": "end_turn" }))],
-                )
+                .commit(vec![], vec![RunEvent::Terminal(TerminalReason::EndTurn)])
                 .await
                 .map_err(|error| RuntimeError::from_write(&run.host.writer, error))?;
             return Ok(Recovery::Finished);
@@ -217,19 +212,18 @@ pub async fn recover(
         role: Role::User,
         content: paired.into_iter().map(ContentBlock::ToolResult).collect(),
     };
-    let mut events: Vec<LoopEvent> = new_results
-        .iter()
+    let mut events: Vec<RunEvent> = new_results
+        .into_iter()
         .map(|result| {
-            LoopEvent::new(
-                "tool_result",
-                json!({ "tool_use_id": result.tool_use_id, "result": result }),
-            )
+            RunEvent::ToolResult(run_event::ToolResult {
+                tool_use_id: result.tool_use_id.clone(),
+                result,
+            })
         })
         .collect();
-    events.push(LoopEvent::new(
-        "tool_results",
-        json!({ "count": answers.content.len() }),
-    ));
+    events.push(RunEvent::ToolResults(run_event::ToolResults {
+        count: answers.content.len(),
+    }));
     history.messages.push(assistant.clone());
     history.messages.push(answers.clone());
     run.host
@@ -253,14 +247,12 @@ pub async fn recover(
     })
 }
 
-fn resumed_event(run: &Resumed<'_>, interrupted: &[&str], rerun: &[&str]) -> LoopEvent {
-    LoopEvent::new(
-        "run_resumed",
-        json!({
-            "run_id": run.run_id,
-            "replica": run.replica,
-            "interrupted": interrupted,
-            "rerun": rerun,
-        }),
-    )
+fn resumed_event(run: &Resumed<'_>, interrupted: &[&str], rerun: &[&str]) -> RunEvent {
+    let owned = |ids: &[&str]| ids.iter().map(|id| (*id).to_owned()).collect();
+    RunEvent::RunResumed(run_event::RunResumed {
+        run_id: run.run_id.to_string(),
+        replica: run.replica.to_owned(),
+        interrupted: owned(interrupted),
+        rerun: owned(rerun),
+    })
 }

@@ -139,11 +139,10 @@ impl SessionRuntime {
                         run_id: Some(run_id.to_string()),
                         compaction_boundary: false,
                     }],
-                    vec![NewEvent {
-                        kind: "run_started".into(),
-                        payload: json!({ "run_id": run_id, "prompt": text }),
-                        run_id: Some(run_id.to_string()),
-                    }],
+                    vec![RunEvent::RunStarted(run_event::RunStarted {
+                        run_id: run_id.to_string(),
+                        prompt: text.clone(),
+                    })],
                 )
                 .await
                 .map_err(|error| RuntimeError::from_write(&writer, error))?;
@@ -203,10 +202,7 @@ impl SessionRuntime {
         for grant in self.store.list_grants(tenant, session).await? {
             grants.add(&grant.id, &grant.rule, grant.scope);
         }
-        self.live_grants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(session.clone(), grants.clone());
+        self.approvals.track_session(session, grants.clone());
         let configured_mode = config.permission.mode;
         let mode =
             builtin::plan::effective_mode(self.store.as_ref(), tenant, session, configured_mode)
@@ -226,6 +222,7 @@ impl SessionRuntime {
             store: self.store.clone(),
             writer: writer.clone(),
             hub: self.hub.clone(),
+            approvals: self.approvals.clone(),
             tenant: tenant.clone(),
             session: session.clone(),
             run_id: run_id.clone(),
@@ -342,10 +339,7 @@ impl SessionRuntime {
             Ok(resume::Recovery::Parked) => Ok(Ended::Parked(park.waiting())),
             Err(error) => Err(error),
         };
-        self.live_grants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(session);
+        self.approvals.untrack_session(session);
         flusher_stop.cancel();
         let _ = flusher.await;
         outcome

@@ -9,56 +9,13 @@
 //! (`{"decision": "allow"|"deny", "reason"?, "updated_input"?}`); otherwise the answer arrives
 //! over REST. A delivery failure never loses the request: it stays answerable over REST.
 
-use crate::egress::{AddressPolicy, EgressClient, Purpose, RequestLimits};
+use crate::egress::{EgressClient, Purpose, RequestLimits};
 use crate::signing::{WebhookSecret, sign_message};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
-use std::net::IpAddr;
 use std::time::Duration;
-use utoipa::ToSchema;
 
-/// Where a session's approval requests are posted.
-#[derive(Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookConfig {
-    /// `https://…` (or `http://…`) endpoint of the policy service.
-    pub url: String,
-    /// Signing secret, `whsec_<base64>` or raw text. Never returned by the API.
-    pub secret: String,
-}
-
-impl std::fmt::Debug for WebhookConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebhookConfig")
-            .field("url", &self.url)
-            .field("secret", &"<redacted>")
-            .finish()
-    }
-}
-
-impl WebhookConfig {
-    /// Checks what can be checked without the network: scheme, host, secret, and literal IPs
-    /// against `policy` (a host name is checked when it is resolved, at delivery).
-    pub fn validate(&self, policy: AddressPolicy) -> Result<(), String> {
-        let url = url::Url::parse(&self.url).map_err(|e| format!("invalid url: {e}"))?;
-        if !matches!(url.scheme(), "https" | "http") {
-            return Err("the url must be http(s)".into());
-        }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err("the url must not carry credentials".into());
-        }
-        WebhookSecret::parse(&self.secret).map_err(|e| format!("invalid secret: {e}"))?;
-        let literal = match url.host() {
-            None => return Err("the url has no host".into()),
-            Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
-            Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
-            Some(url::Host::Domain(_)) => return Ok(()),
-        };
-        policy
-            .check(literal)
-            .map_err(|range| format!("{literal} is not a public address ({range})"))
-    }
-}
+pub use crate::session_config::WebhookConfig;
 
 /// A synchronous answer found in the webhook's response body.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -158,6 +115,7 @@ pub async fn deliver(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::egress::AddressPolicy;
 
     #[test]
     fn validation_refuses_bad_urls() {

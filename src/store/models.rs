@@ -1,6 +1,5 @@
 //! Rows the store reads and writes.
 
-use crate::error::{ApiError, ErrorCode};
 use crate::ids::{OutputId, SessionId, TenantId};
 use crate::message::{Message, Role};
 use base64::Engine;
@@ -58,6 +57,11 @@ pub struct SessionRecord {
     pub last_event_seq: i64,
 }
 
+/// A listing cursor that is not one this server issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid cursor")]
+pub struct InvalidCursor;
+
 /// Position in the newest-first session listing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionCursor {
@@ -82,8 +86,8 @@ impl SessionCursor {
         ))
     }
 
-    pub fn decode(token: &str) -> Result<Self, ApiError> {
-        let invalid = || ApiError::new(ErrorCode::InvalidRequest, "invalid cursor");
+    pub fn decode(token: &str) -> Result<Self, InvalidCursor> {
+        let invalid = || InvalidCursor;
         let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| invalid())?;
         let text = String::from_utf8(bytes).map_err(|_| invalid())?;
         let (micros, id) = text.split_once('|').ok_or_else(invalid)?;
@@ -377,7 +381,7 @@ pub struct NewApproval {
 }
 
 /// A stored approval request with its audit trail.
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ApprovalRecord {
     pub id: String,
     pub session_id: String,

@@ -23,7 +23,7 @@ use crate::message::{Message, ToolResultBlock};
 use crate::permission::{Reason, Stage, ToolFacts, Verdict};
 use async_trait::async_trait;
 use futures::FutureExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
@@ -126,7 +126,7 @@ pub trait MutationQuota: Send + Sync {
 }
 
 /// Why a call was (or was not) allowed, for events and audit.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionRecord {
     /// The deciding ladder stage; `None` when the call failed before permission.
     pub stage: Option<Stage>,

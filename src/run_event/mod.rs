@@ -1,0 +1,285 @@
+//! Run events: the one typed vocabulary of what happens in a session's transcript.
+//!
+//! Every event the server records is a [`RunEvent`] variant with its own payload struct (codex's
+//! `EventMsg` is the model). The loop emits them, the writer and resume match on them, and they
+//! become rows only at the store boundary ([`RunEvent::into_row`]) and come back from rows only
+//! there ([`RunEvent::from_row`]). Nothing outside this module tells events apart by a string.
+//!
+//! **Wire format.** A variant's wire name (SSE `event:`, the row's `kind`, `type` in JSON
+//! pages) is its snake_case name; its payload is the JSON object of its struct. This is the
+//! format the server wrote before the enum existed, byte for byte once parsed: the fixture table
+//! in `tests.rs` checks every variant against the JSON the server emitted then. A stored row
+//! whose kind this build does not know, or whose payload no longer fits (rows of an older or
+//! newer server), reads back as [`RunEvent::Other`] and is passed through unchanged.
+//!
+//! This module depends only on leaf types (messages, provider types, store rows, the permission
+//! decision record), so the harness, the runtime, the store's callers and the API can all use it
+//! without import cycles.
+
+mod reasons;
+#[cfg(test)]
+mod tests;
+
+pub use reasons::{BudgetKind, ContinueReason, TerminalReason, Usage};
+
+use crate::llm::{StopReason, Usage as TurnUsage};
+use crate::message::{Message, ToolResultBlock};
+use crate::store::{ApprovalRecord, EventRecord, NewEvent};
+use crate::tools::pipeline::DecisionRecord;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One event of a session's transcript.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// A run's prompt was written to history.
+    RunStarted(RunStarted),
+    /// The loop sends a request to the model.
+    ModelRequest(ModelRequest),
+    /// Streamed text of the response.
+    AssistantDelta(AssistantDelta),
+    /// The complete response, committed with history.
+    AssistantMessage(AssistantMessage),
+    /// The model asked for a tool call.
+    ToolCall(ToolCall),
+    /// The scheduler started a call.
+    ToolStarted(ToolStarted),
+    /// Durably written just before a call's code runs (resume never runs it twice).
+    ToolExecuting(ToolExecuting),
+    /// Progress a tool reported while running.
+    ToolProgress(ToolProgress),
+    /// A call's result.
+    ToolResult(ToolResult),
+    /// The results of a turn were committed to history.
+    ToolResults(ToolResults),
+    /// Why a call was (or was not) allowed.
+    PermissionDecision(PermissionDecision),
+    /// The provider refused a request (context overflow).
+    ProviderError(CodedMessage),
+    /// Why the loop makes another request.
+    Continue(ContinueReason),
+    /// The run's usage, committed with its end.
+    Usage(Usage),
+    /// The run ended; written in the transaction that ends the run.
+    Terminal(TerminalReason),
+    /// History was summarised.
+    Compaction(Compaction),
+    /// Summarising failed; the run goes on uncompacted.
+    CompactionFailed(CodedMessage),
+    /// A run was resumed after a crash, restart or hand-off.
+    RunResumed(RunResumed),
+    /// A run parked on approvals.
+    RunParked(RunParked),
+    /// A run stopped on a replica shutting down, for another to resume.
+    RunHandedOff(RunHandedOff),
+    /// An approval request was persisted.
+    ApprovalRequested(ApprovalEvent),
+    /// The run read an approval's decision.
+    ApprovalDecided(ApprovalEvent),
+    /// Delivering an approval to the policy webhook failed (it stays answerable over REST).
+    ApprovalWebhookFailed(ApprovalWebhookFailed),
+    /// The session was closed for being idle.
+    SessionExpired(SessionExpired),
+    /// The session was forked from another one.
+    Forked(Forked),
+    /// A stored event this build does not know (or whose payload no longer fits), passed
+    /// through as stored. Never built by the server itself.
+    #[serde(skip)]
+    Other(RawEvent),
+}
+
+/// An event as stored: its wire name and its JSON payload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawEvent {
+    pub kind: String,
+    pub payload: Value,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunStarted {
+    pub run_id: String,
+    pub prompt: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// 1-based index of the request within the run.
+    pub request: u32,
+    pub main_turn: u32,
+    /// The [`ContinueReason`] code that led to it (`None` for the first request).
+    pub reason: Option<String>,
+    /// Messages in the request.
+    pub messages: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AssistantDelta {
+    pub text: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    pub message: Message,
+    pub stop_reason: StopReason,
+    pub usage: TurnUsage,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub tool_use_id: String,
+    pub name: String,
+    pub input: Value,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolStarted {
+    pub tool_use_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolExecuting {
+    pub tool_use_id: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolProgress {
+    pub tool_use_id: String,
+    pub data: Value,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub tool_use_id: String,
+    pub result: ToolResultBlock,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolResults {
+    pub count: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PermissionDecision {
+    pub tool_use_id: String,
+    /// The tool the decision is about (the inner tool of `ExecuteExtraTool`).
+    pub tool: String,
+    pub decision: DecisionRecord,
+}
+
+/// A stable code with human text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CodedMessage {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Compaction {
+    pub summarized_messages: usize,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    pub forced: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResumed {
+    pub run_id: String,
+    pub replica: String,
+    /// Calls that were executing when the run stopped: they get an `INTERRUPTED` result.
+    pub interrupted: Vec<String>,
+    /// Calls that had not started: they run now.
+    pub rerun: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunParked {
+    pub run_id: String,
+    pub approval_ids: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunHandedOff {
+    pub run_id: String,
+    pub replica: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalEvent {
+    pub approval: ApprovalRecord,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalWebhookFailed {
+    pub approval_id: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionExpired {
+    pub idle_seconds: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Forked {
+    pub from_session: String,
+    pub messages_copied: usize,
+}
+
+/// The wire names of the events resume reads (see `runtime::resume`).
+pub mod kinds {
+    pub const RUN_STARTED: &str = "run_started";
+    pub const MODEL_REQUEST: &str = "model_request";
+    pub const ASSISTANT_DELTA: &str = "assistant_delta";
+    pub const TOOL_CALL: &str = "tool_call";
+    pub const TOOL_EXECUTING: &str = "tool_executing";
+    pub const TOOL_RESULT: &str = "tool_result";
+}
+
+impl RunEvent {
+    /// The event's wire name and JSON payload.
+    pub fn to_parts(&self) -> (String, Value) {
+        if let Self::Other(raw) = self {
+            return (raw.kind.clone(), raw.payload.clone());
+        }
+        match serde_json::to_value(self) {
+            Ok(Value::Object(mut tagged)) => {
+                let kind = match tagged.remove("type") {
+                    Some(Value::String(kind)) => kind,
+                    _ => String::new(),
+                };
+                (kind, tagged.remove("payload").unwrap_or(Value::Null))
+            }
+            // Unreachable for these payload types (string keys, no failing serializers).
+            _ => (String::new(), Value::Null),
+        }
+    }
+
+    /// The typed event of a stored `(kind, payload)`; [`RunEvent::Other`] when this build
+    /// does not know the kind or the payload does not fit it.
+    pub fn from_parts(kind: &str, payload: Value) -> Self {
+        let tagged = serde_json::json!({ "type": kind, "payload": payload });
+        serde_json::from_value(tagged).unwrap_or_else(|_| {
+            Self::Other(RawEvent {
+                kind: kind.to_owned(),
+                payload,
+            })
+        })
+    }
+
+    /// The row that stores this event.
+    pub fn into_row(self, run_id: Option<String>) -> NewEvent {
+        let (kind, payload) = self.to_parts();
+        NewEvent {
+            kind,
+            payload,
+            run_id,
+        }
+    }
+
+    /// The typed event of a stored row.
+    pub fn from_row(record: &EventRecord) -> Self {
+        Self::from_parts(&record.kind, record.payload.clone())
+    }
+}
