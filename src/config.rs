@@ -523,6 +523,38 @@ mod tests {
     }
 
     #[test]
+    fn workspace_storage_is_a_named_choice_and_shared_needs_an_absolute_root() {
+        figment::Jail::expect_with(|jail| {
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(settings.workspace.storage, WorkspaceStorage::Local);
+            jail.set_env("NORMA_WORKSPACE__STORAGE", "shared");
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("shared_root is not set"), "{error}");
+            jail.set_env("NORMA_WORKSPACE__SHARED_ROOT", "relative/dir");
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("absolute"), "{error}");
+            jail.set_env("NORMA_WORKSPACE__SHARED_ROOT", "/mnt/shared");
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(
+                settings.workspace.files_root(&settings.data_dir).unwrap(),
+                PathBuf::from("/mnt/shared")
+            );
+            jail.set_env("NORMA_WORKSPACE__STORAGE", "local");
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("storage is `local`"), "{error}");
+            jail.set_env("NORMA_WORKSPACE__STORAGE", "snapshot");
+            assert!(Settings::load(None, &Overrides::default()).is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
     fn kubernetes_client_and_harness_variables_are_ignored_and_typos_are_not() {
         figment::Jail::expect_with(|jail| {
             for (key, value) in [
