@@ -9,8 +9,9 @@
 //!   the other replica, which reads the file;
 //! - a run parked on an approval on a replica that dies is answered on the other replica,
 //!   whose command sees the file;
-//! - a replica cut off from the store stops its command before the other replica takes the
-//!   run over (self-fencing): the two never write one workspace;
+//! - a replica cut off from the store (connections refused, or stalled with queries hanging)
+//!   stops its command before the other replica takes the run over (self-fencing): the two
+//!   never write one workspace;
 //! - with `local` storage (the default) the takeover does not find the file, and the replica
 //!   warns at start-up that another replica shares the store.
 
@@ -246,11 +247,22 @@ async fn shared_storage_a_parked_run_is_answered_on_the_other_replica() {
     );
 }
 
-/// A TCP proxy to Postgres that can drop every connection and refuse new ones.
+/// A TCP proxy to Postgres that can drop every connection and refuse new ones, or stall
+/// them (keep them open, forward nothing: a network partition, where queries hang).
 struct CutProxy {
     port: u16,
     down: Arc<AtomicBool>,
+    stall: Arc<AtomicBool>,
     cut: Arc<Notify>,
+}
+
+/// How the replica loses the store.
+#[derive(Clone, Copy, Debug)]
+enum Outage {
+    /// Connections drop, new ones are refused: queries fail at once.
+    Refused,
+    /// Connections stay open and nothing answers: queries hang.
+    Stalled,
 }
 
 impl CutProxy {
@@ -258,29 +270,48 @@ impl CutProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let down = Arc::new(AtomicBool::new(false));
+        let stall = Arc::new(AtomicBool::new(false));
         let cut = Arc::new(Notify::new());
-        let (down2, cut2) = (down.clone(), cut.clone());
+        let (down2, stall2, cut2) = (down.clone(), stall.clone(), cut.clone());
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if down2.load(Ordering::SeqCst) {
+                    if stall2.load(Ordering::SeqCst) {
+                        tokio::spawn(async move {
+                            let _held = client;
+                            std::future::pending::<()>().await;
+                        });
+                    }
                     continue;
                 }
-                let (upstream, cut) = (upstream.clone(), cut2.clone());
+                let (upstream, cut, stall) = (upstream.clone(), cut2.clone(), stall2.clone());
                 tokio::spawn(async move {
                     let Ok(mut server) = TcpStream::connect(&upstream).await else {
                         return;
                     };
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        () = cut.notified() => {}
+                        () = cut.notified() => {
+                            if stall.load(Ordering::SeqCst) {
+                                let _held = (client, server);
+                                std::future::pending::<()>().await;
+                            }
+                        }
                     }
                 });
             }
         });
-        Self { port, down, cut }
+        Self {
+            port,
+            down,
+            stall,
+            cut,
+        }
     }
 
-    fn go_down(&self) {
+    fn go_down(&self, outage: Outage) {
+        self.stall
+            .store(matches!(outage, Outage::Stalled), Ordering::SeqCst);
         self.down.store(true, Ordering::SeqCst);
         self.cut.notify_waiters();
     }
@@ -296,7 +327,17 @@ fn last_beat(path: &Path) -> Option<i128> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_storage_a_replica_cut_off_from_the_store_stops_its_command_before_the_takeover() {
+async fn shared_storage_a_replica_refused_by_the_store_stops_its_command_before_the_takeover() {
+    cut_off_replica_fences_itself(Outage::Refused).await;
+}
+
+/// The renewal hangs (no answer, no error): the fencing watchdog must not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_storage_a_replica_whose_store_stalls_stops_its_command_before_the_takeover() {
+    cut_off_replica_fences_itself(Outage::Stalled).await;
+}
+
+async fn cut_off_replica_fences_itself(outage: Outage) {
     let Some(url) = pg::fresh_pg_database().await else {
         return;
     };
@@ -343,7 +384,7 @@ async fn shared_storage_a_replica_cut_off_from_the_store_stops_its_command_befor
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    proxy.go_down();
+    proxy.go_down(outage);
 
     let events = b
         .wait_for_events(&token, &id, FINISH_WITHIN, "terminal on B", |e| {
