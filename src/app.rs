@@ -44,6 +44,8 @@ pub enum StartError {
         path: std::path::PathBuf,
         dir: std::path::PathBuf,
     },
+    #[error(transparent)]
+    Workspace(crate::config::ConfigError),
     #[error("cannot bind {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -64,6 +66,9 @@ fn refuse_sandbox_exposure(
         vec![("data dir", settings.data_dir.as_path())];
     if let Some(file) = &settings.config_file {
         files.push(("configuration file", file));
+    }
+    if let Some(root) = &settings.workspace.shared_root {
+        files.push(("shared workspace root", root));
     }
     if let Some(file) = &auth.hs256_secret_file {
         files.push(("HS256 secret file", file));
@@ -131,6 +136,10 @@ impl App {
             &settings.auth,
             &settings.data_dir,
         )?);
+        let files_root = settings
+            .workspace
+            .files_root(&settings.data_dir)
+            .map_err(StartError::Workspace)?;
         let store = store::connect(
             &settings.database_url(),
             &ConnectOptions {
@@ -146,8 +155,9 @@ impl App {
             store.clone(),
             crate::runtime::RuntimeSettings {
                 provider: settings.provider.clone(),
-                workspaces_dir: settings.data_dir.join("workspaces"),
-                data_dir: settings.data_dir.clone(),
+                workspaces_dir: files_root.join("workspaces"),
+                files_root,
+                workspace_storage: settings.workspace.storage,
                 sandbox,
                 limits: settings.limits.clone(),
                 output_head_chars: settings.output_head_chars,

@@ -99,6 +99,9 @@ pub struct Settings {
     /// On SIGTERM/SIGINT: how long tool calls already executing may run on to record their
     /// results before the server stops them (their runs are handed off either way).
     pub shutdown_grace_seconds: u64,
+    /// Where session workspaces live and how they follow a run to another replica
+    /// (`[workspace]`, `NORMA_WORKSPACE__*`).
+    pub workspace: WorkspaceSettings,
 }
 
 impl Settings {
@@ -163,6 +166,66 @@ impl Default for Settings {
             dev: false,
             allow_session_scripts: false,
             shutdown_grace_seconds: 10,
+            workspace: WorkspaceSettings::default(),
+        }
+    }
+}
+
+/// How session workspaces are stored (`workspace.storage`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceStorage {
+    /// `<data_dir>/workspaces` on this replica's own disk: a run taken over by another
+    /// replica does not find its files. Single replica only (start-up warns when the store
+    /// shows another live replica).
+    #[default]
+    Local,
+    /// `<shared_root>/workspaces` on a filesystem every replica mounts (NFS, EFS, CephFS: a
+    /// ReadWriteMany volume); task logs in `<shared_root>/tasks`. A replica that cannot renew
+    /// its run leases stops its commands, tasks and shells before the leases can expire.
+    Shared,
+}
+
+impl WorkspaceStorage {
+    /// The name in the configuration and in the replica registry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Shared => "shared",
+        }
+    }
+}
+
+/// `[workspace]`: the storage of session workspaces.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkspaceSettings {
+    /// `local` (default) or `shared`.
+    pub storage: WorkspaceStorage,
+    /// The shared filesystem's mount point (required with `shared`, refused with `local`).
+    pub shared_root: Option<PathBuf>,
+}
+
+impl WorkspaceSettings {
+    /// The directory holding `workspaces/` and `tasks/`: the data dir, or the shared root.
+    pub fn files_root(&self, data_dir: &Path) -> Result<PathBuf, ConfigError> {
+        match (self.storage, &self.shared_root) {
+            (WorkspaceStorage::Local, None) => Ok(data_dir.to_path_buf()),
+            (WorkspaceStorage::Local, Some(_)) => Err(ConfigError::Invalid(
+                "workspace.shared_root is set but workspace.storage is `local`: set                  workspace.storage = \"shared\" or remove shared_root"
+                    .into(),
+            )),
+            (WorkspaceStorage::Shared, None) => Err(ConfigError::Invalid(
+                "workspace.storage is `shared` but workspace.shared_root is not set: give the                  mount point of the filesystem every replica shares"
+                    .into(),
+            )),
+            (WorkspaceStorage::Shared, Some(root)) if !root.is_absolute() => {
+                Err(ConfigError::Invalid(format!(
+                    "workspace.shared_root {} must be an absolute path",
+                    root.display()
+                )))
+            }
+            (WorkspaceStorage::Shared, Some(root)) => Ok(root.clone()),
         }
     }
 }
@@ -373,6 +436,7 @@ impl Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.workspace.files_root(&self.data_dir)?;
         if self.database_max_connections == 0 {
             return Err(ConfigError::Invalid(
                 "database_max_connections must be at least 1".into(),
@@ -453,6 +517,38 @@ mod tests {
                 .to_string();
             assert!(error.contains("bnid"), "{error}");
             jail.set_env("NORMA_DATABASE_MAX_CONNECTIONS", "0");
+            assert!(Settings::load(None, &Overrides::default()).is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn workspace_storage_is_a_named_choice_and_shared_needs_an_absolute_root() {
+        figment::Jail::expect_with(|jail| {
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(settings.workspace.storage, WorkspaceStorage::Local);
+            jail.set_env("NORMA_WORKSPACE__STORAGE", "shared");
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("shared_root is not set"), "{error}");
+            jail.set_env("NORMA_WORKSPACE__SHARED_ROOT", "relative/dir");
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("absolute"), "{error}");
+            jail.set_env("NORMA_WORKSPACE__SHARED_ROOT", "/mnt/shared");
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(
+                settings.workspace.files_root(&settings.data_dir).unwrap(),
+                PathBuf::from("/mnt/shared")
+            );
+            jail.set_env("NORMA_WORKSPACE__STORAGE", "local");
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("storage is `local`"), "{error}");
+            jail.set_env("NORMA_WORKSPACE__STORAGE", "snapshot");
             assert!(Settings::load(None, &Overrides::default()).is_err());
             Ok(())
         });

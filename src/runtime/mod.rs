@@ -20,9 +20,11 @@ pub mod approvals;
 pub mod bus;
 pub mod decisions;
 mod expiry;
+pub mod fencing;
 pub mod handoff;
 pub mod host;
 mod parking;
+mod replicas;
 pub mod resume;
 mod run_factory;
 pub mod webhook;
@@ -180,7 +182,11 @@ const RECLAIM_MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(2)
 pub struct RuntimeSettings {
     pub provider: ProviderConfig,
     pub workspaces_dir: PathBuf,
-    pub data_dir: PathBuf,
+    /// Holds `tasks/<session>` (background-task logs): the data dir, or the shared root
+    /// with `workspace.storage = "shared"`, beside the workspaces.
+    pub files_root: PathBuf,
+    /// How workspaces are stored; `shared` turns on self-fencing (see [`fencing`]).
+    pub workspace_storage: crate::config::WorkspaceStorage,
     /// The command sandbox (probed once when the runtime is built).
     pub sandbox: SandboxConfig,
     /// Tenant limits: runs and queued prompts are checked by the store when a run is
@@ -698,7 +704,11 @@ impl SessionRuntime {
         // Task output files live in a server-owned, id-derived directory; they go with the
         // session (the workspace stays: it holds what the agent produced).
         if session.is_well_formed() {
-            let logs = self.settings.data_dir.join("tasks").join(session.as_str());
+            let logs = self
+                .settings
+                .files_root
+                .join("tasks")
+                .join(session.as_str());
             if let Err(error) = std::fs::remove_dir_all(&logs) {
                 if error.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(%error, "cannot remove task output files");
@@ -1003,6 +1013,7 @@ impl SessionRuntime {
     /// every third of the lease, sweeps for expired leases once per lease period. Runs until
     /// `stop` is cancelled; resumes this replica's own unfinished runs first.
     pub async fn maintain_runs(self: Arc<Self>, stop: CancellationToken) {
+        self.check_replicas().await;
         if let Err(error) = self.resume_unfinished().await {
             tracing::warn!(%error, "cannot resume unfinished runs");
         }
@@ -1017,13 +1028,24 @@ impl SessionRuntime {
         let mut sweep = tokio::time::interval(lease.max(std::time::Duration::from_millis(300)));
         heartbeat.tick().await;
         sweep.tick().await;
+        // Shared workspaces: stop this replica's work before its leases can expire (a
+        // watchdog of its own, so a renewal or sweep hanging on the store cannot delay it).
+        let (renewed, renewals) = tokio::sync::watch::channel(tokio::time::Instant::now());
+        if self.settings.workspace_storage == crate::config::WorkspaceStorage::Shared {
+            tokio::spawn(self.clone().fence_watchdog(renewals, stop.clone()));
+        }
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = heartbeat.tick() => {
-                    if let Err(error) = self.store.renew_leases(&self.settings.replica_id, lease).await {
-                        tracing::warn!(%error, "cannot renew run leases");
+                    let started = tokio::time::Instant::now();
+                    match self.store.renew_leases(&self.settings.replica_id, lease).await {
+                        Ok(_) => {
+                            renewed.send_replace(started);
+                        }
+                        Err(error) => tracing::warn!(%error, "cannot renew run leases"),
                     }
+                    self.register_replica().await;
                     // Live channels of sessions whose last SSE client left.
                     self.bus.prune();
                 }

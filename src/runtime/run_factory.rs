@@ -32,7 +32,7 @@ impl SessionRuntime {
         }
         let workspace = Workspace::create(&self.settings.workspaces_dir, tenant, session)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
-        let tasks = builtin::tasks::TaskRegistry::new(&self.settings.data_dir, session)
+        let tasks = builtin::tasks::TaskRegistry::new(&self.settings.files_root, session)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         let holds = crate::limits::SessionHolds {
             holds: self.holds.clone(),
@@ -250,7 +250,11 @@ impl SessionRuntime {
                 tenant: tenant.clone(),
                 session: session.clone(),
                 workspace: env.workspace.clone(),
-                task_logs: self.settings.data_dir.join("tasks").join(session.as_str()),
+                task_logs: self
+                    .settings
+                    .files_root
+                    .join("tasks")
+                    .join(session.as_str()),
                 limits: self.settings.limits.clone(),
             }))
             .with_output_policy(crate::tools::output::OutputPolicy {

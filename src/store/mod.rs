@@ -207,6 +207,15 @@ pub enum Signal {
     Reconnected,
 }
 
+/// A replica in the registry (see [`Store::register_replica`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaRecord {
+    pub name: String,
+    /// `local` or `shared` (`workspace.storage`).
+    pub workspace_storage: String,
+    pub heartbeat_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// Everything the server keeps durably.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -439,6 +448,13 @@ pub trait Store: Send + Sync + 'static {
     /// System-level: queued and running runs of every tenant, in submission order, without
     /// their prompts.
     async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<UnfinishedRun>>;
+
+    /// System-level: records replica `name` as alive now, storing workspaces as
+    /// `workspace_storage` (the replica registry).
+    async fn register_replica(&self, name: &str, workspace_storage: &str) -> StoreResult<()>;
+
+    /// System-level: the replicas whose last heartbeat is at most `within` old.
+    async fn live_replicas(&self, within: Duration) -> StoreResult<Vec<ReplicaRecord>>;
 
     // --- holds (tenant limits on what a replica keeps open) ---
 

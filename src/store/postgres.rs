@@ -941,6 +941,40 @@ impl Store for PgStore {
         rows.iter().map(run_from_row).collect()
     }
 
+    async fn register_replica(&self, name: &str, workspace_storage: &str) -> StoreResult<()> {
+        // System-level (login role), like the heartbeat.
+        sqlx::query(
+            "INSERT INTO replicas (name, workspace_storage, heartbeat_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET workspace_storage = excluded.workspace_storage, \
+             heartbeat_at = excluded.heartbeat_at",
+        )
+        .bind(name)
+        .bind(workspace_storage)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn live_replicas(&self, within: Duration) -> StoreResult<Vec<ReplicaRecord>> {
+        let rows = sqlx::query(
+            "SELECT name, workspace_storage, heartbeat_at FROM replicas \
+             WHERE heartbeat_at >= $1 ORDER BY name",
+        )
+        .bind(now() - lease_span(within))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ReplicaRecord {
+                    name: row.try_get("name")?,
+                    workspace_storage: row.try_get("workspace_storage")?,
+                    heartbeat_at: row.try_get("heartbeat_at")?,
+                })
+            })
+            .collect()
+    }
+
     async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<UnfinishedRun>> {
         let rows = sqlx::query(&format!(
             "SELECT {UNFINISHED_COLUMNS} FROM runs WHERE status IN ('queued', 'running') \

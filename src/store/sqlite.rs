@@ -838,6 +838,39 @@ impl Store for SqliteStore {
         rows.iter().map(run_from_row).collect()
     }
 
+    async fn register_replica(&self, name: &str, workspace_storage: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO replicas (name, workspace_storage, heartbeat_at) VALUES (?, ?, ?) \
+             ON CONFLICT (name) DO UPDATE SET workspace_storage = excluded.workspace_storage, \
+             heartbeat_at = excluded.heartbeat_at",
+        )
+        .bind(name)
+        .bind(workspace_storage)
+        .bind(ts(now()))
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    async fn live_replicas(&self, within: Duration) -> StoreResult<Vec<ReplicaRecord>> {
+        let rows = sqlx::query(
+            "SELECT name, workspace_storage, heartbeat_at FROM replicas \
+             WHERE heartbeat_at >= ? ORDER BY name",
+        )
+        .bind(ts(now() - lease_span(within)))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ReplicaRecord {
+                    name: row.try_get("name")?,
+                    workspace_storage: row.try_get("workspace_storage")?,
+                    heartbeat_at: parse_ts(&row.try_get::<String, _>("heartbeat_at")?)?,
+                })
+            })
+            .collect()
+    }
+
     async fn list_unfinished_runs(&self, limit: u32) -> StoreResult<Vec<UnfinishedRun>> {
         let rows = sqlx::query(
             "SELECT id, session_id, tenant_id, status, owner, lease_expires_at FROM runs \

@@ -186,6 +186,9 @@ impl Tool for BashTool {
             .spawn()
             .map_err(|e| ToolError::new(codes::SPAWN_FAILED, e.to_string()))?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        // A call dropped mid-command (its run task stopped past the shutdown grace or by
+        // self-fencing) kills the whole group too, not only the leader.
+        let mut group = GroupKill(pgid);
         let stdout = child.stdout.take().map(|s| tokio::spawn(read_capped(s)));
         let stderr = child.stderr.take().map(|s| tokio::spawn(read_capped(s)));
         let outcome = tokio::select! {
@@ -197,6 +200,7 @@ impl Tool for BashTool {
         // (grandchildren included), then reap the leader.
         kill_group(pgid);
         let _ = child.wait().await;
+        group.0 = 0; // reaped: the id may be reused
         let collect = |h: Option<tokio::task::JoinHandle<Vec<u8>>>| async move {
             match h {
                 Some(h) => tokio::time::timeout(Duration::from_secs(5), h)
@@ -232,5 +236,14 @@ impl Tool for BashTool {
             )),
             Err(code) => Err(ToolError::new(code, "command cancelled and killed")),
         }
+    }
+}
+
+/// Kills a command's process group when dropped (unless disarmed with a zero id).
+struct GroupKill(i32);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        kill_group(self.0);
     }
 }

@@ -1,0 +1,88 @@
+//! The replica registry: every replica records its name, how it stores workspaces
+//! (`workspace.storage`) and a heartbeat in the store (at start-up and on every lease
+//! heartbeat). With `local` storage a run taken over by another replica does not find the
+//! files its calls wrote, so a replica warns at start-up when it sees another live replica
+//! (a heartbeat within three lease periods) and either of them stores workspaces locally.
+
+use super::SessionRuntime;
+use crate::config::WorkspaceStorage;
+use crate::store::ReplicaRecord;
+
+/// The warning for `others` (live replicas other than this one), if any applies.
+pub fn local_storage_warning(this: WorkspaceStorage, others: &[ReplicaRecord]) -> Option<String> {
+    let local = WorkspaceStorage::Local.as_str();
+    let clashing: Vec<String> = others
+        .iter()
+        .filter(|other| this == WorkspaceStorage::Local || other.workspace_storage == local)
+        .map(|other| format!("{} ({})", other.name, other.workspace_storage))
+        .collect();
+    (!clashing.is_empty()).then(|| {
+        format!(
+            "other replicas share this store ({}) and workspaces are not shared by all of them: \
+             a run taken over by another replica will not find its files; set \
+             workspace.storage = \"shared\" on every replica (README \"Deployment\")",
+            clashing.join(", ")
+        )
+    })
+}
+
+impl SessionRuntime {
+    /// Records this replica as alive in the registry (a failure is logged, not fatal).
+    pub(super) async fn register_replica(&self) {
+        let storage = self.settings.workspace_storage.as_str();
+        if let Err(error) = self
+            .store
+            .register_replica(&self.settings.replica_id, storage)
+            .await
+        {
+            tracing::warn!(%error, "cannot record this replica in the replica registry");
+        }
+    }
+
+    /// Registers this replica and warns when another live replica and `local` storage meet.
+    pub(super) async fn check_replicas(&self) {
+        self.register_replica().await;
+        let live = match self.store.live_replicas(self.settings.run_lease * 3).await {
+            Ok(live) => live,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the replica registry");
+                return;
+            }
+        };
+        let others: Vec<ReplicaRecord> = live
+            .into_iter()
+            .filter(|replica| replica.name != self.settings.replica_id)
+            .collect();
+        if let Some(warning) = local_storage_warning(self.settings.workspace_storage, &others) {
+            tracing::warn!("{warning}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(name: &str, storage: &str) -> ReplicaRecord {
+        ReplicaRecord {
+            name: name.into(),
+            workspace_storage: storage.into(),
+            heartbeat_at: chrono::Utc::now(),
+        }
+    }
+
+    #[test]
+    fn local_storage_next_to_another_replica_is_warned_about() {
+        assert_eq!(local_storage_warning(WorkspaceStorage::Local, &[]), None);
+        assert_eq!(
+            local_storage_warning(WorkspaceStorage::Shared, &[replica("b", "shared")]),
+            None
+        );
+        let warning =
+            local_storage_warning(WorkspaceStorage::Local, &[replica("b", "shared")]).unwrap();
+        assert!(warning.contains("b (shared)"), "{warning}");
+        let warning =
+            local_storage_warning(WorkspaceStorage::Shared, &[replica("c", "local")]).unwrap();
+        assert!(warning.contains("c (local)"), "{warning}");
+    }
+}
