@@ -1,48 +1,43 @@
-//! End-to-end server benchmark: the real `norma serve` binary as a child process, driven over
-//! loopback HTTP, with a fake Anthropic Messages server inside this process.
-//! `cargo bench --bench server` (SQLite); `NORMA_BENCH_PG=1 cargo bench --bench server`
-//! (a fresh Postgres database on 127.0.0.1:5432, dropped at the end).
+//! End-to-end server benchmark, shaped like a client: the real `norma serve` release binary
+//! as a child process, driven over loopback HTTP, with a fake Anthropic Messages server inside
+//! this process on its own OS thread.
 //!
-//! One run = `POST /v1/sessions/{id}/prompts` → 3 tool turns (the model calls `Read` of a small
-//! file in the session workspace: read-only, so allowed without approval in the default mode)
-//! → a final text turn: 4 model calls, 3 tool calls, streamed as Anthropic SSE. The fake model
-//! answers from the request alone (it counts the assistant messages after the bench prompt), so
-//! concurrent runs do not interfere. Every session has an SSE stream (`GET …/stream`) open
-//! before its first prompt; a run's latency is from sending the prompt to receiving its
-//! `terminal` event on that stream. Every run is checked: `terminal` reason `end_turn`, three
-//! successful `tool_result` events carrying the file's text, and exactly 4 model requests.
+//! ```sh
+//! cargo build --release && cargo bench --bench server      # SQLite (the default store)
+//! NORMA_BENCH_PG=1 cargo bench --bench server               # a fresh Postgres database
+//! ```
 //!
-//! Phases:
-//! 1. sequential: runs one at a time (latency at low load);
-//! 2. throughput: `CONCURRENCY` workers, each following one session at a time and sending it
-//!    `RUNS_PER_SESSION` prompts in a row, until `RUNS` runs are done (runs/s, latency under
-//!    load);
-//! 3. approvals: one at a time, the model calls `Bash` (needs approval in the default mode); the
-//!    client answers `allow` as soon as `approval_requested` arrives on the stream and measures
-//!    until `approval_decided`, the tool's `tool_result` and `terminal`.
+//! One run is what a client does for one task: `POST /v1/sessions` (a new session), open its
+//! SSE stream (`GET …/stream`), `POST …/prompts`, read the stream until the run's `terminal`.
+//! The model answers 3 tool turns (`Read` of a small file in the session workspace: read-only,
+//! so allowed without approval in the default mode) and a final text: 4 streamed model calls.
+//! The fake answers from the request alone (it counts the assistant messages after the bench
+//! prompt), so concurrent runs do not interfere. Every run is checked: `terminal` reason
+//! `end_turn`, three successful `tool_result` events carrying the file's text, 4 model calls.
+//! The file is put into the workspace directory by the bench (the client has no upload API;
+//! this is the only file-system shortcut).
 //!
-//! CPU: the server's user + system time from `/proc/<pid>/stat` (clock ticks), delta over each
-//! phase, divided by the phase's runs (sandboxed `Bash` children of phase 3 are reported
-//! separately, from `cutime + cstime`). The fake model runs on its own OS thread with a
-//! current-thread runtime and is measured with `getrusage(RUSAGE_THREAD)`; the bench client is
-//! `getrusage(RUSAGE_SELF)` minus the fake. Client, fake and server share the machine's cores,
-//! and the machine's busy share over the phase (`/proc/stat`, includes other processes) is
-//! printed next to them.
+//! Phases: 20 warm-up runs, then for each in-flight count (1, 16, 64) `NORMA_BENCH_RUNS` (400)
+//! measured runs with that many client tasks each doing one run after the other. Latency
+//! `e2e` is session POST sent → `terminal` received; `prompt` is prompt POST sent → `terminal`.
+//! Then approvals at 1 and 16 in flight: the model calls `Write` (a file edit: asks in the
+//! default mode); the client answers `allow` as soon as `approval_requested` arrives; the
+//! approval round trip is from sending `POST …/approvals/{id}` to the next
+//! `approval_requested` or `terminal` event of that run on its stream.
 //!
-//! Diagnostics printed with the latencies: the first run after a stream was opened versus the
-//! later runs on it, the `terminal` event's `created_at` → received lag (delivery, not run
-//! time; same clock), the events per run, and on Postgres the transactions per run
-//! (`pg_stat_database`, read after the 10 s statistics flush of idle backends, with the idle
-//! server's own rate subtracted) and the CPU of the bench database's backends.
+//! CPU: the server's utime + stime (`/proc/<pid>/stat`) over a phase divided by its runs; on
+//! Postgres, the same for the backends of the bench database (`pg_stat_activity`), reported
+//! separately. The fake model's CPU (`getrusage(RUSAGE_THREAD)` on its thread) and the bench
+//! client's (`RUSAGE_SELF` minus the fake) are printed beside, with the machine's load average:
+//! client, fake, server (and Postgres) share the machine's cores with whatever else runs.
+//! Memory: the server's `VmRSS` at rest after start-up and after the phases.
 //!
-//! Memory: the server's `VmRSS` / `VmHWM` at rest after start-up, after the sequential phase,
-//! right after the throughput phase and after 3 s idle.
-//!
-//! Settings (environment): `NORMA_BENCH_PG=1`, `NORMA_BENCH_SEQ_RUNS` (200),
-//! `NORMA_BENCH_RUNS` (3000), `NORMA_BENCH_CONCURRENCY` (48; at most the server's per-tenant
-//! limit of 64), `NORMA_BENCH_RUNS_PER_SESSION` (5), `NORMA_BENCH_APPROVALS` (100),
+//! Settings (environment): `NORMA_BENCH_PG=1`, `NORMA_BENCH_RUNS` (400 per phase),
+//! `NORMA_BENCH_INFLIGHT` (`1,16,64`), `NORMA_BENCH_APPROVALS` (100 per phase, 0 skips),
+//! `NORMA_BENCH_APPROVAL_INFLIGHT` (`1,16`), `NORMA_BENCH_WARMUP` (20),
 //! `NORMA_BENCH_LOG_FILTER` (the server's log filter, default `info` like a default server;
-//! logs go to a file).
+//! logs go to a file). `NORMA_BENCH_RUNS=100 NORMA_BENCH_INFLIGHT=16 NORMA_BENCH_APPROVALS=0`
+//! is a quick check.
 
 #[path = "../tests/support/fake_llm.rs"]
 mod fake_llm;
@@ -53,9 +48,9 @@ mod pg;
 #[path = "../tests/support/server.rs"]
 mod server;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -75,21 +70,43 @@ const TENANT: &str = "bench";
 const TOOL_TURNS: usize = 3;
 /// The prompt of a normal run: the fake answers with 3 `Read` turns and a text.
 const RUN_PROMPT: &str = "bench run: read notes.txt three times, then answer";
-/// The prompt of an approval run: the fake answers with one `Bash` turn and a text.
-const APPROVAL_PROMPT: &str = "bench approval: append a line to marker";
+/// The prompt of an approval run: the fake answers with one `Write` turn (a file edit: needs
+/// approval in the default mode) and a text.
+const APPROVAL_PROMPT: &str = "bench approval: write answer.txt";
 /// A line of the file the `Read` calls return; every tool_result must carry it.
 const NOTES_MARKER: &str = "norma-bench-notes-7f3a";
-const WARMUP_RUNS: usize = 20;
 /// Bound for one run (or one approval step) to finish.
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
-/// Bound for waiting out a `409 SESSION_BUSY` after the previous run's `terminal`.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound for waiting out `429 TENANT_LIMIT` (runs in flight: a finished run is released just
+/// after its `terminal`).
+const LIMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// A comma-separated list of in-flight counts (each 1..=64, the default per-tenant limit of
+/// runs in flight).
+fn env_list(key: &str, default: &str) -> Vec<usize> {
+    std::env::var(key)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .map(|n: usize| n.clamp(1, 64))
+        .collect()
+}
+
+/// The 1, 5 and 15 minute load averages of the machine.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -275,8 +292,8 @@ async fn answer(body: Bytes) -> Response {
         }
         (true, 0) => an::tool_turn(
             &id,
-            "Bash",
-            &json!({"command": "echo approved >> marker"}),
+            "Write",
+            &json!({"file_path": "answer.txt", "content": "approved\n"}),
             2,
         ),
         _ => an::text_turn("Done: the notes were read."),
@@ -328,11 +345,11 @@ struct Bench {
     ticks: f64,
     token: String,
     client: reqwest::Client,
-    busy_retries: AtomicUsize,
+    limit_retries: AtomicUsize,
     postgres: Option<PgProbe>,
 }
 
-/// Looks at the bench database from the admin database: its backends and its transactions.
+/// Looks at the bench database from the admin database: the pids of its backends.
 struct PgProbe {
     admin: tokio::sync::Mutex<sqlx::PgConnection>,
     database: String,
@@ -350,7 +367,6 @@ impl PgProbe {
         }
     }
 
-    /// Pids of the backends connected to the bench database.
     async fn backends(&self) -> Vec<u32> {
         let rows: Vec<(i32,)> =
             sqlx::query_as("SELECT pid FROM pg_stat_activity WHERE datname = $1")
@@ -360,20 +376,24 @@ impl PgProbe {
                 .expect("pg_stat_activity");
         rows.into_iter().map(|(pid,)| pid as u32).collect()
     }
+}
 
-    /// Committed + rolled back transactions of the bench database, after waiting out the
-    /// statistics flush of idle backends (Postgres 15: at most 10 s).
-    async fn settled_transactions(&self) -> (Instant, i64) {
-        tokio::time::sleep(Duration::from_secs(11)).await;
-        let (count,): (i64,) = sqlx::query_as(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1",
-        )
-        .bind(&self.database)
-        .fetch_one(&mut *self.admin.lock().await)
-        .await
-        .expect("pg_stat_database");
-        (Instant::now(), count)
-    }
+/// A run's outcome as the client saw it.
+struct RunSample {
+    /// Session POST sent → `terminal` received.
+    e2e: Duration,
+    /// Prompt POST sent → `terminal` received.
+    prompt: Duration,
+    /// Events of the run received on the stream (`run_started` … `terminal`).
+    events: usize,
+}
+
+/// An approval run as the client saw it.
+struct ApprovalSample {
+    /// Prompt POST sent → `approval_requested` received.
+    prompt_to_request: Duration,
+    /// Approval POST sent → the run's next `approval_requested` or `terminal` received.
+    round_trip: Duration,
 }
 
 impl Bench {
@@ -447,19 +467,11 @@ impl Bench {
             while let Some(event) = events.next().await {
                 let Ok(event) = event else { break };
                 let received = Instant::now();
-                let mut value = if event.event == "reconnect" {
+                let value = if event.event == "reconnect" {
                     json!({"type": "reconnect", "data": event.data})
                 } else {
                     serde_json::from_str(&event.data).unwrap_or(Value::Null)
                 };
-                // Delivery lag: the event's server timestamp → received here (same clock).
-                if let Some(created) = value["created_at"]
-                    .as_str()
-                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                {
-                    let lag = chrono::Utc::now().signed_duration_since(created);
-                    value["bench_lag_us"] = json!(lag.num_microseconds());
-                }
                 if tx.send((received, value)).is_err() {
                     break;
                 }
@@ -468,11 +480,11 @@ impl Bench {
         EventStream { rx, task }
     }
 
-    /// Sends a prompt, waiting out `409 SESSION_BUSY` (the previous run of the session has
-    /// published `terminal` but is not released yet); returns the run id and when the
-    /// accepted request was sent.
+    /// Sends a prompt, waiting out `429 TENANT_LIMIT` (runs in flight: at 64 in flight a run
+    /// that has published `terminal` may not be released yet); returns the run id and when
+    /// the accepted request was sent.
     async fn prompt(&self, session: &str, text: &str) -> (String, Instant) {
-        let deadline = Instant::now() + BUSY_TIMEOUT;
+        let deadline = Instant::now() + LIMIT_TIMEOUT;
         loop {
             let sent = Instant::now();
             let (status, body) = self
@@ -486,25 +498,26 @@ impl Bench {
                 return (run, sent);
             }
             assert!(
-                status == 409 && body["code"] == "SESSION_BUSY" && Instant::now() < deadline,
+                status == 429 && body["code"] == "TENANT_LIMIT" && Instant::now() < deadline,
                 "prompt: {status} {body}"
             );
-            self.busy_retries.fetch_add(1, Ordering::Relaxed);
+            self.limit_retries.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 
-    /// One normal run on `session`: prompt-sent → `terminal`-received, and the run's events.
-    async fn run(&self, session: &str, stream: &mut EventStream, first: bool) -> RunSample {
-        let (run, sent) = self.prompt(session, RUN_PROMPT).await;
+    /// One client run: new session, its stream, the prompt, events until `terminal`.
+    async fn client_run(&self) -> RunSample {
+        let started = Instant::now();
+        let session = self.create_session(true).await;
+        let mut stream = self.open_stream(&session).await;
+        let (run, sent) = self.prompt(&session, RUN_PROMPT).await;
         let mut results = 0;
         let mut events = 0;
-        let mut kinds = Vec::new();
         let deadline = sent + RUN_TIMEOUT;
         loop {
             let (at, event) = stream.next_of_run(&run, deadline, &self.server).await;
             events += 1;
-            kinds.push(event["type"].as_str().unwrap_or("?").to_owned());
             match event["type"].as_str() {
                 Some("tool_result") => {
                     let result = &event["payload"]["result"];
@@ -520,13 +533,10 @@ impl Bench {
                         "terminal of run {run}: {event}"
                     );
                     assert_eq!(results, TOOL_TURNS, "tool results of run {run}");
-                    let lag = event["bench_lag_us"].as_i64().unwrap_or(0).max(0);
                     return RunSample {
-                        latency: at.duration_since(sent),
-                        terminal_lag: Duration::from_micros(lag as u64),
+                        e2e: at.duration_since(started),
+                        prompt: at.duration_since(sent),
                         events,
-                        kinds,
-                        first,
                     };
                 }
                 _ => {}
@@ -534,14 +544,11 @@ impl Bench {
         }
     }
 
-    /// One approval run; returns the step times.
-    async fn approval_run(
-        &self,
-        session: &str,
-        stream: &mut EventStream,
-        first: bool,
-    ) -> ApprovalSample {
-        let (run, sent) = self.prompt(session, APPROVAL_PROMPT).await;
+    /// One approval run: new session, its stream, the prompt; `allow` on `approval_requested`.
+    async fn approval_run(&self) -> ApprovalSample {
+        let session = self.create_session(false).await;
+        let mut stream = self.open_stream(&session).await;
+        let (run, sent) = self.prompt(&session, APPROVAL_PROMPT).await;
         let deadline = sent + RUN_TIMEOUT;
         let (requested_at, approval) = loop {
             let (at, event) = stream.next_of_run(&run, deadline, &self.server).await;
@@ -554,6 +561,7 @@ impl Bench {
             }
         };
         let approval = approval.as_str().expect("approval id").to_owned();
+        let answered = Instant::now();
         let (status, body) = self
             .post(
                 &format!("/v1/sessions/{session}/approvals/{approval}"),
@@ -561,77 +569,57 @@ impl Bench {
             )
             .await;
         assert_eq!(status, 200, "answer approval: {body}");
-        let answered_at = Instant::now();
-        let (mut decided_at, mut result_at) = (None, None);
-        let terminal_at = loop {
+        let mut result = false;
+        let next_at = loop {
             let (at, event) = stream.next_of_run(&run, deadline, &self.server).await;
             match event["type"].as_str() {
-                Some("approval_decided") => {
-                    assert_eq!(event["payload"]["approval"]["status"], "allowed", "{event}");
-                    decided_at = Some(at);
-                }
                 Some("tool_result") => {
-                    let result = &event["payload"]["result"];
                     assert!(
-                        result["is_error"] != true,
-                        "Bash result of run {run}: {event}"
+                        event["payload"]["result"]["is_error"] != true,
+                        "Write result of run {run}: {event}"
                     );
-                    result_at = Some(at);
+                    result = true;
                 }
                 Some("terminal") => {
                     assert_eq!(event["payload"]["reason"], "end_turn", "{event}");
+                    assert!(result, "run {run} ended without the Write result");
                     break at;
                 }
+                Some("approval_requested") => break at,
                 _ => {}
             }
         };
-        let since = |t: Instant| t.duration_since(requested_at);
         ApprovalSample {
-            first,
             prompt_to_request: requested_at.duration_since(sent),
-            answer_response: since(answered_at),
-            decided: since(decided_at.expect("approval_decided event")),
-            tool_result: since(result_at.expect("tool_result event")),
-            terminal: since(terminal_at),
+            round_trip: next_at.duration_since(answered),
         }
     }
 
-    /// `runs` normal runs by `concurrency` workers over `sessions`, `per_session` runs each.
-    async fn run_phase(
-        self: &Arc<Self>,
-        sessions: Vec<String>,
-        runs: usize,
-        per_session: usize,
-        concurrency: usize,
-    ) -> Vec<RunSample> {
-        let queue = Arc::new(Mutex::new(VecDeque::from(sessions)));
+    /// `runs` jobs by `in_flight` client tasks, each doing one job after the other.
+    async fn phase<T, F, Fut>(self: &Arc<Self>, runs: usize, in_flight: usize, job: F) -> Vec<T>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<Self>) -> Fut + Clone + Send + 'static,
+        Fut: std::future::Future<Output = T> + Send,
+    {
         let started = Arc::new(AtomicUsize::new(0));
         let mut workers = Vec::new();
-        for _ in 0..concurrency {
-            let (bench, queue, started) = (self.clone(), queue.clone(), started.clone());
+        for _ in 0..in_flight {
+            let (bench, started, job) = (self.clone(), started.clone(), job.clone());
             workers.push(tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                'sessions: loop {
-                    let Some(session) = queue.lock().unwrap().pop_front() else {
-                        break;
-                    };
-                    let mut stream = bench.open_stream(&session).await;
-                    for index in 0..per_session {
-                        if started.fetch_add(1, Ordering::Relaxed) >= runs {
-                            break 'sessions;
-                        }
-                        latencies.push(bench.run(&session, &mut stream, index == 0).await);
-                    }
+                let mut samples = Vec::new();
+                while started.fetch_add(1, Ordering::Relaxed) < runs {
+                    samples.push(job(bench.clone()).await);
                 }
-                latencies
+                samples
             }));
         }
-        let mut latencies = Vec::with_capacity(runs);
+        let mut samples = Vec::with_capacity(runs);
         for worker in workers {
-            latencies.extend(worker.await.expect("worker"));
+            samples.extend(worker.await.expect("worker"));
         }
-        assert_eq!(latencies.len(), runs, "every run finished");
-        latencies
+        assert_eq!(samples.len(), runs, "every run finished");
+        samples
     }
 }
 
@@ -673,27 +661,6 @@ impl Drop for EventStream {
     }
 }
 
-struct RunSample {
-    latency: Duration,
-    /// The `terminal` event's `created_at` → received on the stream (delivery, not the run).
-    terminal_lag: Duration,
-    /// The event types of the run, in order.
-    kinds: Vec<String>,
-    /// Events of the run received on the stream (`run_started` … `terminal`).
-    events: usize,
-    /// The first run after the session's stream was opened.
-    first: bool,
-}
-
-struct ApprovalSample {
-    first: bool,
-    prompt_to_request: Duration,
-    answer_response: Duration,
-    decided: Duration,
-    tool_result: Duration,
-    terminal: Duration,
-}
-
 // ---------------------------------------------------------------------------------------------
 // Reporting
 // ---------------------------------------------------------------------------------------------
@@ -707,102 +674,41 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// `p50 / p90 / p99 / max` in ms, and how many samples took 40 ms or more.
+/// `p50 / p90 / p99 / max` in ms.
 fn summary(mut samples: Vec<Duration>) -> String {
     if samples.is_empty() {
         return "no samples".into();
     }
     samples.sort();
-    let slow = samples
-        .iter()
-        .filter(|d| **d >= Duration::from_millis(40))
-        .count();
     format!(
-        "p50 {:>6.2}  p90 {:>6.2}  p99 {:>6.2}  max {:>7.2} ms  (≥ 40 ms: {slow}/{})",
+        "p50 {:>6.2}  p90 {:>6.2}  p99 {:>6.2}  max {:>7.2} ms",
         ms(quantile(&samples, 0.5)),
         ms(quantile(&samples, 0.9)),
         ms(quantile(&samples, 0.99)),
         ms(*samples.last().expect("samples")),
-        samples.len()
     )
-}
-
-/// Latency of all runs, of the first runs on a new stream and of the later ones; events/run.
-fn print_runs(label: &str, samples: &[RunSample], per_session: usize) {
-    let pick = |keep: fn(&RunSample) -> bool| {
-        samples
-            .iter()
-            .filter(|s| keep(s))
-            .map(|s| s.latency)
-            .collect::<Vec<_>>()
-    };
-    let lag = |keep: fn(&RunSample) -> bool| {
-        samples
-            .iter()
-            .filter(|s| keep(s))
-            .map(|s| s.terminal_lag)
-            .collect::<Vec<_>>()
-    };
-    println!("    {label}: {}", summary(pick(|_| true)));
-    if per_session > 1 {
-        println!(
-            "      first run after opening the stream: {}",
-            summary(pick(|s| s.first))
-        );
-        println!(
-            "      later runs on the same stream:      {}",
-            summary(pick(|s| !s.first))
-        );
-    }
-    println!(
-        "    terminal created_at → received (SSE delivery lag): {}",
-        summary(lag(|_| true))
-    );
-    if per_session > 1 {
-        println!(
-            "      first run after opening the stream: {}",
-            summary(lag(|s| s.first))
-        );
-    }
-    let events: usize = samples.iter().map(|s| s.events).sum();
-    let mut kinds: Vec<(String, usize)> = Vec::new();
-    for kind in &samples[0].kinds {
-        match kinds.iter_mut().find(|(k, _)| k == kind) {
-            Some((_, n)) => *n += 1,
-            None => kinds.push((kind.clone(), 1)),
-        }
-    }
-    println!(
-        "    events per run on the stream: {:.1} (one run: {})",
-        events as f64 / samples.len() as f64,
-        kinds
-            .iter()
-            .map(|(k, n)| format!("{k}×{n}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
 }
 
 fn print_cpu(cpu: &CpuDelta, runs: usize) {
     let per = |s: f64| s / runs as f64 * 1e3;
     println!(
         "    CPU per run: server {:.3} ms | fake model {:.3} ms | bench client {:.3} ms \
-         (wall {:.2} s, machine busy {:.0} % of all cores incl. other processes)",
+         (machine busy {:.0} % of all cores incl. other processes)",
         per(cpu.server),
         per(cpu.fake),
         per(cpu.client),
-        cpu.wall,
         cpu.machine_busy * 100.0
-    );
-    println!(
-        "    server CPU share of the phase: {:.2} cores",
-        cpu.server / cpu.wall
     );
     if let Some(postgres) = cpu.postgres {
         println!(
-            "    Postgres backends of the bench database: {:.3} ms CPU per run ({:.2} cores)",
-            per(postgres),
-            postgres / cpu.wall
+            "    Postgres' own CPU per run (backends of the bench database): {:.3} ms",
+            per(postgres)
+        );
+    }
+    if cpu.server_children > 0.0 {
+        println!(
+            "    server children (reaped): {:.3} ms CPU per run",
+            per(cpu.server_children)
         );
     }
 }
@@ -822,11 +728,11 @@ fn print_rss(label: &str, pid: u32) {
 // ---------------------------------------------------------------------------------------------
 
 fn main() {
-    let seq_runs = env_usize("NORMA_BENCH_SEQ_RUNS", 200).max(1);
-    let runs = env_usize("NORMA_BENCH_RUNS", 3000).max(1);
-    let concurrency = env_usize("NORMA_BENCH_CONCURRENCY", 48).clamp(1, 64);
-    let per_session = env_usize("NORMA_BENCH_RUNS_PER_SESSION", 5).max(1);
-    let approvals = env_usize("NORMA_BENCH_APPROVALS", 100).max(1);
+    let runs = env_usize("NORMA_BENCH_RUNS", 400).max(1);
+    let in_flight = env_list("NORMA_BENCH_INFLIGHT", "1,16,64");
+    let approvals = env_usize("NORMA_BENCH_APPROVALS", 100);
+    let approval_in_flight = env_list("NORMA_BENCH_APPROVAL_INFLIGHT", "1,16");
+    let warmup = env_usize("NORMA_BENCH_WARMUP", 20);
     let postgres = std::env::var("NORMA_BENCH_PG").is_ok_and(|v| v == "1");
     let log_filter = std::env::var("NORMA_BENCH_LOG_FILTER").unwrap_or_else(|_| "info".into());
 
@@ -859,20 +765,15 @@ fn main() {
         let token = server.token(TENANT);
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         println!(
-            "server benchmark: real `norma serve` (pid {pid}) on {}, log filter `{log_filter}`; \
-             {cores} cores shared by server, bench client and fake model; load average at \
-             start: {}",
+            "server benchmark: `norma serve` (pid {pid}) on {}, log filter `{log_filter}`; \
+             {cores} cores shared by server, bench client, fake model and other processes; \
+             load average at start: {}",
             if postgres { "Postgres" } else { "SQLite" },
-            std::fs::read_to_string("/proc/loadavg")
-                .unwrap_or_default()
-                .split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
+            load_average()
         );
         println!(
-            "one run = prompt → {TOOL_TURNS} Read tool turns → final text (4 model calls over \
-             loopback HTTP, Anthropic SSE)"
+            "one run = POST session → open its SSE stream → POST prompt → {TOOL_TURNS} Read \
+             tool turns → final text → terminal (4 model calls over loopback HTTP)"
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
         print_rss("at rest after start-up", pid);
@@ -885,9 +786,10 @@ fn main() {
             token,
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(256)
+                .tcp_nodelay(true)
                 .build()
                 .expect("client"),
-            busy_retries: AtomicUsize::new(0),
+            limit_retries: AtomicUsize::new(0),
             postgres: match &database_url {
                 Some(url) => Some(
                     PgProbe::connect(url.rsplit('/').next().expect("database name").to_owned())
@@ -897,180 +799,94 @@ fn main() {
             },
         });
 
-        let sessions_for = |runs: usize| runs.div_ceil(per_session);
-
-        // Warm-up.
-        let mut sessions = Vec::new();
-        for _ in 0..sessions_for(WARMUP_RUNS) {
-            sessions.push(bench.create_session(true).await);
+        if warmup > 0 {
+            bench
+                .phase(warmup, 1, |bench| async move { bench.client_run().await })
+                .await;
         }
-        bench.run_phase(sessions, WARMUP_RUNS, per_session, 1).await;
 
-        // 1. Sequential runs.
-        let mut sessions = Vec::new();
-        for _ in 0..sessions_for(seq_runs) {
-            sessions.push(bench.create_session(true).await);
-        }
-        let transactions = match &bench.postgres {
-            Some(probe) => Some(probe.settled_transactions().await),
-            None => None,
-        };
-        let requests = bench.fake.requests();
-        bench.busy_retries.store(0, Ordering::Relaxed);
-        let before = bench.snapshot().await;
-        let latencies = bench.run_phase(sessions, seq_runs, per_session, 1).await;
-        let cpu = before.until(&bench.snapshot().await);
-        // The server's own background work (lease heartbeat, takeover sweep) is measured over
-        // one more idle window and subtracted pro rata.
-        let transactions = match (&bench.postgres, transactions) {
-            (Some(probe), Some((t0, before))) => {
-                let (t1, after) = probe.settled_transactions().await;
-                let (t2, idle) = probe.settled_transactions().await;
-                let idle_rate = (idle - after) as f64 / t2.duration_since(t1).as_secs_f64();
-                let background = idle_rate * t1.duration_since(t0).as_secs_f64();
-                Some(((after - before) as f64 - background, idle_rate))
-            }
-            _ => None,
-        };
-        assert_eq!(
-            bench.fake.requests() - requests,
-            seq_runs * 4,
-            "model calls"
-        );
-        println!(
-            "\n1. sequential: {seq_runs} runs, one at a time ({per_session} runs per session, \
-             SSE open before each prompt)"
-        );
-        print_runs("prompt → terminal", &latencies, per_session);
-        println!(
-            "    throughput {:.1} runs/s; 409 SESSION_BUSY retries (prompt right after the \
-             previous terminal): {}",
-            seq_runs as f64 / cpu.wall,
-            bench.busy_retries.load(Ordering::Relaxed)
-        );
-        print_cpu(&cpu, seq_runs);
-        if let Some((transactions, idle_rate)) = transactions {
+        let mut table = Vec::new();
+        for &n in &in_flight {
+            let requests = bench.fake.requests();
+            bench.limit_retries.store(0, Ordering::Relaxed);
+            let load = load_average();
+            let before = bench.snapshot().await;
+            let samples = bench
+                .phase(runs, n, |bench| async move { bench.client_run().await })
+                .await;
+            let cpu = before.until(&bench.snapshot().await);
+            assert_eq!(bench.fake.requests() - requests, runs * 4, "model calls");
+            let e2e: Vec<Duration> = samples.iter().map(|s| s.e2e).collect();
+            let prompt: Vec<Duration> = samples.iter().map(|s| s.prompt).collect();
             println!(
-                "    Postgres transactions per run (pg_stat_database; prompt, stream and run): \
-                 {:.1}  (idle server: {idle_rate:.2}/s, subtracted)",
-                transactions / seq_runs as f64
+                "\nruns, {n} in flight: {runs} runs in {:.2} s = {:.1} runs/s \
+                 (load average before: {load}; 429 TENANT_LIMIT retries: {})",
+                cpu.wall,
+                runs as f64 / cpu.wall,
+                bench.limit_retries.load(Ordering::Relaxed)
             );
+            println!("    e2e (session POST → terminal): {}", summary(e2e.clone()));
+            println!("    prompt POST → terminal:        {}", summary(prompt));
+            println!(
+                "    events per run on the stream: {:.1}",
+                samples.iter().map(|s| s.events).sum::<usize>() as f64 / runs as f64
+            );
+            print_cpu(&cpu, runs);
+            let mut sorted = e2e;
+            sorted.sort();
+            table.push(format!(
+                "| {n} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {load} |",
+                runs as f64 / cpu.wall,
+                cpu.server / runs as f64 * 1e3,
+                ms(quantile(&sorted, 0.5)),
+                ms(quantile(&sorted, 0.99)),
+                cpu.postgres
+                    .map_or("–".into(), |p| format!("{:.2}", p / runs as f64 * 1e3)),
+            ));
         }
-        print_rss("after the sequential phase", pid);
 
-        // 2. Throughput.
-        let mut sessions = Vec::new();
-        for _ in 0..sessions_for(runs) {
-            sessions.push(bench.create_session(true).await);
+        for &n in approval_in_flight.iter().filter(|_| approvals > 0) {
+            let requests = bench.fake.requests();
+            let load = load_average();
+            let before = bench.snapshot().await;
+            let samples = bench
+                .phase(approvals, n, |bench| async move { bench.approval_run().await })
+                .await;
+            let cpu = before.until(&bench.snapshot().await);
+            assert_eq!(bench.fake.requests() - requests, approvals * 2, "model calls");
+            println!(
+                "\napprovals, {n} in flight: {approvals} runs (Write asks → client allows at \
+                 once → Write → final text) in {:.2} s (load average before: {load})",
+                cpu.wall
+            );
+            println!(
+                "    approval round trip (approval POST → next approval_requested/terminal): {}",
+                summary(samples.iter().map(|s| s.round_trip).collect())
+            );
+            println!(
+                "    prompt POST → approval_requested: {}",
+                summary(samples.iter().map(|s| s.prompt_to_request).collect())
+            );
+            print_cpu(&cpu, approvals);
+            let mut sorted: Vec<Duration> = samples.iter().map(|s| s.round_trip).collect();
+            sorted.sort();
+            table.push(format!(
+                "| approvals, {n} in flight | RTT p50 {:.2} ms, p99 {:.2} ms | {:.2} | | | | {load} |",
+                ms(quantile(&sorted, 0.5)),
+                ms(quantile(&sorted, 0.99)),
+                cpu.server / approvals as f64 * 1e3,
+            ));
         }
-        let requests = bench.fake.requests();
-        bench.busy_retries.store(0, Ordering::Relaxed);
-        let before = bench.snapshot().await;
-        let latencies = bench
-            .run_phase(sessions, runs, per_session, concurrency)
-            .await;
-        let cpu = before.until(&bench.snapshot().await);
-        assert_eq!(bench.fake.requests() - requests, runs * 4, "model calls");
-        println!(
-            "\n2. throughput: {runs} runs, {concurrency} in flight over {} sessions \
-             ({per_session} runs per session)",
-            sessions_for(runs)
-        );
-        println!(
-            "    {:.1} runs/s; 409 SESSION_BUSY retries: {}",
-            runs as f64 / cpu.wall,
-            bench.busy_retries.load(Ordering::Relaxed)
-        );
-        print_runs("prompt → terminal under load", &latencies, per_session);
-        print_cpu(&cpu, runs);
-        print_rss("right after throughput", pid);
+
         tokio::time::sleep(Duration::from_secs(3)).await;
-        print_rss("after 3 s idle", pid);
-
-        // 3. Approvals.
-        let mut sessions = Vec::new();
-        for _ in 0..approvals.div_ceil(per_session) {
-            sessions.push(bench.create_session(false).await);
+        print_rss("at rest after the phases", pid);
+        println!(
+            "\n| in flight | runs/s | server CPU/run ms | e2e p50 ms | e2e p99 ms | Postgres CPU/run ms | load average |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for row in table {
+            println!("{row}");
         }
-        let requests = bench.fake.requests();
-        bench.busy_retries.store(0, Ordering::Relaxed);
-        let before = bench.snapshot().await;
-        let mut samples = Vec::new();
-        'sessions: for session in &sessions {
-            let mut stream = bench.open_stream(session).await;
-            for index in 0..per_session {
-                if samples.len() == approvals {
-                    break 'sessions;
-                }
-                samples.push(bench.approval_run(session, &mut stream, index == 0).await);
-            }
-        }
-        let cpu = before.until(&bench.snapshot().await);
-        assert_eq!(
-            bench.fake.requests() - requests,
-            approvals * 2,
-            "model calls"
-        );
-        println!(
-            "\n3. approvals: {approvals} runs one at a time, each: Bash (default mode → \
-             approval_requested) → client answers allow at once → sandboxed Bash → final text"
-        );
-        let pick = |f: fn(&ApprovalSample) -> Duration| samples.iter().map(f).collect::<Vec<_>>();
-        println!(
-            "    prompt → approval_requested:          {}",
-            summary(pick(|s| s.prompt_to_request))
-        );
-        println!(
-            "      of which first runs on a new stream: {}",
-            summary(
-                samples
-                    .iter()
-                    .filter(|s| s.first)
-                    .map(|s| s.prompt_to_request)
-                    .collect()
-            )
-        );
-        if per_session > 1 {
-            println!(
-                "      of which later runs:               {}",
-                summary(
-                    samples
-                        .iter()
-                        .filter(|s| !s.first)
-                        .map(|s| s.prompt_to_request)
-                        .collect()
-                )
-            );
-        }
-        println!(
-            "    approval_requested → answer POST 200: {}",
-            summary(pick(|s| s.answer_response))
-        );
-        println!(
-            "    approval_requested → approval_decided: {}",
-            summary(pick(|s| s.decided))
-        );
-        println!(
-            "    approval_requested → Bash tool_result: {}",
-            summary(pick(|s| s.tool_result))
-        );
-        println!(
-            "    approval_requested → terminal:        {}",
-            summary(pick(|s| s.terminal))
-        );
-        print_cpu(&cpu, approvals);
-        println!(
-            "    sandboxed Bash children (reaped): {:.3} ms CPU per run",
-            cpu.server_children / approvals as f64 * 1e3
-        );
-        print_rss("at the end", pid);
-        let log = bench.server.data_dir().with_file_name("server-1.log");
-        let log = std::fs::read_to_string(log).unwrap_or_default();
-        println!(
-            "server log (filter `{log_filter}`): {} lines, {} KiB in total",
-            log.lines().count(),
-            log.len() / 1024
-        );
 
         // Shut down; drop the Postgres database.
         let Bench { mut server, .. } = Arc::into_inner(bench).expect("bench owner");

@@ -193,6 +193,9 @@ impl SessionWriter {
                     return;
                 }
             }
+            // Let the emitting task run on first: the events it pushes in the same burst (the
+            // deltas of one network read) join this transaction instead of each waking one.
+            tokio::task::yield_now().await;
             if let Err(error) = self.write(vec![], vec![]).await {
                 tracing::warn!(%error, "event flush failed");
             }

@@ -327,6 +327,15 @@ impl SessionRuntime {
         session: &SessionRecord,
         payload: crate::hooks::HookPayload,
     ) -> crate::hooks::runner::HookOutcome {
+        // A session without hooks (the stored config omits an empty `hooks`) has nothing to
+        // run: no config parse, no hook compilation.
+        if session
+            .config
+            .get("hooks")
+            .is_none_or(|hooks| hooks.is_null() || hooks.as_array().is_some_and(Vec::is_empty))
+        {
+            return Default::default();
+        }
         let Ok(config) = serde_json::from_value::<SessionConfig>(session.config.clone()) else {
             return Default::default();
         };

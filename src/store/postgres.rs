@@ -29,8 +29,11 @@ impl PgStore {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|error| StoreError::Internal(format!("invalid database url: {error}")))?
             .application_name("norma");
+        // No ping before every acquire: it is one more round trip to Postgres per
+        // transaction; a broken connection fails its statement instead (and is dropped).
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
+            .test_before_acquire(false)
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;

@@ -19,6 +19,10 @@ use std::str::FromStr;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
+/// Rows per multi-row `INSERT` (8 columns × 100 stays under SQLite's oldest bound-parameter
+/// limit of 999).
+const ROWS_PER_INSERT: usize = 100;
+
 pub struct SqliteStore {
     /// Reads (WAL: they never wait for the writer).
     pool: SqlitePool,
@@ -52,8 +56,11 @@ impl SqliteStore {
                 })?;
             }
         }
+        // No ping before every acquire: it is one more hop to the connection's worker thread
+        // per statement; a broken connection fails its statement instead (and is dropped).
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
+            .test_before_acquire(false)
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect.clone())
             .await?;
@@ -62,6 +69,7 @@ impl SqliteStore {
         // sleeping in SQLite's busy handler while another connection holds the lock.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             // A queue of writers, not an outage: as patient as SQLite's own busy timeout.
             .acquire_timeout(options.acquire_timeout.max(Duration::from_secs(10)))
             .connect_with(connect)
@@ -277,38 +285,58 @@ impl Store for SqliteStore {
         let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
         let result = build_append_result(&batch, first_event, first_message, created_at);
 
-        for (event, record) in batch.events.iter().zip(&result.events) {
-            sqlx::query(
-                "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(session.as_str())
-            .bind(record.seq)
-            .bind(tenant.as_str())
-            .bind(&event.kind)
-            .bind(event.payload.to_string())
-            .bind(event.run_id.as_deref())
-            .bind(&created)
-            .execute(&mut *tx)
-            .await?;
+        // Multi-row inserts: one statement (one hop to SQLite's worker thread) per table and
+        // chunk of rows, not one per row.
+        let payloads: Vec<String> = batch.events.iter().map(|e| e.payload.to_string()).collect();
+        let rows: Vec<_> = batch
+            .events
+            .iter()
+            .zip(&result.events)
+            .zip(&payloads)
+            .collect();
+        for chunk in rows.chunks(ROWS_PER_INSERT) {
+            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, created_at) ",
+            );
+            insert.push_values(chunk, |mut row, ((event, record), payload)| {
+                row.push_bind(session.as_str())
+                    .push_bind(record.seq)
+                    .push_bind(tenant.as_str())
+                    .push_bind(event.kind.as_str())
+                    .push_bind(payload.as_str())
+                    .push_bind(event.run_id.as_deref())
+                    .push_bind(created.as_str());
+            });
+            insert.build().execute(&mut *tx).await?;
         }
-        for (message, record) in batch.messages.iter().zip(&result.messages) {
-            let content = serde_json::to_string(&message.message.content)
-                .map_err(|error| StoreError::Internal(error.to_string()))?;
-            sqlx::query(
+        let contents: Vec<String> = batch
+            .messages
+            .iter()
+            .map(|m| serde_json::to_string(&m.message.content))
+            .collect::<Result<_, _>>()
+            .map_err(|error| StoreError::Internal(error.to_string()))?;
+        let rows: Vec<_> = batch
+            .messages
+            .iter()
+            .zip(&result.messages)
+            .zip(&contents)
+            .collect();
+        for chunk in rows.chunks(ROWS_PER_INSERT) {
+            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
                 "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
-                     compaction_boundary, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(session.as_str())
-            .bind(record.seq)
-            .bind(tenant.as_str())
-            .bind(role_str(message.message.role))
-            .bind(content)
-            .bind(message.run_id.as_deref())
-            .bind(message.compaction_boundary)
-            .bind(&created)
-            .execute(&mut *tx)
-            .await?;
+                     compaction_boundary, created_at) ",
+            );
+            insert.push_values(chunk, |mut row, ((message, record), content)| {
+                row.push_bind(session.as_str())
+                    .push_bind(record.seq)
+                    .push_bind(tenant.as_str())
+                    .push_bind(role_str(message.message.role))
+                    .push_bind(content.as_str())
+                    .push_bind(message.run_id.as_deref())
+                    .push_bind(message.compaction_boundary)
+                    .push_bind(created.as_str());
+            });
+            insert.build().execute(&mut *tx).await?;
         }
         for output in &batch.outputs {
             sqlx::query(

@@ -2,12 +2,39 @@
 //! JSON Schema: enum, bounds, pattern, additionalProperties, nested objects and arrays, and
 //! formats with format checking ON), then used before every call. A failure lists every
 //! failing field (its instance path) and why, so the model can fix its call.
+//!
+//! Compiled validators are shared through a small process-wide cache keyed by the schema's
+//! JSON text: every run registers the built-in tools again, and compiling a schema (its
+//! meta-schema check included) costs far more than the lookup. The cache is bounded (at most
+//! [`CACHE_ENTRIES`] schemas of at most [`CACHE_MAX_SCHEMA_BYTES`] each; when full it is
+//! emptied), so schemas a tenant brings cannot grow it.
 
 use serde_json::Value;
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// How many violations one error text lists at most.
 const MAX_LISTED: usize = 20;
+/// Compiled schemas kept in the process-wide cache at most.
+pub const CACHE_ENTRIES: usize = 256;
+/// Longest schema text (bytes) the cache keeps; longer ones are compiled every time.
+pub const CACHE_MAX_SCHEMA_BYTES: usize = 16 * 1024;
+
+type ValidatorCache = Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
+
+fn validator_cache() -> &'static ValidatorCache {
+    static CACHE: OnceLock<ValidatorCache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// How many compiled schemas the process-wide cache holds.
+pub fn cached_schemas() -> usize {
+    validator_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .len()
+}
 
 /// Why a schema could not be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,7 +89,7 @@ impl fmt::Display for SchemaViolations {
 /// A compiled input schema. Validation is allocation-free when the input is valid.
 #[derive(Debug)]
 pub struct CompiledSchema {
-    validator: jsonschema::Validator,
+    validator: Arc<jsonschema::Validator>,
 }
 
 impl CompiledSchema {
@@ -71,15 +98,36 @@ impl CompiledSchema {
         if schema.get("type").and_then(Value::as_str) != Some("object") {
             return Err(SchemaError::NotAnObjectSchema);
         }
-        let validator = jsonschema::options()
-            .should_validate_formats(true)
-            .offline()
-            .build(schema)
-            .map_err(|error| SchemaError::Invalid {
-                message: error.masked().to_string(),
-                schema_path: error.instance_path().to_string(),
-            })?;
+        let key = schema.to_string();
+        let cache = validator_cache();
+        if let Some(validator) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(Self {
+                validator: validator.clone(),
+            });
+        }
+        let validator = Arc::new(
+            jsonschema::options()
+                .should_validate_formats(true)
+                .offline()
+                .build(schema)
+                .map_err(|error| SchemaError::Invalid {
+                    message: error.masked().to_string(),
+                    schema_path: error.instance_path().to_string(),
+                })?,
+        );
+        if key.len() <= CACHE_MAX_SCHEMA_BYTES {
+            let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= CACHE_ENTRIES {
+                cache.clear();
+            }
+            cache.insert(key, validator.clone());
+        }
         Ok(Self { validator })
+    }
+
+    /// Whether both use the same compiled validator (shared through the cache).
+    pub fn shares_validator_with(&self, other: &CompiledSchema) -> bool {
+        Arc::ptr_eq(&self.validator, &other.validator)
     }
 
     /// Validates one input.

@@ -166,3 +166,42 @@ fn remote_references_are_not_fetched() {
     .unwrap_err();
     assert!(matches!(error, SchemaError::Invalid { .. }), "{error}");
 }
+
+#[test]
+fn compiled_schemas_are_shared_and_the_cache_stays_bounded() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"cache_probe": {"type": "integer", "minimum": 1}},
+        "required": ["cache_probe"]
+    });
+    let first = CompiledSchema::compile(&schema).unwrap();
+    let second = CompiledSchema::compile(&schema).unwrap();
+    assert!(
+        first.shares_validator_with(&second),
+        "the same schema is compiled once"
+    );
+    assert!(second.validate(&json!({"cache_probe": 0})).is_err());
+
+    // A flood of distinct schemas (as a hostile tenant could bring) never grows the cache
+    // past its bound, and every one of them still validates.
+    for index in 0..CACHE_ENTRIES + 20 {
+        let compiled = CompiledSchema::compile(&json!({
+            "type": "object",
+            "properties": {format!("flood_{index}"): {"type": "string"}}
+        }))
+        .unwrap();
+        assert!(
+            compiled
+                .validate(&json!({format!("flood_{index}"): 1}))
+                .is_err()
+        );
+        assert!(cached_schemas() <= CACHE_ENTRIES);
+    }
+
+    // A schema longer than the cached maximum is compiled, not kept.
+    let long = "x".repeat(CACHE_MAX_SCHEMA_BYTES);
+    let big = json!({"type": "object", "description": long});
+    let a = CompiledSchema::compile(&big).unwrap();
+    let b = CompiledSchema::compile(&big).unwrap();
+    assert!(!a.shares_validator_with(&b));
+}
