@@ -203,6 +203,20 @@ impl crate::tools::pipeline::ExecutionJournal for RunJournal {
     }
 }
 
+#[async_trait]
+impl crate::egress::EgressRecorder for RunJournal {
+    async fn record(&self, egress: crate::egress::EgressEvent) {
+        let payload = serde_json::to_value(&egress).unwrap_or_default();
+        if let Err(error) = self
+            .writer
+            .write(vec![], vec![event("egress", payload, &self.run_id)])
+            .await
+        {
+            tracing::warn!(error = %error.0, "could not record an egress event");
+        }
+    }
+}
+
 /// The host of one run.
 pub struct StoreHost {
     pub writer: Arc<SessionWriter>,

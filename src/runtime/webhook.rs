@@ -39,7 +39,7 @@ impl std::fmt::Debug for WebhookConfig {
 impl WebhookConfig {
     /// Checks what can be checked without the network: scheme, host, secret, and literal IPs
     /// against `policy` (a host name is checked when it is resolved, at delivery).
-    pub fn validate(&self, policy: AddressPolicy) -> Result<(), String> {
+    pub fn validate(&self, policy: &AddressPolicy) -> Result<(), String> {
         let url = url::Url::parse(&self.url).map_err(|e| format!("invalid url: {e}"))?;
         if !matches!(url.scheme(), "https" | "http") {
             return Err("the url must be http(s)".into());
@@ -167,32 +167,32 @@ mod tests {
         };
         assert!(
             config("https://policy.example/hook")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_ok()
         );
         assert!(
             config("http://127.0.0.1:9/hook")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_err()
         );
         assert!(
             config("http://127.0.0.1:9/hook")
-                .validate(AddressPolicy::AllowPrivate)
+                .validate(&AddressPolicy::AllowPrivate)
                 .is_ok()
         );
         assert!(
             config("http://[::ffff:10.0.0.1]/hook")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_err()
         );
         assert!(
             config("ftp://policy.example/")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_err()
         );
         assert!(
             config("https://user:pw@policy.example/")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_err()
         );
     }

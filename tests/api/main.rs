@@ -20,4 +20,5 @@ mod sse;
 mod store;
 mod store_limits;
 mod tenant_providers;
+mod web_fetch;
 mod webhooks;
