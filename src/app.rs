@@ -149,8 +149,16 @@ impl App {
         )
         .await?;
         let egress = crate::egress::EgressClient::new(
-            crate::egress::AddressPolicy::from_allow_private(settings.allow_private_webhooks),
+            settings
+                .egress
+                .address_policy(settings.allow_private_webhooks),
         )?;
+        let broker = crate::egress::EgressBroker::new(Arc::new(
+            settings
+                .egress
+                .policy(settings.allow_private_webhooks)
+                .map_err(crate::egress::EgressError::Config)?,
+        ));
         let runtime = crate::runtime::SessionRuntime::new(
             store.clone(),
             crate::runtime::RuntimeSettings {
@@ -167,8 +175,10 @@ impl App {
                 run_lease: std::time::Duration::from_secs(settings.run_lease_seconds.max(1)),
                 approval_park_after: (settings.approval_park_after_ms > 0)
                     .then(|| std::time::Duration::from_millis(settings.approval_park_after_ms)),
+                fetch_limits: settings.egress.fetch_limits(),
             },
             egress,
+            broker,
         );
         warn_if_commands_unavailable(runtime.sandbox().report());
         let listener =

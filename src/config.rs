@@ -54,8 +54,12 @@ pub struct Settings {
     /// Open sessions with no activity for this many seconds are closed (SessionEnd hooks run
     /// with reason `expired`); 0 disables expiry.
     pub session_idle_expiry_seconds: u64,
-    /// Let approval webhooks reach loopback, private and link-local addresses (tests, labs).
+    /// Let outbound requests (webhooks, hooks, WebFetch) reach every loopback, private and
+    /// link-local address (tests, labs): an alias of listing every block in
+    /// `egress.allow_private_cidrs`.
     pub allow_private_webhooks: bool,
+    /// Outbound requests: private blocks allowed, domain rules, WebFetch bounds (`[egress]`).
+    pub egress: crate::egress::EgressSettings,
     /// Tenant limits (`[limits]`, `NORMA_LIMITS__*`): `429 TENANT_LIMIT` (or a tool result
     /// with code `TENANT_LIMIT`) beyond each, counted across replicas sharing the store.
     pub limits: crate::limits::TenantLimits,
@@ -153,6 +157,7 @@ impl Default for Settings {
             tenant_providers: Default::default(),
             limits: crate::limits::TenantLimits::default(),
             allow_private_webhooks: false,
+            egress: Default::default(),
             session_idle_expiry_seconds: 7 * 24 * 3600,
             auth: AuthSettings::default(),
             log: LogSettings::default(),

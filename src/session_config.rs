@@ -57,10 +57,36 @@ pub struct SessionConfig {
     pub budgets: Budgets,
     #[serde(default)]
     pub approvals: ApprovalConfig,
+    /// Outbound requests of this session's tools (WebFetch).
+    #[serde(default, skip_serializing_if = "SessionEgress::is_default")]
+    pub egress: SessionEgress,
     /// Free-form client data kept with the session (at most 16 KiB as JSON).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
+}
+
+/// A session's egress rules: `domain:HOST`, `domain:*.HOST`, optionally `:PORT`. Deny wins
+/// over every allow (the server's and the tenant's included); an allowed host is fetched
+/// without asking, a host no rule names goes up the permission ladder (`WebFetch(domain:…)`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionEgress {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+    /// Lets WebFetch fetch URLs that appear nowhere in the conversation (by default it only
+    /// fetches URLs the user, the model or an earlier tool result wrote: an exfiltration
+    /// guard, refused with `EGRESS_DENIED` reason `url_not_in_context`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fetch_any_url: bool,
+}
+
+impl SessionEgress {
+    fn is_default(&self) -> bool {
+        self == &Self::default()
+    }
 }
 
 /// Per-session model settings.
@@ -168,7 +194,7 @@ impl Default for Budgets {
 }
 
 /// Names of the built-in tools a session may enable.
-pub const BUILTIN_TOOLS: [&str; 23] = [
+pub const BUILTIN_TOOLS: [&str; 24] = [
     "AskUserQuestion",
     "TodoWrite",
     "EnterPlanMode",
@@ -192,6 +218,7 @@ pub const BUILTIN_TOOLS: [&str; 23] = [
     "ShellRead",
     "ShellResize",
     "ShellClose",
+    "WebFetch",
 ];
 
 impl SessionConfig {
@@ -278,6 +305,19 @@ impl SessionConfig {
                     format!("at most {MAX_RULES} rules"),
                 ));
             }
+        }
+        for (field, rules) in [
+            ("egress.allow", &self.egress.allow),
+            ("egress.deny", &self.egress.deny),
+        ] {
+            if rules.len() > MAX_RULES {
+                return Err(ConfigViolation::new(
+                    field,
+                    format!("at most {MAX_RULES} rules"),
+                ));
+            }
+            crate::egress::DomainLists::parse(rules, &[])
+                .map_err(|error| ConfigViolation::new(field, error))?;
         }
         if self
             .model
@@ -376,7 +416,7 @@ impl std::fmt::Debug for WebhookConfig {
 impl WebhookConfig {
     /// Checks what can be checked without the network: scheme, host, secret, and literal IPs
     /// against `policy` (a host name is checked when it is resolved, at delivery).
-    pub fn validate(&self, policy: AddressPolicy) -> Result<(), String> {
+    pub fn validate(&self, policy: &AddressPolicy) -> Result<(), String> {
         let url = url::Url::parse(&self.url).map_err(|e| format!("invalid url: {e}"))?;
         if !matches!(url.scheme(), "https" | "http") {
             return Err("the url must be http(s)".into());

@@ -106,9 +106,12 @@ pub async fn create_session(
     }
     if let Some(webhook) = &config.approvals.webhook {
         webhook
-            .validate(crate::egress::AddressPolicy::from_allow_private(
-                state.settings.allow_private_webhooks,
-            ))
+            .validate(
+                &state
+                    .settings
+                    .egress
+                    .address_policy(state.settings.allow_private_webhooks),
+            )
             .map_err(|message| {
                 ApiError::invalid(format!(
                     "invalid session config: approvals.webhook: {message}"

@@ -9,7 +9,9 @@
 //! address they embed, since that is where the kernel connects. IPv6 is judged by an allow-list:
 //! only the global unicast block `2000::/3` can be public, minus the blocks in [`V6_RANGES`].
 
+use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 /// An IPv4 block: first address, prefix length, and what it is (for logs).
 #[derive(Clone, Copy, Debug)]
@@ -200,13 +202,18 @@ pub fn is_public(ip: IpAddr) -> bool {
 }
 
 /// Which destinations outbound requests may reach.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum AddressPolicy {
     /// Public addresses only (the default).
     #[default]
     PublicOnly,
+    /// Public addresses and the non-public addresses inside these blocks, which the operator
+    /// lists (`egress.allow_private_cidrs`), e.g. a SearXNG on `10.0.0.0/8` or, in tests,
+    /// `127.0.0.0/8`.
+    Listed(Arc<[IpNet]>),
     /// Any address, loopback and private networks included (tests, labs, or hooks and policy
-    /// services on the operator's own network). Setting `allow_private_webhooks`.
+    /// services on the operator's own network). Setting `allow_private_webhooks`, an alias of
+    /// listing `0.0.0.0/0` and `::/0`.
     AllowPrivate,
 }
 
@@ -220,11 +227,38 @@ impl AddressPolicy {
         }
     }
 
+    /// The policy of the operator settings: `allow_private_webhooks` (everything) or the
+    /// listed private blocks (none: public only).
+    pub fn from_settings(allow_private: bool, listed: &[IpNet]) -> Self {
+        if allow_private {
+            Self::AllowPrivate
+        } else if listed.is_empty() {
+            Self::PublicOnly
+        } else {
+            Self::Listed(listed.into())
+        }
+    }
+
     /// `Err` with the non-public block `ip` is in, when this policy refuses it.
-    pub fn check(self, ip: IpAddr) -> Result<(), &'static str> {
+    pub fn check(&self, ip: IpAddr) -> Result<(), &'static str> {
+        let Some(range) = non_public_range(ip) else {
+            return Ok(());
+        };
         match self {
             Self::AllowPrivate => Ok(()),
-            Self::PublicOnly => non_public_range(ip).map_or(Ok(()), Err),
+            Self::PublicOnly => Err(range),
+            Self::Listed(blocks) => {
+                // An IPv4-mapped address is listed when its IPv4 address is.
+                let plain = match ip {
+                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+                    IpAddr::V4(_) => ip,
+                };
+                if blocks.iter().any(|block| block.contains(&plain)) {
+                    Ok(())
+                } else {
+                    Err(range)
+                }
+            }
         }
     }
 }

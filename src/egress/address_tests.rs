@@ -133,3 +133,31 @@ fn the_policy_refuses_non_public_addresses_unless_private_ones_are_allowed() {
     assert_eq!(open.check(metadata), Ok(()));
     assert_eq!(AddressPolicy::default(), AddressPolicy::PublicOnly);
 }
+
+#[test]
+fn listed_private_blocks_open_only_those_blocks() {
+    let listed = AddressPolicy::from_settings(false, &["127.0.0.0/8".parse().unwrap()]);
+    assert_eq!(listed.check("127.0.0.1".parse().unwrap()), Ok(()));
+    assert_eq!(listed.check("::ffff:127.0.0.1".parse().unwrap()), Ok(()));
+    assert_eq!(listed.check("8.8.8.8".parse().unwrap()), Ok(()));
+    for refused in [
+        "10.0.0.1",
+        "169.254.169.254",
+        "::1",
+        "fd00::1",
+        "64:ff9b::7f00:1",
+    ] {
+        assert!(
+            listed.check(refused.parse().unwrap()).is_err(),
+            "{refused} is outside the listed block"
+        );
+    }
+    // `allow_private_webhooks` is an alias that lists everything.
+    let all = AddressPolicy::from_settings(true, &[]);
+    assert_eq!(all, AddressPolicy::AllowPrivate);
+    assert_eq!(all.check("10.0.0.1".parse().unwrap()), Ok(()));
+    assert_eq!(
+        AddressPolicy::from_settings(false, &[]),
+        AddressPolicy::PublicOnly
+    );
+}

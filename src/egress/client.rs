@@ -85,6 +85,8 @@ pub enum EgressError {
     Transport(String),
     #[error("could not build the HTTP client: {0}")]
     Build(#[source] reqwest::Error),
+    #[error("invalid egress settings: {0}")]
+    Config(String),
 }
 
 impl EgressError {
@@ -92,7 +94,7 @@ impl EgressError {
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
-            Self::InvalidUrl(_) | Self::Refused { .. } | Self::Build(_)
+            Self::InvalidUrl(_) | Self::Refused { .. } | Self::Build(_) | Self::Config(_)
         )
     }
 }
@@ -112,15 +114,17 @@ impl EgressClient {
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
             .pool_idle_timeout(IDLE_TIMEOUT)
-            .dns_resolver(Arc::new(CheckedResolver { policy }))
+            .dns_resolver(Arc::new(CheckedResolver {
+                policy: policy.clone(),
+            }))
             .build()
             .map_err(EgressError::Build)?;
         Ok(Self { http, policy })
     }
 
     /// The address policy every request is checked against.
-    pub fn policy(&self) -> AddressPolicy {
-        self.policy
+    pub fn policy(&self) -> &AddressPolicy {
+        &self.policy
     }
 
     /// POSTs `body` to `url` with `headers`, within `limits`.
@@ -264,17 +268,17 @@ struct CheckedResolver {
 
 impl Resolve for CheckedResolver {
     fn resolve(&self, name: Name) -> Resolving {
-        let policy = self.policy;
+        let policy = self.policy.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let addresses = resolve_checked(policy, &host).await?;
+            let addresses = resolve_checked(&policy, &host).await?;
             Ok(Box::new(addresses.into_iter()) as Addrs)
         })
     }
 }
 
 async fn resolve_checked(
-    policy: AddressPolicy,
+    policy: &AddressPolicy,
     host: &str,
 ) -> Result<Vec<SocketAddr>, ResolveError> {
     let lookup = |detail: String| ResolveError::Lookup {
@@ -292,7 +296,7 @@ async fn resolve_checked(
 
 /// Refuses `host` when it has no address or when any of them is refused by `policy`.
 fn check_addresses(
-    policy: AddressPolicy,
+    policy: &AddressPolicy,
     host: &str,
     addresses: &[SocketAddr],
 ) -> Result<(), ResolveError> {
@@ -320,7 +324,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_name_resolving_to_loopback_is_refused_unless_private_is_allowed() {
-        let error = resolve_checked(AddressPolicy::PublicOnly, "localhost")
+        let error = resolve_checked(&AddressPolicy::PublicOnly, "localhost")
             .await
             .unwrap_err();
         assert!(
@@ -328,7 +332,7 @@ mod tests {
                 if host == "localhost" && range.contains("loopback")),
             "{error}"
         );
-        let addresses = resolve_checked(AddressPolicy::AllowPrivate, "localhost")
+        let addresses = resolve_checked(&AddressPolicy::AllowPrivate, "localhost")
             .await
             .unwrap();
         assert!(addresses.iter().all(|a| a.ip().is_loopback()));
@@ -339,7 +343,7 @@ mod tests {
         let public: SocketAddr = "93.184.216.34:0".parse().unwrap();
         let metadata: SocketAddr = "169.254.169.254:0".parse().unwrap();
         let ula: SocketAddr = "[fd00::1]:0".parse().unwrap();
-        let strict = AddressPolicy::PublicOnly;
+        let strict = &AddressPolicy::PublicOnly;
         assert!(check_addresses(strict, "ok.example", &[public]).is_ok());
         for mixed in [[public, metadata], [metadata, public], [public, ula]] {
             let error = check_addresses(strict, "rebind.example", &mixed).unwrap_err();
@@ -348,7 +352,7 @@ mod tests {
                 "{error}"
             );
         }
-        assert!(check_addresses(AddressPolicy::AllowPrivate, "lab", &[public, metadata]).is_ok());
+        assert!(check_addresses(&AddressPolicy::AllowPrivate, "lab", &[public, metadata]).is_ok());
         assert!(matches!(
             check_addresses(strict, "empty.example", &[]),
             Err(ResolveError::Lookup { .. })

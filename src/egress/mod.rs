@@ -1,5 +1,8 @@
 //! Outbound requests the server makes on a tenant's behalf: remote hooks and approval
-//! webhooks today (providers, WebFetch and MCP over HTTP are meant to move here).
+//! webhooks ([`EgressClient`]) and tool traffic, WebFetch today, through the egress broker
+//! ([`EgressBroker`], [`fetch`]) whose decisions come from one policy ([`EgressPolicy`],
+//! [`policy`]: domain rules per server, tenant and session, deny wins, unlisted hosts go up the
+//! permission ladder, and the address checks below). Providers are meant to move here too.
 //!
 //! One [`EgressClient`] is built at start-up from the server's [`AddressPolicy`] and shared by
 //! every caller. It resolves a host name once and refuses the whole name when any of its
@@ -8,7 +11,8 @@
 //! translator — see [`address`]), connects only to the addresses it checked, checks IP-literal
 //! URLs the same way, ignores proxy settings of the environment, never follows redirects, caps
 //! answer bodies while streaming them and bounds each request's total time. The operator
-//! setting `allow_private_webhooks` lifts the address check (for hooks and webhooks alike).
+//! lists private blocks that may be reached anyway (`egress.allow_private_cidrs`);
+//! `allow_private_webhooks` is an alias that lists every block.
 //!
 //! Every request here is *infrastructure traffic*: a destination a session configured (a hook,
 //! a policy service), subject to the address checks and bounds but never to the permission
@@ -20,6 +24,17 @@
 
 pub mod address;
 pub mod client;
+pub mod fetch;
+pub mod policy;
+pub mod settings;
 
 pub use address::{AddressPolicy, is_public, non_public_range};
 pub use client::{Answer, EgressClient, EgressError, Purpose, RequestLimits};
+pub use fetch::{EgressBroker, EgressEvent, EgressRecorder, FetchLimits, Fetched};
+pub use policy::{
+    DomainLists, EgressContext, EgressPolicy, EgressRefusal, Pinned, RefusalReason, Traffic,
+};
+pub use settings::EgressSettings;
+
+/// The code of every refused or failed outbound request in tool results (with a `reason`).
+pub const EGRESS_DENIED: &str = "EGRESS_DENIED";

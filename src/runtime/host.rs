@@ -239,6 +239,27 @@ impl crate::tools::pipeline::ExecutionJournal for RunJournal {
     }
 }
 
+#[async_trait]
+impl crate::egress::EgressRecorder for RunJournal {
+    async fn record(&self, egress: crate::egress::EgressEvent) {
+        let payload = serde_json::to_value(&egress).unwrap_or_default();
+        if let Err(error) = self
+            .writer
+            .write(
+                vec![],
+                // The egress record is typed in `crate::egress`; it is stored as it serialises.
+                vec![RunEvent::Other(run_event::RawEvent {
+                    kind: "egress".to_owned(),
+                    payload,
+                })],
+            )
+            .await
+        {
+            tracing::warn!(error = %error.0, "could not record an egress event");
+        }
+    }
+}
+
 /// The host of one run.
 pub struct StoreHost {
     pub writer: Arc<SessionWriter>,

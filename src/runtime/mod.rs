@@ -203,6 +203,8 @@ pub struct RuntimeSettings {
     /// Whether sessions may run their own model script (`model.script`). A stored session
     /// whose script is no longer allowed fails its next run with `SCRIPTS_NOT_ALLOWED`.
     pub allow_session_scripts: bool,
+    /// The bounds of one WebFetch (`[egress]`).
+    pub fetch_limits: crate::egress::FetchLimits,
 }
 
 /// A run parked on approvals: what it takes to resume it.
@@ -227,6 +229,8 @@ enum Ended {
 struct SessionEnv {
     shells: SessionShells,
     workspace: PathBuf,
+    /// WebFetch answers of this session, reused for a short while.
+    web_cache: Arc<builtin::web_fetch::WebCache>,
     /// Notifications of finished background tasks, waiting for the loop.
     notifications: Arc<Mutex<Vec<String>>>,
 }
@@ -238,6 +242,8 @@ pub struct SessionRuntime {
     http: reqwest::Client,
     /// The outbound client of remote hooks and approval webhooks.
     egress: EgressClient,
+    /// The egress broker of tool traffic (WebFetch).
+    broker: crate::egress::EgressBroker,
     sandbox: Arc<Sandbox>,
     hook_catalog: HookCatalog,
     active: Mutex<HashMap<SessionId, Active>>,
@@ -265,6 +271,7 @@ impl SessionRuntime {
         store: Arc<dyn Store>,
         settings: RuntimeSettings,
         egress: EgressClient,
+        broker: crate::egress::EgressBroker,
     ) -> Arc<Self> {
         let sandbox = Arc::new(Sandbox::probe(settings.sandbox.clone()));
         let (hub, resumes) = approvals::ApprovalHub::new();
@@ -285,6 +292,7 @@ impl SessionRuntime {
             sandbox,
             hook_catalog: HookCatalog::new().with_egress(egress.clone()),
             egress,
+            broker,
             active: Mutex::new(HashMap::new()),
             hub,
             resumes: Mutex::new(Some(resumes)),

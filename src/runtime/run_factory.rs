@@ -49,6 +49,7 @@ impl SessionRuntime {
                 shells,
             },
             workspace: workspace.root().to_owned(),
+            web_cache: Default::default(),
             notifications: Arc::new(Mutex::new(Vec::new())),
         });
         if let Some(mut finished) = env.shells.tasks.notifications() {
@@ -68,6 +69,36 @@ impl SessionRuntime {
         }
         envs.insert(session.clone(), env.clone());
         Ok(env)
+    }
+
+    /// The session's WebFetch, recording its requests in the run's transcript.
+    fn web_fetch_tool(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        config: &SessionConfig,
+        env: &SessionEnv,
+        writer: &Arc<SessionWriter>,
+        run_id: &RunId,
+    ) -> Result<crate::tools::DynTool, RuntimeError> {
+        let lists = crate::egress::DomainLists::parse(&config.egress.allow, &config.egress.deny)
+            .map_err(RuntimeError::Setup)?;
+        Ok(Arc::new(builtin::web_fetch::WebFetchTool::new(
+            builtin::web_fetch::WebFetchSetup {
+                broker: self.broker.clone(),
+                limits: self.settings.fetch_limits,
+                tenant: tenant.clone(),
+                session: session.clone(),
+                lists,
+                fetch_any_url: config.egress.fetch_any_url,
+                store: self.store.clone(),
+                cache: env.web_cache.clone(),
+                recorder: Arc::new(RunJournal {
+                    writer: writer.clone(),
+                    run_id: run_id.clone(),
+                }),
+            },
+        )))
     }
 
     /// The tenant's provider settings (or the server's), with the session's model overrides.
@@ -163,6 +194,7 @@ impl SessionRuntime {
                 tenant.clone(),
                 session.clone(),
             ))
+            .chain([self.web_fetch_tool(tenant, session, &config, &env, &writer, run_id)?])
         {
             if enabled
                 .as_ref()

@@ -125,32 +125,32 @@ mod tests {
         };
         assert!(
             config("https://policy.example/hook")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_ok()
         );
         assert!(
             config("http://127.0.0.1:9/hook")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_err()
         );
         assert!(
             config("http://127.0.0.1:9/hook")
-                .validate(AddressPolicy::AllowPrivate)
+                .validate(&AddressPolicy::AllowPrivate)
                 .is_ok()
         );
         assert!(
             config("http://[::ffff:10.0.0.1]/hook")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_err()
         );
         assert!(
             config("ftp://policy.example/")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_err()
         );
         assert!(
             config("https://user:pw@policy.example/")
-                .validate(AddressPolicy::PublicOnly)
+                .validate(&AddressPolicy::PublicOnly)
                 .is_err()
         );
     }

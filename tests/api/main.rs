@@ -23,4 +23,5 @@ mod store;
 mod store_faults;
 mod store_limits;
 mod tenant_providers;
+mod web_fetch;
 mod webhooks;

@@ -1,7 +1,8 @@
 //! The built-in tools: confined file tools (Read, Write, Edit, MultiEdit, NotebookEdit, LS,
 //! Glob, Grep), sandboxed Bash, background tasks (TaskOutput, TaskStop, TaskList, Monitor) and
 //! PTY shells (ShellStart, ShellWrite, ShellRead, ShellResize, ShellClose), and the store-backed
-//! state tools (TodoWrite, EnterPlanMode, ExitPlanMode, Memory).
+//! state tools (TodoWrite, EnterPlanMode, ExitPlanMode, Memory), and WebFetch (through the
+//! egress broker, [`crate::egress`]).
 //!
 //! File tools are stateless and work on `ToolContext.workspace`. Bash, task and shell tools are
 //! built per session around that session's [`tasks::TaskRegistry`] and [`pty::ShellRegistry`].
@@ -21,6 +22,8 @@ pub mod read;
 pub mod rule_targets;
 pub mod tasks;
 pub mod todo;
+pub mod web_content;
+pub mod web_fetch;
 pub mod write;
 
 use crate::ids::{SessionId, TenantId};

@@ -1,0 +1,118 @@
+//! What WebFetch makes of an answer's body, by content type: HTML to Markdown (`htmd`, with
+//! scripts, styles, navigation, headers, footers, asides, forms and frames left out), JSON,
+//! XML and text as they are, anything else (PDF, images, archives, binaries) refused with
+//! `EGRESS_DENIED` reason `unsupported_content`.
+
+use crate::egress::{EgressRefusal, RefusalReason};
+
+/// Tags whose content is page furniture or code, not the page's text.
+const SKIPPED_TAGS: &[&str] = &[
+    "script", "style", "noscript", "template", "head", "nav", "header", "footer", "aside", "form",
+    "iframe", "svg", "canvas", "button", "select",
+];
+
+/// How a body is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Html,
+    Text,
+}
+
+/// The kind of a content type, or why it is refused. A missing type is text when the body is
+/// valid UTF-8 without NUL bytes.
+pub fn kind_of(content_type: Option<&str>, body: &[u8]) -> Result<Kind, EgressRefusal> {
+    let refused = |what: &str| {
+        EgressRefusal::new(
+            RefusalReason::UnsupportedContent,
+            format!("WebFetch reads HTML, JSON, XML and text, not {what}"),
+        )
+    };
+    match content_type {
+        Some("text/html" | "application/xhtml+xml") => Ok(Kind::Html),
+        Some("application/pdf") => Err(refused("PDF (no PDF-to-text reader on this server)")),
+        Some(t)
+            if t.starts_with("text/")
+                || t == "application/json"
+                || t == "application/xml"
+                || t == "application/javascript"
+                || t.ends_with("+json")
+                || t.ends_with("+xml") =>
+        {
+            Ok(Kind::Text)
+        }
+        Some(other) => Err(refused(&format!("`{other}`"))),
+        None if !body.contains(&0) && std::str::from_utf8(body).is_ok() => {
+            let head = String::from_utf8_lossy(&body[..body.len().min(512)]).to_ascii_lowercase();
+            if head.contains("<html") || head.contains("<!doctype html") {
+                Ok(Kind::Html)
+            } else {
+                Ok(Kind::Text)
+            }
+        }
+        None => Err(refused("a binary answer without a content type")),
+    }
+}
+
+/// The readable text of a body of `kind`. Blocking (HTML parsing): run it off the executor.
+pub fn to_text(kind: Kind, body: &[u8]) -> Result<String, EgressRefusal> {
+    let text = String::from_utf8_lossy(body);
+    match kind {
+        Kind::Text => Ok(text.into_owned()),
+        Kind::Html => htmd::HtmlToMarkdown::builder()
+            .skip_tags(SKIPPED_TAGS.to_vec())
+            .build()
+            .convert(&text)
+            .map_err(|error| {
+                EgressRefusal::new(
+                    RefusalReason::UnsupportedContent,
+                    "the HTML could not be converted",
+                )
+                .with_detail(error.to_string())
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types_decide_how_a_body_is_read() {
+        let table: &[(Option<&str>, &[u8], Option<Kind>)] = &[
+            (Some("text/html"), b"<p>x</p>", Some(Kind::Html)),
+            (Some("application/json"), b"{}", Some(Kind::Text)),
+            (Some("application/ld+json"), b"{}", Some(Kind::Text)),
+            (Some("text/plain"), b"x", Some(Kind::Text)),
+            (Some("application/pdf"), b"%PDF-1.7", None),
+            (Some("image/png"), b"\x89PNG", None),
+            (Some("application/octet-stream"), b"x", None),
+            (None, b"<!DOCTYPE html><html></html>", Some(Kind::Html)),
+            (None, b"plain words", Some(Kind::Text)),
+            (None, b"\x00\x01\x02", None),
+        ];
+        for (content_type, body, expected) in table {
+            let got = kind_of(*content_type, body);
+            match expected {
+                Some(kind) => assert_eq!(got.as_ref().ok(), Some(kind), "{content_type:?}"),
+                None => assert_eq!(
+                    got.unwrap_err().reason,
+                    RefusalReason::UnsupportedContent,
+                    "{content_type:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn html_becomes_markdown_without_scripts_or_navigation() {
+        let html = b"<html><head><title>t</title><style>p{}</style></head><body>\
+            <nav><a href='/'>Home</a></nav><h1>Docs</h1><p>Read <a href='https://docs.rs/'>\
+            this</a>.</p><script>steal()</script><footer>(c)</footer></body></html>";
+        let text = to_text(Kind::Html, html).unwrap();
+        assert!(text.contains("# Docs"), "{text}");
+        assert!(text.contains("[this](https://docs.rs/)"), "{text}");
+        for gone in ["steal", "Home", "(c)", "p{}"] {
+            assert!(!text.contains(gone), "{gone} in {text}");
+        }
+    }
+}
