@@ -1,5 +1,5 @@
 //! Outbound requests the server makes on a tenant's behalf: remote hooks and approval
-//! webhooks today (providers, WebFetch and MCP over HTTP are meant to move here).
+//! webhooks, and sandboxed commands' HTTP through the egress proxy ([`proxy`]) (providers, WebFetch and MCP over HTTP are meant to move here).
 //!
 //! One [`EgressClient`] is built at start-up from the server's [`AddressPolicy`] and shared by
 //! every caller. It resolves a host name once and refuses the whole name when any of its
@@ -20,6 +20,7 @@
 
 pub mod address;
 pub mod client;
+pub mod proxy;
 
 pub use address::{AddressPolicy, is_public, non_public_range};
 pub use client::{Answer, EgressClient, EgressError, Purpose, RequestLimits};
