@@ -152,7 +152,8 @@ async fn exited(child: nix::unistd::Pid) {
     if raw >= 0 {
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let pidfd = unsafe { OwnedFd::from_raw_fd(raw) };
-        if let Ok(pidfd) = tokio::io::unix::AsyncFd::new(pidfd) {
+        // SAFETY: the AsyncFd owns the descriptor, which stays open until it is dropped.
+        if let Ok(pidfd) = unsafe { tokio::io::unix::AsyncFd::register(pidfd) } {
             let _ = pidfd.readable().await;
             return;
         }
