@@ -60,6 +60,12 @@ pub struct SessionConfig {
     /// Outbound requests of this session's tools (WebFetch).
     #[serde(default, skip_serializing_if = "SessionEgress::is_default")]
     pub egress: SessionEgress,
+    /// The network of the session's commands (Bash, background tasks, shells): `none` (the
+    /// default) or `egress` — only the session's egress proxy, which decides every
+    /// destination (`HTTP_PROXY`/`HTTPS_PROXY` are set; nothing else leaves). Any other value
+    /// is `422 INVALID_REQUEST`.
+    #[serde(default, skip_serializing_if = "is_no_network")]
+    pub network: crate::sandbox::CommandNetwork,
     /// Free-form client data kept with the session (at most 16 KiB as JSON).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schema(value_type = Object)]
@@ -87,6 +93,10 @@ impl SessionEgress {
     fn is_default(&self) -> bool {
         self == &Self::default()
     }
+}
+
+fn is_no_network(network: &crate::sandbox::CommandNetwork) -> bool {
+    *network == crate::sandbox::CommandNetwork::None
 }
 
 /// Per-session model settings.

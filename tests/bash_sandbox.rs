@@ -55,6 +55,7 @@ impl Fx {
         let tasks = TaskRegistry::new(&tmp.path().join("data"), &session).expect("tasks");
         let env = SessionShells {
             sandbox,
+            network: Default::default(),
             tasks,
             shells: ShellRegistry::new(),
         };

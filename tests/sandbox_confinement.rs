@@ -62,6 +62,7 @@ impl Fx {
         let tasks = TaskRegistry::new(&tmp.path().join("tasks"), &session).expect("tasks");
         let env = SessionShells {
             sandbox: Arc::new(Sandbox::probe(config)),
+            network: Default::default(),
             tasks,
             shells: ShellRegistry::new(),
         };

@@ -33,8 +33,9 @@ pub struct SessionResponse {
     /// What the command sandbox enforces for this session's Bash, tasks and shells: per part
     /// (`env`, `filesystem`, `mount`, `network`, `pid`, `rlimits`) a `status` of `enforced`,
     /// `unavailable` (with a `reason`) or `disabled`; `required` (the parts that must be
-    /// enforced) and `commands` (`available`, and the `reason` when command tools answer
-    /// `SANDBOX_UNAVAILABLE`).
+    /// enforced), `commands` (`available`, and the `reason` when command tools answer
+    /// `SANDBOX_UNAVAILABLE`) and `session_network` (`mode` `none` or `egress` as configured,
+    /// `available`, `reason`: how commands reach the network, or why they cannot).
     #[schema(value_type = Object)]
     pub sandbox: crate::sandbox::SandboxReport,
 }
@@ -45,6 +46,7 @@ impl SessionResponse {
             tracing::error!(%error, "stored session config does not parse");
             ApiError::new(crate::error::ErrorCode::Internal, "internal error")
         })?;
+        let sandbox = state.runtime.sandbox().session_report(config.network);
         Ok(Self {
             id: record.id.to_string(),
             status: record.status,
@@ -53,7 +55,7 @@ impl SessionResponse {
             updated_at: record.updated_at,
             closed_at: record.closed_at,
             last_event_seq: record.last_event_seq,
-            sandbox: state.runtime.sandbox().report().clone(),
+            sandbox,
         })
     }
 }

@@ -2,7 +2,8 @@
 //! webhooks ([`EgressClient`]) and tool traffic, WebFetch today, through the egress broker
 //! ([`EgressBroker`], [`fetch`]) whose decisions come from one policy ([`EgressPolicy`],
 //! [`policy`]: domain rules per server, tenant and session, deny wins, unlisted hosts go up the
-//! permission ladder, and the address checks below). Providers are meant to move here too.
+//! permission ladder, and the address checks below), and sandboxed commands' HTTP through the
+//! egress proxy ([`proxy`]). Providers are meant to move here too.
 //!
 //! One [`EgressClient`] is built at start-up from the server's [`AddressPolicy`] and shared by
 //! every caller. It resolves a host name once and refuses the whole name when any of its
@@ -26,6 +27,7 @@ pub mod address;
 pub mod client;
 pub mod fetch;
 pub mod policy;
+pub mod proxy;
 pub mod settings;
 
 pub use address::{AddressPolicy, is_public, non_public_range};

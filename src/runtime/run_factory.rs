@@ -25,6 +25,7 @@ impl SessionRuntime {
         &self,
         tenant: &TenantId,
         session: &SessionId,
+        network: crate::sandbox::CommandNetwork,
     ) -> Result<Arc<SessionEnv>, RuntimeError> {
         let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(env) = envs.get(session) {
@@ -45,6 +46,7 @@ impl SessionRuntime {
         let env = Arc::new(SessionEnv {
             shells: SessionShells {
                 sandbox: self.sandbox.clone(),
+                network: self.session_network(tenant, session, network),
                 tasks,
                 shells,
             },
@@ -99,6 +101,46 @@ impl SessionRuntime {
                 }),
             },
         )))
+    }
+
+    /// The network of a session's commands: with `egress`, a proxy endpoint of its own (in
+    /// `<data>/egress-proxy/`), whose connections are logged with the tenant and session.
+    fn session_network(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        network: crate::sandbox::CommandNetwork,
+    ) -> builtin::SessionNetwork {
+        use crate::egress::proxy::{AddressGate, ProxyEndpoint, ProxyLimits, ProxyOutcome};
+        if network == crate::sandbox::CommandNetwork::None {
+            return builtin::SessionNetwork::None;
+        }
+        let gate = Arc::new(AddressGate::new(
+            self.settings.sandbox.egress_allow_private.clone(),
+        ));
+        let (tenant, session) = (tenant.to_string(), session.to_string());
+        let observer: crate::egress::proxy::ProxyObserver =
+            Arc::new(move |record| match &record.outcome {
+                ProxyOutcome::Refused { code, reason } => tracing::warn!(
+                    %tenant, %session, method = %record.method, host = %record.host,
+                    port = record.port, %code, %reason, "egress proxy refused"
+                ),
+                ProxyOutcome::Relayed { ended } => tracing::info!(
+                    %tenant, %session, method = %record.method, host = %record.host,
+                    port = record.port, %ended, bytes_out = record.bytes_out,
+                    bytes_in = record.bytes_in, "egress proxy relayed"
+                ),
+            });
+        let endpoint = ProxyEndpoint::start(
+            &self.settings.files_root.join("egress-proxy"),
+            gate,
+            ProxyLimits::default(),
+            observer,
+        );
+        builtin::SessionNetwork::Egress(endpoint.map(Arc::new).map_err(|error| {
+            tracing::warn!(%error, "egress proxy endpoint could not start");
+            error.to_string()
+        }))
     }
 
     /// The tenant's provider settings (or the server's), with the session's model overrides.
@@ -179,7 +221,7 @@ impl SessionRuntime {
                 .map_err(|error| RuntimeError::from_write(&writer, error))?;
         }
 
-        let env = self.env_for(tenant, session)?;
+        let env = self.env_for(tenant, session, config.network)?;
         let mut registry = ToolRegistry::new();
         let enabled: Option<HashSet<&str>> = config
             .tools

@@ -1,14 +1,15 @@
 //! Landlock rules the launcher applies to itself (the `filesystem` part, a second layer under
 //! the minimal root of [`super::rootfs`]): writes only beneath the workspace (plus the private
 //! `/tmp` when the minimal root is in place, and a few device files), reads and execution on
-//! the system directories, optionally no TCP bind/connect, and — scoped with ABI 6 — no
+//! the system directories, optionally no TCP bind/connect (save connects to the egress
+//! proxy's port, see [`super::egress_forwarder`]), and — scoped with ABI 6 — no
 //! signals to and no abstract UNIX socket connections with processes outside the sandbox.
 //! Without the minimal root this is the only filesystem layer: the data dir, `/run`, `/home`,
 //! `/var` and other workspaces are then unreadable, but `/proc` and `/sys` of the host are.
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use std::path::PathBuf;
 
@@ -33,8 +34,11 @@ pub const WRITABLE_DEVICES: [&str; 5] = [
 pub struct LandlockRequest {
     /// Restrict file access (writes only beneath `workspace`).
     pub filesystem: bool,
-    /// Deny every TCP bind and connect.
+    /// Deny every TCP bind and connect (but connects to `connect_port`).
     pub deny_tcp: bool,
+    /// The one TCP port commands may connect to despite `deny_tcp`: the egress proxy's
+    /// forwarder on the loopback of the command's own network namespace.
+    pub connect_port: Option<u16>,
     /// The only writable tree.
     pub workspace: PathBuf,
     /// Readable trees besides the system directories.
@@ -93,6 +97,11 @@ pub fn apply(req: &LandlockRequest) -> Result<Option<String>, String> {
         created = created
             .add_rule(PathBeneath::new(ws, AccessFs::from_all(TARGET_ABI)))
             .map_err(|e| format!("{}: {e}", req.workspace.display()))?;
+    }
+    if let (true, Some(port)) = (req.deny_tcp, req.connect_port) {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(|e| format!("TCP port {port}: {e}"))?;
     }
     let status = created.restrict_self().map_err(|e| e.to_string())?;
     match status.ruleset {

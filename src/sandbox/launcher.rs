@@ -9,6 +9,7 @@
 //! `norma-sandbox: …` on stderr and exits with [`EXIT_SANDBOX_FAILED`] without running
 //! anything. With `--probe` it instead applies what it can and prints a JSON [`ProbeResult`].
 
+use super::egress_forwarder::{self, Forwarder};
 use super::landlock::{self as ll, LandlockRequest};
 use super::namespaces::{self, Namespaces};
 use super::rlimits::Rlimits;
@@ -44,6 +45,9 @@ pub struct LaunchOptions {
     pub rlimits: Option<Rlimits>,
     /// Readable trees besides the system directories.
     pub extra_read: Vec<PathBuf>,
+    /// The session's egress proxy socket: the command gets a loopback forwarder to it (see
+    /// [`egress_forwarder`]); needs `netns` and `pidns`.
+    pub egress_proxy: Option<PathBuf>,
     /// Report what can be enforced instead of running a program.
     pub probe: bool,
     /// The program and its arguments.
@@ -65,6 +69,9 @@ pub struct ProbeResult {
     pub mountns: Result<(), String>,
     /// Whether the rlimits could be set.
     pub rlimits: Result<(), String>,
+    /// Whether a network namespace's loopback can be brought up and listened on (the
+    /// plumbing of `network: "egress"` sessions).
+    pub egress: Result<(), String>,
 }
 
 impl LaunchOptions {
@@ -91,6 +98,10 @@ impl LaunchOptions {
         for path in &self.extra_read {
             args.push("--read".into());
             args.push(path.clone().into_os_string());
+        }
+        if let Some(socket) = &self.egress_proxy {
+            args.push("--egress-proxy".into());
+            args.push(socket.clone().into_os_string());
         }
         if let Some(r) = &self.rlimits {
             let limits = [
@@ -135,6 +146,7 @@ impl LaunchOptions {
                 "--pidns" => opts.pidns = true,
                 "--mountns" => opts.mountns = true,
                 "--read" => opts.extra_read.push(PathBuf::from(value()?)),
+                "--egress-proxy" => opts.egress_proxy = Some(PathBuf::from(value()?)),
                 "--cpu" => limits.cpu_seconds = Some(number(value()?)?),
                 "--as" => limits.address_space_bytes = Some(number(value()?)?),
                 "--nproc" => limits.max_processes = Some(number(value()?)?),
@@ -183,10 +195,14 @@ pub fn main_from_args(args: Vec<OsString>) -> ! {
     if let Err(e) = restrict(&opts) {
         fail(&e);
     }
+    let mut env = allowed_env();
+    if opts.egress_proxy.is_some() {
+        env.extend(egress_forwarder::proxy_env());
+    }
     let err = std::process::Command::new(&opts.program[0])
         .args(&opts.program[1..])
         .env_clear()
-        .envs(allowed_env())
+        .envs(env)
         .exec();
     fail(&format!("exec {:?}: {err}", opts.program[0]))
 }
@@ -214,6 +230,12 @@ fn restrict(opts: &LaunchOptions) -> Result<(), String> {
     if opts.mountns && !opts.pidns {
         return Err("the minimal root needs the PID namespace (a /proc of its own)".into());
     }
+    if opts.egress_proxy.is_some() && !(opts.netns && opts.pidns) {
+        return Err(
+            "network egress needs the network and PID namespaces (a forwarder outside the command's PID namespace)"
+                .into(),
+        );
+    }
     if opts.netns || opts.pidns || opts.mountns {
         namespaces::enter(Namespaces {
             network: opts.netns,
@@ -221,8 +243,17 @@ fn restrict(opts: &LaunchOptions) -> Result<(), String> {
             mount: opts.mountns,
         })?;
     }
+    let forwarder = match &opts.egress_proxy {
+        Some(socket) => Some(Forwarder::prepare(socket).map_err(|e| format!("egress: {e}"))?),
+        None => None,
+    };
     if opts.pidns {
-        lifetime::fork_as_pid1()?;
+        lifetime::fork_as_pid1_with(move |child| match forwarder {
+            Some(forwarder) => forwarder
+                .serve_until_exit(child)
+                .map_err(|e| format!("egress: {e}")),
+            None => Ok(()),
+        })?;
     }
     if opts.mountns {
         rootfs::enter_minimal_root(&root_spec(opts))?;
@@ -247,6 +278,10 @@ fn landlock_request(opts: &LaunchOptions) -> LandlockRequest {
     LandlockRequest {
         filesystem: opts.filesystem,
         deny_tcp: opts.deny_network,
+        connect_port: opts
+            .egress_proxy
+            .is_some()
+            .then_some(egress_forwarder::PROXY_PORT),
         workspace: opts.workspace.clone(),
         extra_read: opts.extra_read.clone(),
         private_tmp: opts.mountns,
@@ -311,6 +346,20 @@ fn probe(opts: &LaunchOptions) -> ProbeResult {
             Ok(())
         })
     };
+    let egress = if opts.netns {
+        in_child(|| {
+            namespaces::enter(Namespaces {
+                network: true,
+                ..Namespaces::default()
+            })?;
+            egress_forwarder::bring_loopback_up()?;
+            std::net::TcpListener::bind(("127.0.0.1", egress_forwarder::PROXY_PORT))
+                .map(drop)
+                .map_err(|e| format!("listening on the namespace's loopback: {e}"))
+        })
+    } else {
+        not_requested()
+    };
     let landlock = if opts.filesystem || opts.deny_network {
         ll::apply(&LandlockRequest {
             private_tmp: false,
@@ -329,6 +378,7 @@ fn probe(opts: &LaunchOptions) -> ProbeResult {
         pidns,
         mountns,
         rlimits,
+        egress,
     }
 }
 
@@ -385,6 +435,7 @@ mod tests {
             mountns: true,
             rlimits: Some(Rlimits::default()),
             extra_read: vec!["/data/ro".into()],
+            egress_proxy: Some("/run/proxy.sock".into()),
             probe: false,
             program: vec!["/bin/bash".into(), "-c".into(), "echo hi".into()],
         };

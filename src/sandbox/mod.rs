@@ -14,6 +14,7 @@
 //! [`SandboxUnavailable`], which the tools report as `SANDBOX_UNAVAILABLE`) and the report's
 //! `commands` field says why. An operator opts out by requiring fewer parts.
 
+pub mod egress_forwarder;
 pub mod env;
 pub mod landlock;
 pub mod launcher;
@@ -26,7 +27,7 @@ pub mod rootfs;
 pub mod settings;
 
 use launcher::{LaunchOptions, ProbeResult};
-pub use report::{CommandsStatus, Part, PartStatus, SandboxReport};
+pub use report::{CommandsStatus, Part, PartStatus, SandboxReport, SessionNetworkStatus};
 use rlimits::Rlimits;
 use serde::{Deserialize, Serialize};
 pub use settings::{SandboxPart, SandboxSettings};
@@ -41,6 +42,21 @@ pub enum NetworkPolicy {
     Deny,
     Allow,
 }
+
+/// The network a session's commands get (session configuration `network`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandNetwork {
+    /// No network at all (the default).
+    #[default]
+    None,
+    /// Only the session's egress proxy (HTTP and HTTPS through `HTTP_PROXY`/`HTTPS_PROXY`),
+    /// which asks the egress gate for every destination.
+    Egress,
+}
+
+/// How commands of an egress session reach the network (shown in the session's report).
+const EGRESS_HOW: &str = "only through the session's egress proxy: HTTP_PROXY/HTTPS_PROXY/ALL_PROXY      = http://127.0.0.1:3128 inside the command's own network namespace, forwarded to the server;      nothing else leaves";
 
 /// Sandbox configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -59,6 +75,8 @@ pub struct SandboxConfig {
     pub extra_read: Vec<PathBuf>,
     /// Parts that must be enforced for command tools to be available.
     pub require: Vec<SandboxPart>,
+    /// Non-public blocks commands of egress sessions may reach through the proxy.
+    pub egress_allow_private: Vec<ipnet::IpNet>,
 }
 
 impl SandboxConfig {
@@ -74,6 +92,7 @@ impl SandboxConfig {
             rlimits: Rlimits::default(),
             extra_read: Vec::new(),
             require: SandboxPart::ALL.to_vec(),
+            egress_allow_private: Vec::new(),
         }
     }
 
@@ -92,6 +111,7 @@ impl SandboxConfig {
             }
         }
         config.require = settings.require.clone();
+        config.egress_allow_private = settings.egress_allow_private.clone();
         config
     }
 
@@ -166,16 +186,77 @@ impl Sandbox {
         }
     }
 
+    /// Whether commands can get the egress proxy as their only network: the network part
+    /// must be enforced with a network namespace whose loopback the launcher can bring up,
+    /// and the PID part (the forwarder lives outside the command's PID namespace).
+    pub fn egress_available(&self) -> Result<(), SandboxUnavailable> {
+        let refuse = |why: String| {
+            Err(SandboxUnavailable(format!(
+                "network \"egress\" is unavailable on this server: {why}; commands never run \
+                 with the host's network instead"
+            )))
+        };
+        if !self.report.network.is_enforced() {
+            return refuse("the sandbox part `network` is not enforced".into());
+        }
+        if !self.report.pid.is_enforced() {
+            return refuse("the sandbox part `pid` is not enforced".into());
+        }
+        match &self.probe {
+            None => refuse("the launcher probe failed".into()),
+            Some(ProbeResult { netns: Err(e), .. }) => refuse(format!("network namespace: {e}")),
+            Some(ProbeResult { egress: Err(e), .. }) => refuse(format!("loopback: {e}")),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The report of a session whose commands get `network`.
+    pub fn session_report(&self, network: CommandNetwork) -> SandboxReport {
+        let status = match network {
+            CommandNetwork::None => SessionNetworkStatus {
+                mode: network,
+                available: true,
+                reason: Some("no network".into()),
+            },
+            CommandNetwork::Egress => {
+                match self
+                    .commands_available()
+                    .and_then(|()| self.egress_available())
+                {
+                    Ok(()) => SessionNetworkStatus {
+                        mode: network,
+                        available: true,
+                        reason: Some(EGRESS_HOW.into()),
+                    },
+                    Err(SandboxUnavailable(why)) => SessionNetworkStatus {
+                        mode: network,
+                        available: false,
+                        reason: Some(why),
+                    },
+                }
+            }
+        };
+        SandboxReport {
+            session_network: Some(status),
+            ..self.report.clone()
+        }
+    }
+
     /// How to start `program` (e.g. `["/bin/bash", "-c", cmd]`) sandboxed in `workspace`,
     /// requesting exactly the parts the probe found enforceable; refused when a required part
-    /// is not enforced.
+    /// is not enforced. With `egress_proxy` (the session's proxy socket) the command's only
+    /// network is that proxy — refused when the machine cannot arrange it.
     pub fn launch_spec(
         &self,
         workspace: &Path,
         program: &[&str],
         term: &str,
+        egress_proxy: Option<&Path>,
     ) -> Result<LaunchSpec, SandboxUnavailable> {
         self.commands_available()?;
+        if egress_proxy.is_some() {
+            self.egress_available()?;
+        }
         let probed = |f: fn(&ProbeResult) -> bool| self.probe.as_ref().is_some_and(f);
         let network = self.report.network.is_enforced();
         let opts = LaunchOptions {
@@ -191,6 +272,7 @@ impl Sandbox {
                 .is_enforced()
                 .then(|| self.config.rlimits.clone()),
             extra_read: self.config.extra_read.clone(),
+            egress_proxy: egress_proxy.map(Path::to_path_buf),
             probe: false,
             program: program.iter().map(OsString::from).collect(),
         };
@@ -219,6 +301,7 @@ fn run_probe(config: &SandboxConfig) -> Result<ProbeResult, String> {
         mountns: config.mount,
         rlimits: config.rlimits.any().then(|| config.rlimits.clone()),
         extra_read: config.extra_read.clone(),
+        egress_proxy: None,
         probe: true,
         program: Vec::new(),
     };
@@ -264,7 +347,7 @@ mod tests {
         }
         assert!(!report.commands.available);
         let err = sandbox
-            .launch_spec(Path::new("/ws"), &["/bin/true"], "dumb")
+            .launch_spec(Path::new("/ws"), &["/bin/true"], "dumb", None)
             .unwrap_err();
         assert!(err.0.contains("filesystem"), "{err}");
     }
@@ -276,7 +359,7 @@ mod tests {
         let sandbox = Sandbox::probe(config);
         assert!(sandbox.report().commands.available);
         let spec = sandbox
-            .launch_spec(Path::new("/ws"), &["/bin/true"], "dumb")
+            .launch_spec(Path::new("/ws"), &["/bin/true"], "dumb", None)
             .expect("opted out");
         for flag in ["--fs", "--deny-net", "--netns", "--pidns", "--mountns"] {
             assert!(!spec.args.iter().any(|a| a == flag), "{flag}");
@@ -294,9 +377,25 @@ mod tests {
                 SandboxPart::Mount,
                 SandboxPart::Rlimits,
             ],
+            ..SandboxSettings::default()
         };
         let config = SandboxConfig::from_settings("/nonexistent/norma", &settings);
-        let report = Sandbox::probe(config).report().clone();
+        let sandbox = Sandbox::probe(config);
+        // Commands may run (nothing is required), but never with the host's network when
+        // the session asked for the egress proxy only.
+        let err = sandbox
+            .launch_spec(
+                Path::new("/ws"),
+                &["/bin/true"],
+                "dumb",
+                Some(Path::new("/run/p.sock")),
+            )
+            .unwrap_err();
+        assert!(err.0.contains("egress"), "{err}");
+        let session = sandbox.session_report(CommandNetwork::Egress);
+        let network = session.session_network.expect("session network");
+        assert!(!network.available, "{network:?}");
+        let report = sandbox.report().clone();
         assert_eq!(report.filesystem.status, PartStatus::Disabled);
         assert_eq!(report.network.status, PartStatus::Disabled);
         assert_eq!(report.pid.status, PartStatus::Disabled);

@@ -71,6 +71,23 @@ pub struct SandboxReport {
     /// The parts `sandbox.require` lists.
     pub required: Vec<SandboxPart>,
     pub commands: CommandsStatus,
+    /// The session's command network (`network` of its configuration) and whether this
+    /// server can give it; only in a session's report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_network: Option<SessionNetworkStatus>,
+}
+
+/// A session's command network as its report shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionNetworkStatus {
+    /// `none` or `egress` (the session configuration's `network`).
+    pub mode: super::CommandNetwork,
+    /// False when command tools of this session answer `SANDBOX_UNAVAILABLE` because the
+    /// network it asks for cannot be given (then `reason` says why).
+    pub available: bool,
+    /// With `egress`: how commands reach the network; otherwise why they cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl SandboxReport {
@@ -157,6 +174,7 @@ pub(super) fn build(config: &SandboxConfig, probe: &Result<ProbeResult, String>)
             available: true,
             reason: None,
         },
+        session_network: None,
     };
     let missing = config.require.iter().copied().find_map(|part| {
         let field = report.part(part);

@@ -56,6 +56,10 @@ pub struct SandboxSettings {
     /// Parts turned off (reported `disabled`); `env` cannot be turned off. A disabled part
     /// that is also required makes command tools unavailable.
     pub disable: Vec<SandboxPart>,
+    /// Non-public address blocks (CIDR, e.g. `"10.20.0.0/16"`) that commands of
+    /// `network: "egress"` sessions may reach through the egress proxy; every other
+    /// non-public address is refused (`EGRESS_DENIED`). Default: none.
+    pub egress_allow_private: Vec<ipnet::IpNet>,
 }
 
 impl Default for SandboxSettings {
@@ -63,6 +67,7 @@ impl Default for SandboxSettings {
         Self {
             require: SandboxPart::ALL.to_vec(),
             disable: Vec::new(),
+            egress_allow_private: Vec::new(),
         }
     }
 }

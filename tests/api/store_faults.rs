@@ -171,5 +171,9 @@ async fn approval_answered_while_the_listener_is_down_wakes_the_run_when_it_retu
 /// `host:port` of the Postgres in `url`.
 fn pg_upstream(url: &str) -> String {
     let parsed = url::Url::parse(url).unwrap();
-    format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap_or(5432))
+    format!(
+        "{}:{}",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(5432)
+    )
 }

@@ -6,6 +6,7 @@
 //! One module per area; each case is one `#[tokio::test]`.
 
 mod bodies;
+mod command_network;
 mod config;
 mod egress;
 #[path = "../support/fake_llm.rs"]

@@ -68,6 +68,7 @@ pub fn check_command(command: &str) -> Result<(), ToolError> {
 /// The Bash tool of one session.
 pub struct BashTool {
     sandbox: Arc<Sandbox>,
+    network: super::SessionNetwork,
     tasks: Arc<TaskRegistry>,
     schema: Value,
 }
@@ -77,6 +78,7 @@ impl BashTool {
     pub fn new(sandbox: Arc<Sandbox>, tasks: Arc<TaskRegistry>) -> Self {
         Self {
             sandbox,
+            network: Default::default(),
             tasks,
             schema: json!({
                 "type": "object",
@@ -90,6 +92,14 @@ impl BashTool {
                 "additionalProperties": false
             }),
         }
+    }
+}
+
+impl BashTool {
+    /// The tool with the session's command network (no network by default).
+    pub fn with_network(mut self, network: super::SessionNetwork) -> Self {
+        self.network = network;
+        self
     }
 }
 
@@ -152,10 +162,12 @@ impl Tool for BashTool {
         let input: Input = parse_input(input)?;
         check_command(&input.command)?;
         let ws = Workspace::for_tool(ctx.workspace.as_ref())?;
-        let spec = self
-            .sandbox
-            .launch_spec(ws.root(), &["/bin/bash", "-c", &input.command], "dumb")
-            .map_err(super::sandbox_unavailable)?;
+        let spec = self.network.launch_spec(
+            &self.sandbox,
+            ws.root(),
+            &["/bin/bash", "-c", &input.command],
+            "dumb",
+        )?;
         if input.run_in_background {
             let hold = self.tasks.take_hold().await?;
             let info = self

@@ -74,26 +74,68 @@ pub fn file_tools() -> Vec<DynTool> {
     ]
 }
 
-/// One session's command environment: the probed sandbox, its tasks and its PTY shells.
+/// One session's command environment: the probed sandbox, its network, its tasks and its
+/// PTY shells.
 #[derive(Clone)]
 pub struct SessionShells {
     pub sandbox: Arc<Sandbox>,
+    pub network: SessionNetwork,
     pub tasks: Arc<tasks::TaskRegistry>,
     pub shells: Arc<pty::ShellRegistry>,
+}
+
+/// The network of one session's commands (session configuration `network`).
+#[derive(Clone, Default)]
+pub enum SessionNetwork {
+    /// No network (the default).
+    #[default]
+    None,
+    /// Only the session's egress proxy — or why it could not be started (then command tools
+    /// answer `SANDBOX_UNAVAILABLE`: never the host's network instead).
+    Egress(Result<Arc<crate::egress::proxy::ProxyEndpoint>, String>),
+}
+
+impl SessionNetwork {
+    /// How to start `program` sandboxed in `workspace` with this network.
+    pub(crate) fn launch_spec(
+        &self,
+        sandbox: &Sandbox,
+        workspace: &std::path::Path,
+        program: &[&str],
+        term: &str,
+    ) -> Result<crate::sandbox::LaunchSpec, ToolError> {
+        let proxy = match self {
+            Self::None => None,
+            Self::Egress(Ok(endpoint)) => Some(endpoint.socket_path()),
+            Self::Egress(Err(why)) => {
+                return Err(sandbox_unavailable(crate::sandbox::SandboxUnavailable(
+                    format!(
+                        "network \"egress\": the session's egress proxy could not start: {why}"
+                    ),
+                )));
+            }
+        };
+        sandbox
+            .launch_spec(workspace, program, term, proxy)
+            .map_err(sandbox_unavailable)
+    }
 }
 
 /// Bash, the four task tools and the five PTY shell tools of one session.
 pub fn shell_tools(env: &SessionShells) -> Vec<DynTool> {
     vec![
-        Arc::new(bash::BashTool::new(env.sandbox.clone(), env.tasks.clone())),
+        Arc::new(
+            bash::BashTool::new(env.sandbox.clone(), env.tasks.clone())
+                .with_network(env.network.clone()),
+        ),
         Arc::new(tasks::TaskOutputTool::new(env.tasks.clone())),
         Arc::new(tasks::TaskStopTool::new(env.tasks.clone())),
         Arc::new(tasks::TaskListTool::new(env.tasks.clone())),
         Arc::new(tasks::MonitorTool::new(env.tasks.clone())),
-        Arc::new(pty::ShellStartTool::new(
-            env.sandbox.clone(),
-            env.shells.clone(),
-        )),
+        Arc::new(
+            pty::ShellStartTool::new(env.sandbox.clone(), env.shells.clone())
+                .with_network(env.network.clone()),
+        ),
         Arc::new(pty::ShellWriteTool::new(env.shells.clone())),
         Arc::new(pty::ShellReadTool::new(env.shells.clone())),
         Arc::new(pty::ShellResizeTool::new(env.shells.clone())),

@@ -181,6 +181,7 @@ struct StartInput {
 /// ShellStart: opens a PTY running an interactive bash (or `command`) in the sandbox.
 pub struct ShellStartTool {
     sandbox: Arc<Sandbox>,
+    network: super::SessionNetwork,
     shells: Arc<ShellRegistry>,
     schema: Value,
 }
@@ -190,6 +191,7 @@ impl ShellStartTool {
     pub fn new(sandbox: Arc<Sandbox>, shells: Arc<ShellRegistry>) -> Self {
         Self {
             sandbox,
+            network: Default::default(),
             shells,
             schema: json!({
                 "type": "object",
@@ -201,6 +203,14 @@ impl ShellStartTool {
                 "additionalProperties": false
             }),
         }
+    }
+}
+
+impl ShellStartTool {
+    /// The tool with the session's command network (no network by default).
+    pub fn with_network(mut self, network: super::SessionNetwork) -> Self {
+        self.network = network;
+        self
     }
 }
 
@@ -262,10 +272,9 @@ impl Tool for ShellStartTool {
             Some(command) => vec!["/bin/bash", "-c", command],
             None => vec!["/bin/bash", "--noprofile", "--norc", "-i"],
         };
-        let spec = self
-            .sandbox
-            .launch_spec(ws.root(), &program, "xterm-256color")
-            .map_err(super::sandbox_unavailable)?;
+        let spec =
+            self.network
+                .launch_spec(&self.sandbox, ws.root(), &program, "xterm-256color")?;
         let rows = input.rows.unwrap_or(24);
         let size = PtySize {
             rows,

@@ -76,6 +76,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let env = SessionShells {
             sandbox: Arc::new(Sandbox::probe(SandboxConfig::new("/nonexistent/launcher"))),
+            network: Default::default(),
             tasks: tasks::TaskRegistry::new(tmp.path(), &SessionId::generate()).expect("tasks"),
             shells: pty::ShellRegistry::new(),
         };

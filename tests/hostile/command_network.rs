@@ -1,0 +1,212 @@
+//! Commands with network (`network: "egress"`): real `curl` in the real sandbox, through the
+//! session's egress proxy. A loopback HTTP server of the test stands for a public site (the
+//! server allows `127.0.0.0/8` through `sandbox.egress_allow_private`); `169.254.169.254`
+//! stands for a denied one. Hostile: 500 connections and a 1 MiB header are bounded.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::server::ServerProcess;
+use crate::support::{assert_still_serves, code, create_session, prompt_and_wait, start_server};
+
+const WITHIN: Duration = Duration::from_secs(90);
+const PAGE: &str = "hello-from-the-allowed-site";
+
+/// A loopback HTTP server answering every request with [`PAGE`]; returns its port.
+async fn site() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{PAGE}",
+                    PAGE.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+/// The whole log of the server's first start.
+fn full_log(server: &ServerProcess) -> String {
+    let root = server.data_dir().parent().expect("root").to_owned();
+    std::fs::read_to_string(root.join("server-1.log")).expect("server log")
+}
+
+async fn egress_server() -> ServerProcess {
+    start_server(&[("NORMA_SANDBOX__EGRESS_ALLOW_PRIVATE", "[\"127.0.0.0/8\"]")]).await
+}
+
+/// Runs each command with Bash in one turn of a new session of `tenant` with `network`;
+/// returns the session id and each tool result as text.
+async fn run_bash(
+    server: &ServerProcess,
+    tenant: &str,
+    network: &str,
+    commands: &[String],
+) -> (String, Vec<String>) {
+    let calls: Vec<Value> = commands
+        .iter()
+        .map(|c| json!({"name": "Bash", "input": {"command": c, "timeout": 60000}}))
+        .collect();
+    let config = json!({
+        "permission": {"mode": "bypass"},
+        "network": network,
+        "model": {"script": {"turns": [{"tool_calls": calls}, {"text": "done"}]}},
+    });
+    let session = create_session(server, tenant, &config).await;
+    let events = prompt_and_wait(server, tenant, &session, "go", WITHIN).await;
+    let results: Vec<String> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| e["payload"]["result"].to_string())
+        .collect();
+    assert_eq!(
+        results.len(),
+        commands.len(),
+        "{}",
+        crate::server::summarize(&events)
+    );
+    (session, results)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_commands_reach_allowed_sites_through_the_proxy_and_nothing_else() {
+    let port = site().await;
+    let server = egress_server().await;
+    let url = format!("http://127.0.0.1:{port}/");
+    let (session, results) = run_bash(
+        &server,
+        "acme",
+        "egress",
+        &[
+            format!("curl -s -m 20 {url}"),
+            format!("curl -s -m 20 -p {url}"),
+            "curl -s -m 20 -w ' status=%{http_code}' http://169.254.169.254/latest/meta-data/"
+                .into(),
+            format!("curl -s -m 5 --noproxy '*' {url}; echo \" exit=$?\""),
+            "echo \"proxy=$HTTPS_PROXY\"".into(),
+        ],
+    )
+    .await;
+    assert!(
+        results[0].contains(PAGE),
+        "plain HTTP via the proxy: {}",
+        results[0]
+    );
+    assert!(
+        results[1].contains(PAGE),
+        "CONNECT tunnel via the proxy: {}",
+        results[1]
+    );
+    assert!(
+        results[2].contains("EGRESS_DENIED") && results[2].contains("status=403"),
+        "denied destination: {}",
+        results[2]
+    );
+    assert!(
+        !results[3].contains(PAGE) && !results[3].contains("exit=0"),
+        "a direct connection must fail: {}",
+        results[3]
+    );
+    assert!(
+        results[4].contains("proxy=http://127.0.0.1:3128"),
+        "{}",
+        results[4]
+    );
+    let (status, body) = server
+        .get(&format!("/v1/sessions/{session}"), &server.token("acme"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["config"]["network"], "egress", "{body}");
+    let network = &body["sandbox"]["session_network"];
+    assert_eq!(network["mode"], "egress", "{body}");
+    assert_eq!(network["available"], true, "{body}");
+    let logs = server.logs();
+    assert!(logs.contains("egress proxy refused"), "{logs}");
+    assert!(logs.contains("egress proxy relayed"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_egress_commands_have_no_network_at_all() {
+    let port = site().await;
+    let server = egress_server().await;
+    let url = format!("http://127.0.0.1:{port}/");
+    let (session, results) = run_bash(
+        &server,
+        "acme",
+        "none",
+        &[
+            format!("curl -s -m 5 {url}; echo \" exit=$?\""),
+            format!("curl -s -m 5 -x http://127.0.0.1:3128 {url}; echo \" exit=$?\""),
+        ],
+    )
+    .await;
+    for result in &results {
+        assert!(
+            !result.contains(PAGE) && !result.contains("exit=0"),
+            "{result}"
+        );
+    }
+    let (_, body) = server
+        .get(&format!("/v1/sessions/{session}"), &server.token("acme"))
+        .await;
+    assert_eq!(body["sandbox"]["session_network"]["mode"], "none", "{body}");
+    let (status, body) = server
+        .post(
+            "/v1/sessions",
+            &server.token("acme"),
+            &json!({"network": "host"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(code(&body), "INVALID_REQUEST", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tunnels_and_a_huge_header_are_bounded_and_others_still_get_out() {
+    let port = site().await;
+    let server = egress_server().await;
+    let open_many = "opened=0; for i in $(seq 500); do \
+                     if exec {fd}<>/dev/tcp/127.0.0.1/3128; then opened=$((opened+1)); fi; \
+                     done 2>/dev/null; echo \"opened=$opened\"; echo \"last=$(timeout 5 head -c 12 <&$fd)\""
+        .to_string();
+    // One request head of 1 MiB, sent raw (curl refuses such a header itself).
+    let huge_header = "exec 3<>/dev/tcp/127.0.0.1/3128; \
+                       { printf 'GET http://127.0.0.1:9/ HTTP/1.1\\r\\nX-Big: '; \
+                         head -c 1048576 /dev/zero | tr '\\0' a; } >&3 2>/dev/null; \
+                       echo \"answer=$(timeout 5 head -c 12 <&3)\""
+        .to_string();
+    let (_, results) = run_bash(&server, "mallory", "egress", &[open_many, huge_header]).await;
+    // The last connections are beyond every bound: closed at once, or answered 429.
+    assert!(results[0].contains("opened=500"), "{}", results[0]);
+    assert!(!results[1].contains(PAGE), "{}", results[1]);
+    let logs = full_log(&server);
+    assert!(logs.contains("EGRESS_TUNNEL_LIMIT"), "{logs}");
+    assert!(logs.contains("EGRESS_HEADER_TOO_LARGE"), "{logs}");
+    // Another tenant's egress command still gets out, and the server still serves.
+    let (_, results) = run_bash(
+        &server,
+        "globex",
+        "egress",
+        &[format!("curl -s -m 20 http://127.0.0.1:{port}/")],
+    )
+    .await;
+    assert!(results[0].contains(PAGE), "{}", results[0]);
+    assert_still_serves(&server).await;
+}
