@@ -8,7 +8,7 @@
 //! `EGRESS_RESOLVE_FAILED`.
 
 use super::{ProxyGate, ProxyRefusal};
-use crate::egress::address::non_public_range;
+use crate::egress::address::AddressPolicy;
 use async_trait::async_trait;
 use ipnet::IpNet;
 use std::net::{IpAddr, SocketAddr};
@@ -19,29 +19,25 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most addresses kept of one name.
 const MAX_ADDRESSES: usize = 16;
 
-/// Public addresses, plus the operator's private allow-list.
+/// Public addresses, plus the operator's private allow-list: the same [`AddressPolicy`]
+/// (`Listed`) that judges every other outbound request.
 #[derive(Clone, Debug, Default)]
 pub struct AddressGate {
-    allow_private: Vec<IpNet>,
+    policy: AddressPolicy,
 }
 
 impl AddressGate {
     /// A gate that also allows the non-public blocks in `allow_private`.
     pub fn new(allow_private: Vec<IpNet>) -> Self {
-        Self { allow_private }
+        Self {
+            policy: AddressPolicy::Listed(allow_private.into()),
+        }
     }
 
-    /// `Err` with the reason when `ip` may not be reached.
     fn check(&self, ip: IpAddr) -> Result<(), String> {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        match non_public_range(ip) {
-            None => Ok(()),
-            Some(_) if self.allow_private.iter().any(|net| net.contains(&ip)) => Ok(()),
-            Some(range) => Err(format!("{ip} is not public: {range}")),
-        }
+        self.policy
+            .check(ip)
+            .map_err(|range| format!("{ip} is not public: {range}"))
     }
 }
 
