@@ -231,6 +231,23 @@ impl App {
         });
     }
 
+    /// Deletes expired `Idempotency-Key`s, hourly (and once at start-up); expired keys are
+    /// ignored before they are swept.
+    fn spawn_idempotency_sweep(&self) {
+        let store = self.state.store.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
+            loop {
+                tick.tick().await;
+                match store.purge_idempotency_keys().await {
+                    Ok(0) => {}
+                    Ok(purged) => tracing::info!(purged, "expired idempotency keys deleted"),
+                    Err(error) => tracing::warn!(%error, "idempotency key sweep failed"),
+                }
+            }
+        });
+    }
+
     /// Closes sessions idle past `session_idle_expiry_seconds`, emitting SessionEnd.
     fn spawn_idle_expiry(&self) {
         let seconds = self.state.settings.session_idle_expiry_seconds;
@@ -262,6 +279,7 @@ impl App {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         self.spawn_retention();
+        self.spawn_idempotency_sweep();
         self.spawn_idle_expiry();
         let runs_stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(self.state.runtime.clone().maintain_runs(runs_stop.clone()));

@@ -52,6 +52,11 @@ pub enum ErrorCode {
     HookBlocked,
     /// A per-tenant limit (open sessions, concurrent runs) is reached.
     TenantLimit,
+    /// An `Idempotency-Key` already used for a different request (another body, or another
+    /// session for prompts): the key names the first request's outcome only.
+    IdempotencyKeyReused,
+    /// A concurrent request with the same `Idempotency-Key` is being answered; retry.
+    IdempotencyKeyInUse,
     StoreUnavailable,
     /// This replica is shutting down and takes no new work; retry on another replica.
     ShuttingDown,
@@ -76,7 +81,8 @@ impl ErrorCode {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::TenantLimit => StatusCode::TOO_MANY_REQUESTS,
-            Self::HookBlocked => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::HookBlocked | Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::IdempotencyKeyInUse => StatusCode::CONFLICT,
             Self::Conflict
             | Self::SessionBusy
             | Self::SessionClosed
@@ -112,6 +118,8 @@ impl ErrorCode {
             Self::ApprovalPending => "APPROVAL_PENDING",
             Self::TenantLimit => "TENANT_LIMIT",
             Self::HookBlocked => "HOOK_BLOCKED",
+            Self::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
+            Self::IdempotencyKeyInUse => "IDEMPOTENCY_KEY_IN_USE",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::ShuttingDown => "SHUTTING_DOWN",
             Self::Internal => "INTERNAL",
@@ -190,6 +198,10 @@ impl From<StoreError> for ApiError {
                 "the run's lease was lost to another claim",
             ),
             StoreError::TenantLimit(exceeded) => exceeded.into(),
+            StoreError::IdempotencyKeyTaken => Self::new(
+                ErrorCode::IdempotencyKeyInUse,
+                "a concurrent request with this Idempotency-Key is being answered; retry",
+            ),
             StoreError::Internal(reason) => {
                 tracing::error!(%reason, "store error");
                 Self::new(ErrorCode::Internal, "internal error")

@@ -57,6 +57,8 @@ pub struct TenantLimits {
     /// Bytes in the workspaces of the tenant's open sessions, measured after every mutating
     /// tool call; at or over it, mutating calls answer `WORKSPACE_QUOTA_EXCEEDED`.
     pub workspace_bytes: u64,
+    /// `Idempotency-Key`s remembered at once (each lives 24 hours after its request).
+    pub idempotency_keys: u32,
 }
 
 impl Default for TenantLimits {
@@ -74,6 +76,7 @@ impl Default for TenantLimits {
             hooks_per_session: 32,
             pending_approvals: 256,
             workspace_bytes: 10 * 1024 * 1024 * 1024,
+            idempotency_keys: 10_000,
         }
     }
 }
@@ -93,6 +96,7 @@ pub enum Limit {
     HooksPerSession,
     PendingApprovals,
     WorkspaceBytes,
+    IdempotencyKeys,
 }
 
 impl Limit {
@@ -111,6 +115,7 @@ impl Limit {
             Self::HooksPerSession => "hooks_per_session",
             Self::PendingApprovals => "pending_approvals",
             Self::WorkspaceBytes => "workspace_bytes",
+            Self::IdempotencyKeys => "idempotency_keys",
         }
     }
 
@@ -129,6 +134,7 @@ impl Limit {
             Self::HooksPerSession => "hooks in this session",
             Self::PendingApprovals => "pending approval requests",
             Self::WorkspaceBytes => "workspace bytes",
+            Self::IdempotencyKeys => "idempotency keys remembered",
         }
     }
 }
@@ -180,6 +186,7 @@ impl TenantLimits {
             Limit::HooksPerSession => self.hooks_per_session,
             Limit::PendingApprovals => self.pending_approvals,
             Limit::WorkspaceBytes => u32::try_from(self.workspace_bytes).unwrap_or(u32::MAX),
+            Limit::IdempotencyKeys => self.idempotency_keys,
         }
     }
 

@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod events;
 pub mod extract;
 pub mod health;
+pub mod idempotency;
 pub mod outputs;
 pub mod runs;
 pub mod sessions;

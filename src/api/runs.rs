@@ -3,14 +3,17 @@
 //! cancelled; a running run is held by one replica's lease.
 
 use crate::api::extract::{AppJson, AppQuery};
+use crate::api::idempotency::{Keyed, replay};
 use crate::app::AppState;
 use crate::auth::{Principal, scopes};
 use crate::error::{ApiError, ApiResult, ErrorBody, ErrorCode};
 use crate::ids::{RunId, SessionId};
 use crate::runtime::{BusyPolicy, PromptStatus, RuntimeError};
+use crate::store::{IdempotencyRecord, StoreError};
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -89,22 +92,29 @@ pub(crate) async fn load_owned_session(
 }
 
 /// Sends a prompt. `202` with the run id; the run's progress is in the session's events.
+///
+/// With an `Idempotency-Key`, a retry of the same prompt on the same session answers the first
+/// request's status and body (header `Idempotency-Replayed: true`) instead of starting a
+/// second run.
 #[utoipa::path(post, path = "/v1/sessions/{id}/prompts", tag = "runs",
-    params(("id" = String, Path, description = "Session id")),
+    params(("id" = String, Path, description = "Session id"),
+           ("Idempotency-Key" = Option<String>, Header,
+            description = "1..=255 printable ASCII characters; a retry with the same key and body on this session returns the first outcome (kept 24 h)")),
     request_body = PromptRequest,
     responses((status = 202, body = PromptAccepted),
               (status = 404, body = ErrorBody),
-              (status = 409, description = "SESSION_BUSY, SESSION_CLOSED or APPROVAL_PENDING", body = ErrorBody),
-              (status = 422, body = ErrorBody),
-              (status = 429, description = "TENANT_LIMIT: runs in flight or queued prompts", body = ErrorBody),
+              (status = 409, description = "SESSION_BUSY, SESSION_CLOSED, APPROVAL_PENDING, or IDEMPOTENCY_KEY_IN_USE: a concurrent request with this key is being answered; retry", body = ErrorBody),
+              (status = 422, description = "INVALID_REQUEST, or IDEMPOTENCY_KEY_REUSED: the key was used with another body", body = ErrorBody),
+              (status = 429, description = "TENANT_LIMIT: runs in flight, queued prompts or idempotency keys", body = ErrorBody),
               (status = 503, description = "SHUTTING_DOWN: this replica is stopping; retry on another", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn post_prompt(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
+    headers: HeaderMap,
     AppJson(request): AppJson<PromptRequest>,
-) -> ApiResult<(StatusCode, Json<PromptAccepted>)> {
+) -> ApiResult<Response> {
     principal.require(scopes::SESSIONS_WRITE)?;
     let chars = request.text.chars().count();
     if chars == 0 || chars > 200_000 {
@@ -112,18 +122,95 @@ pub async fn post_prompt(
             .with_details(serde_json::json!({ "field": "text" })));
     }
     let session = load_owned_session(&state, &principal, id).await?;
-    let (run_id, status) = state
+    let keyed = Keyed::from_headers(
+        &state,
+        &headers,
+        &principal.tenant,
+        format!("prompt:{}", session.id),
+        &serde_json::json!({ "text": request.text, "busy": request.busy }),
+    )?;
+    if let Some(keyed) = &keyed {
+        if let Some(earlier) = keyed.earlier(&state).await? {
+            return replay_prompt(&state, &session, earlier).await;
+        }
+    }
+    let submitted = state
         .runtime
-        .submit(&session, request.text, request.busy)
-        .await?;
+        .submit(
+            &session,
+            request.text,
+            request.busy,
+            keyed.as_ref().map(|keyed| &keyed.key),
+        )
+        .await;
+    let (run_id, status) = match (submitted, &keyed) {
+        (Ok(accepted), _) => accepted,
+        (Err(RuntimeError::Store(StoreError::IdempotencyKeyTaken)), Some(keyed)) => {
+            let earlier = keyed.taken(&state).await?;
+            return replay_prompt(&state, &session, earlier).await;
+        }
+        (Err(RuntimeError::Busy(run)), Some(keyed)) => {
+            // The session may be busy with the run of a concurrent request with this very key
+            // that has not committed yet: wait for it a little (bounded) before answering busy.
+            for _ in 0..KEYED_BUSY_POLLS {
+                if let Some(earlier) = keyed.earlier(&state).await? {
+                    return replay_prompt(&state, &session, earlier).await;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            return Err(RuntimeError::Busy(run).into());
+        }
+        (Err(error), _) => return Err(error.into()),
+    };
     tracing::info!(run_id = %run_id, ?status, "prompt accepted");
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(PromptAccepted {
-            run_id: run_id.to_string(),
-            status,
-        }),
-    ))
+    let body = PromptAccepted {
+        run_id: run_id.to_string(),
+        status,
+    };
+    if let Some(keyed) = &keyed {
+        let json = serde_json::to_value(&body).unwrap_or_default();
+        keyed.remember(&state, StatusCode::ACCEPTED, &json).await;
+    }
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// How many times (50 ms apart) a keyed prompt refused as busy looks for a concurrent request
+/// with the same key before it answers `SESSION_BUSY`.
+const KEYED_BUSY_POLLS: usize = 20;
+
+/// The first answer of a prompt with the same `Idempotency-Key`: as kept, or from the run as
+/// it is now when the answer was not kept.
+async fn replay_prompt(
+    state: &AppState,
+    session: &crate::store::SessionRecord,
+    earlier: IdempotencyRecord,
+) -> ApiResult<Response> {
+    let fallback = match &earlier.response {
+        Some(_) => serde_json::Value::Null,
+        None => {
+            let run = state
+                .store
+                .get_run(
+                    &session.tenant,
+                    &session.id,
+                    &RunId::from_string(earlier.resource_id.clone()),
+                )
+                .await?
+                .ok_or_else(|| ApiError::not_found("run"))?;
+            let status = if run.status == crate::store::RunStatus::Queued {
+                PromptStatus::Queued
+            } else {
+                PromptStatus::Started
+            };
+            serde_json::to_value(PromptAccepted {
+                run_id: run.id,
+                status,
+            })
+            .unwrap_or_default()
+        }
+    };
+    tracing::info!(run_id = %earlier.resource_id, "prompt replayed (Idempotency-Key)");
+    Ok(replay(earlier, (StatusCode::ACCEPTED, fallback)))
 }
 
 /// Cancels a running or queued run. Every unfinished tool call gets a `CANCELLED` result.

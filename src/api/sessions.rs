@@ -1,16 +1,20 @@
 //! Sessions: create, list, get, close.
 
 use crate::api::extract::{AppJson, AppQuery};
+use crate::api::idempotency::{Keyed, replay};
 use crate::app::AppState;
 use crate::auth::{Principal, scopes};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::ids::SessionId;
 use crate::run_event::{Forked, RunEvent};
 use crate::session_config::SessionConfig;
-use crate::store::{NewSession, SessionCursor, SessionRecord, SessionStatus};
+use crate::store::{
+    IdempotencyRecord, NewSession, SessionCursor, SessionRecord, SessionStatus, StoreError,
+};
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -78,20 +82,35 @@ pub struct ListParams {
 }
 
 /// Creates a session. The body is the session configuration (every field optional).
+///
+/// With an `Idempotency-Key`, a retry of the same request (same tenant and body) answers the
+/// first request's status and body (header `Idempotency-Replayed: true`) instead of creating
+/// a second session; see "Faults and recovery" in the README.
 #[utoipa::path(post, path = "/v1/sessions", tag = "sessions",
     request_body = SessionConfig,
+    params(("Idempotency-Key" = Option<String>, Header,
+            description = "1..=255 printable ASCII characters; a retry with the same key and body returns the first outcome (kept 24 h)")),
     responses((status = 201, body = SessionResponse),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 409, description = "IDEMPOTENCY_KEY_IN_USE: a concurrent request with this key is being answered; retry", body = ErrorBody),
               (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody), (status = 429, body = ErrorBody),
+              (status = 422, description = "INVALID_REQUEST, or IDEMPOTENCY_KEY_REUSED: the key was used with another body", body = ErrorBody),
+              (status = 429, description = "TENANT_LIMIT: open sessions or idempotency keys", body = ErrorBody),
               (status = 503, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create_session(
     State(state): State<AppState>,
     principal: Principal,
+    headers: HeaderMap,
     AppJson(body): AppJson<Value>,
-) -> ApiResult<(StatusCode, Json<SessionResponse>)> {
+) -> ApiResult<Response> {
     principal.require(scopes::SESSIONS_WRITE)?;
+    let keyed = Keyed::from_headers(&state, &headers, &principal.tenant, "session".into(), &body)?;
+    if let Some(keyed) = &keyed {
+        if let Some(earlier) = keyed.earlier(&state).await? {
+            return replay_session(&state, &principal, earlier).await;
+        }
+    }
     let config = SessionConfig::from_json(body).map_err(|violation| {
         ApiError::invalid(format!("invalid session config: {violation}"))
             .with_details(json!({ "field": violation.field }))
@@ -128,14 +147,25 @@ pub async fn create_session(
         tracing::error!(%error, "cannot serialize session config");
         ApiError::new(crate::error::ErrorCode::Internal, "internal error")
     })?;
-    let record = state
+    let created = state
         .store
-        .create_session(NewSession {
-            id,
-            tenant: principal.tenant.clone(),
-            config: stored,
-        })
-        .await?;
+        .create_session_keyed(
+            NewSession {
+                id,
+                tenant: principal.tenant.clone(),
+                config: stored,
+            },
+            keyed.as_ref().map(|keyed| &keyed.key),
+        )
+        .await;
+    let record = match (created, &keyed) {
+        (Ok(record), _) => record,
+        (Err(StoreError::IdempotencyKeyTaken), Some(keyed)) => {
+            let earlier = keyed.taken(&state).await?;
+            return replay_session(&state, &principal, earlier).await;
+        }
+        (Err(error), _) => return Err(error.into()),
+    };
     state
         .runtime
         .session_hooks(
@@ -146,10 +176,32 @@ pub async fn create_session(
         )
         .await;
     tracing::info!("session created");
-    Ok((
-        StatusCode::CREATED,
-        Json(SessionResponse::from_record(record, &state)?),
-    ))
+    let body = SessionResponse::from_record(record, &state)?;
+    if let Some(keyed) = &keyed {
+        let json = serde_json::to_value(&body).unwrap_or_default();
+        keyed.remember(&state, StatusCode::CREATED, &json).await;
+    }
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// The first answer of a session creation with the same `Idempotency-Key`: as kept, or the
+/// session as it is now when the answer was not kept.
+async fn replay_session(
+    state: &AppState,
+    principal: &Principal,
+    earlier: IdempotencyRecord,
+) -> ApiResult<Response> {
+    let fallback = match &earlier.response {
+        Some(_) => Value::Null,
+        None => {
+            let record =
+                crate::api::runs::load_owned_session(state, principal, earlier.resource_id.clone())
+                    .await?;
+            serde_json::to_value(SessionResponse::from_record(record, state)?).unwrap_or_default()
+        }
+    };
+    tracing::info!(session_id = %earlier.resource_id, "session creation replayed (Idempotency-Key)");
+    Ok(replay(earlier, (StatusCode::CREATED, fallback)))
 }
 
 /// Lists the caller's sessions, newest first.

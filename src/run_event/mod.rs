@@ -235,6 +235,7 @@ pub mod kinds {
     pub const TOOL_CALL: &str = "tool_call";
     pub const TOOL_EXECUTING: &str = "tool_executing";
     pub const TOOL_RESULT: &str = "tool_result";
+    pub const APPROVAL_DECIDED: &str = "approval_decided";
 }
 
 impl RunEvent {

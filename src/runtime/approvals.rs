@@ -453,8 +453,28 @@ impl RunApprover {
         Ok((record, woken))
     }
 
-    /// Applies a decided request: its grant goes live, the decision is recorded as an event.
-    async fn conclude(&self, record: ApprovalRecord) -> ApprovalAnswer {
+    /// Whether this run's transcript already tells the decision of approval `id` (a resumed
+    /// run re-reads a decision it recorded before the crash; it is not told twice). On a read
+    /// error it is told again: a repeated, identical decision beats a missing one.
+    async fn decision_recorded(&self, id: &str) -> bool {
+        self.store
+            .list_run_events(
+                &self.tenant,
+                &self.session,
+                &self.run_id,
+                &[run_event::kinds::APPROVAL_DECIDED],
+            )
+            .await
+            .is_ok_and(|events| {
+                events
+                    .iter()
+                    .any(|event| event.payload["approval"]["id"].as_str() == Some(id))
+            })
+    }
+
+    /// Applies a decided request: its grant goes live, the decision is recorded as an event
+    /// (unless `recorded`: the transcript tells it already).
+    async fn conclude(&self, record: ApprovalRecord, recorded: bool) -> ApprovalAnswer {
         if let Some(grant) = &record.grant_id {
             if let Ok(grants) = self.store.list_grants(&self.tenant, &self.session).await {
                 if let Some(found) = grants.iter().find(|g| &g.id == grant) {
@@ -462,10 +482,12 @@ impl RunApprover {
                 }
             }
         }
-        self.record_event(RunEvent::ApprovalDecided(run_event::ApprovalEvent {
-            approval: record.clone(),
-        }))
-        .await;
+        if !recorded {
+            self.record_event(RunEvent::ApprovalDecided(run_event::ApprovalEvent {
+                approval: record.clone(),
+            }))
+            .await;
+        }
         self.answer_of(&record)
     }
 }
@@ -493,7 +515,8 @@ impl Approver for RunApprover {
                     .unwrap_or(earlier);
                 if record.status != ApprovalStatus::Pending {
                     self.hub.forget(&id);
-                    return self.conclude(record).await;
+                    let recorded = self.decision_recorded(&record.id).await;
+                    return self.conclude(record, recorded).await;
                 }
                 // The delivery may have died with the old process; deliveries are idempotent
                 // for the policy service (same approval id).
@@ -546,7 +569,7 @@ impl Approver for RunApprover {
         };
         self.hub.forget(&id);
         match settled {
-            Some(record) => self.conclude(record).await,
+            Some(record) => self.conclude(record, false).await,
             None => ApprovalAnswer::Deny {
                 reason: "the approval could not be read back".into(),
             },

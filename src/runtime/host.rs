@@ -150,6 +150,8 @@ impl SessionWriter {
             outputs: pending.outputs,
             lease: self.lease.clone(),
             run_end,
+            id: Some(uuid::Uuid::new_v4().to_string()),
+            retry: false,
         };
         if batch.events.is_empty() && batch.messages.is_empty() && batch.outputs.is_empty() {
             return Ok(());
@@ -171,14 +173,19 @@ impl SessionWriter {
     }
 
     /// Appends `batch`, retrying a transient store error with backoff for up to
-    /// [`TRANSIENT_RETRY_WINDOW`]; a permanent error (or a lost lease) returns at once.
+    /// [`TRANSIENT_RETRY_WINDOW`]; a permanent error (or a lost lease) returns at once. A retry
+    /// is marked as one: when the first attempt committed but its answer was lost, the store
+    /// answers with what it committed instead of storing the batch twice.
     async fn append_retrying(
         &self,
         batch: AppendBatch,
     ) -> Result<crate::store::AppendResult, crate::store::StoreError> {
+        let mut attempts = 0u32;
         crate::store::retry_transient(TRANSIENT_RETRY_WINDOW, || {
-            self.store
-                .append(&self.tenant, &self.session, batch.clone())
+            attempts += 1;
+            let mut attempt = batch.clone();
+            attempt.retry = attempts > 1;
+            self.store.append(&self.tenant, &self.session, attempt)
         })
         .await
     }

@@ -46,7 +46,7 @@ use crate::permission::RuleSet;
 use crate::run_event::{self, RunEvent, TerminalReason};
 use crate::sandbox::{Sandbox, SandboxConfig};
 use crate::session_config::SessionConfig;
-use crate::store::{NewMessage, NewRun, RunLease, RunStatus, SessionRecord, Store, StoreError};
+use crate::store::{NewMessage, NewRun, RunLease, SessionRecord, Store, StoreError};
 use crate::tools::builtin::{self, SessionShells};
 use crate::tools::pipeline::Pipeline;
 use crate::tools::registry::ToolRegistry;
@@ -360,12 +360,14 @@ impl SessionRuntime {
             .await
     }
 
-    /// Accepts a prompt for `session` (already loaded for the caller's tenant).
+    /// Accepts a prompt for `session` (already loaded for the caller's tenant). `key` (an
+    /// `Idempotency-Key`) is recorded with the run, in the transaction that creates it.
     pub async fn submit(
         self: &Arc<Self>,
         session: &SessionRecord,
         text: String,
         policy: BusyPolicy,
+        key: Option<&crate::store::NewIdempotencyKey>,
     ) -> Result<(RunId, PromptStatus), RuntimeError> {
         if session.status == crate::store::SessionStatus::Closed {
             return Err(RuntimeError::Closed);
@@ -423,7 +425,7 @@ impl SessionRuntime {
             let caps = self.settings.limits.run_caps();
             match self
                 .store
-                .create_run(&session.tenant, new_run, claim, caps)
+                .create_run_keyed(&session.tenant, new_run, claim, caps, key)
                 .await
             {
                 Ok(record) => {
@@ -440,11 +442,12 @@ impl SessionRuntime {
             }
         }
         self.store
-            .create_run(
+            .create_run_keyed(
                 &session.tenant,
                 new_run,
                 None,
                 self.settings.limits.run_caps(),
+                key,
             )
             .await?;
         let mut started_after_end = false;
@@ -550,19 +553,22 @@ impl SessionRuntime {
         if self.store.cancel_queued_run(tenant, session, run).await? {
             return Ok(());
         }
-        // Running on another replica: its owner cancels it on the signal.
-        match self.store.get_run(tenant, session, run).await? {
-            Some(record) if record.status == RunStatus::Running => {
-                self.store
-                    .signal(crate::store::Signal::CancelRun {
-                        session: session.clone(),
-                        run: run.clone(),
-                    })
-                    .await?;
-                Ok(())
-            }
-            _ => Err(RuntimeError::NoSuchRun),
+        // Running on another replica: the cancel is recorded for its owner, which acts on the
+        // signal, or on its next reconcile when the signal is lost.
+        if !self.store.request_cancel(tenant, session, run).await? {
+            return Err(RuntimeError::NoSuchRun);
         }
+        if let Err(error) = self
+            .store
+            .signal(crate::store::Signal::CancelRun {
+                session: session.clone(),
+                run: run.clone(),
+            })
+            .await
+        {
+            tracing::warn!(%error, run_id = %run, "cannot signal a cancel; its owner reconciles it from the store");
+        }
+        Ok(())
     }
 
     /// Cancels `run` if it is the session's current run (`entry`); a parked run resumes to

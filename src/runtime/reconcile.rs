@@ -2,12 +2,16 @@
 //! decided, and how it takes runs (back).
 //!
 //! Signals (Postgres LISTEN/NOTIFY) are advisory; the store is the truth.
-//! [`SessionRuntime::follow_signals`] acts on signals as they come; after the listening
-//! connection comes back, and at every takeover sweep, the replica reconciles from the store
-//! what a lost signal would have said. A run that met a transient store error is claimed
-//! again once the store answers ([`SessionRuntime::reclaim_when_store_answers`]); runs of
-//! crashed or departed replicas are taken over by the sweep
-//! ([`SessionRuntime::resume_unfinished`]).
+//! [`SessionRuntime::follow_signals`] acts on signals as they come. After the listening
+//! connection comes back, and every [`RECONCILE_INTERVAL`] whatever happened, the replica
+//! reconciles from the store what a lost signal would have said ([`SessionRuntime::reconcile`]),
+//! with at most three cheap queries, none per subscriber and none when there is nothing here
+//! to reconcile: approvals someone here waits on that are settled (by primary key), cancels
+//! recorded for runs this replica holds (by owner, a partial index), and the last event `seq`
+//! of every session with SSE subscribers here (by primary key) — only a session behind that
+//! reads its missing events. A run that met a transient store error is claimed again once the
+//! store answers ([`SessionRuntime::reclaim_when_store_answers`]); runs of crashed or departed
+//! replicas are taken over by the sweep ([`SessionRuntime::resume_unfinished`]).
 
 use super::{Active, SessionRuntime};
 use crate::ids::{RunId, SessionId, TenantId};
@@ -15,6 +19,10 @@ use crate::store::{RunStatus, StoreError};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+
+/// How often a replica sharing its store with others reconciles even without a reconnect:
+/// the bound on what a lost signal costs (an approval answered, a cancel, an SSE event).
+pub const RECONCILE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The longest pause between two claims of a run waiting for the store to answer.
 const RECLAIM_MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -33,9 +41,16 @@ impl SessionRuntime {
                 return;
             }
         };
+        let mut reconcile = tokio::time::interval(RECONCILE_INTERVAL);
+        reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        reconcile.tick().await;
         loop {
             let signal = tokio::select! {
                 () = stop.cancelled() => return,
+                _ = reconcile.tick() => {
+                    self.reconcile().await;
+                    continue;
+                }
                 signal = signals.recv() => match signal {
                     Some(signal) => signal,
                     None => return,
@@ -91,16 +106,75 @@ impl SessionRuntime {
     }
 
     /// Catches up with what lost signals would have said (after the listening connection
-    /// came back): approvals answered elsewhere wake their runs, and every session followed
-    /// here publishes the events committed since the last one it published.
-    async fn reconcile(&self) {
+    /// came back, and every [`RECONCILE_INTERVAL`]): approvals answered elsewhere wake their
+    /// runs, cancels recorded for runs held here cancel them, and every session followed here
+    /// publishes the events committed since the last one it published.
+    pub(super) async fn reconcile(&self) {
         self.reconcile_approvals().await;
-        for (tenant, session, published) in self.bus.followed() {
+        self.reconcile_cancels().await;
+        self.reconcile_followed().await;
+    }
+
+    /// Cancels the runs held here whose cancel was recorded in the store (one query by owner;
+    /// nothing when no run is active here). Cancelling is idempotent: a run already
+    /// cancelling is not disturbed.
+    async fn reconcile_cancels(&self) {
+        if self
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            return;
+        }
+        let requested = match self
+            .store
+            .requested_cancels(&self.settings.replica_id)
+            .await
+        {
+            Ok(requested) => requested,
+            Err(error) => {
+                tracing::warn!(%error, "cannot reconcile requested cancels");
+                return;
+            }
+        };
+        let active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        for (session, run) in requested {
+            if let Some(entry) = active.get(&session) {
+                if entry.current == run && !entry.cancel.is_cancelled() {
+                    tracing::info!(session_id = %session, run_id = %run, "a cancel was recorded while its signal was lost");
+                    self.cancel_if_current(entry, &run);
+                }
+            }
+        }
+    }
+
+    /// Publishes to the SSE subscribers here the events their sessions committed past the last
+    /// one published: one query for the last `seq` of every followed session, then reads
+    /// only for sessions behind.
+    async fn reconcile_followed(&self) {
+        let followed = self.bus.followed();
+        if followed.is_empty() {
+            return;
+        }
+        let sessions: Vec<SessionId> = followed.iter().map(|(_, s, _)| s.clone()).collect();
+        let stored: HashMap<SessionId, i64> = match self.store.last_event_seqs(&sessions).await {
+            Ok(stored) => stored.into_iter().collect(),
+            Err(error) => {
+                tracing::warn!(%error, "cannot reconcile followed sessions");
+                return;
+            }
+        };
+        for (tenant, session, published) in followed {
+            let Some(&last) = stored.get(&session) else {
+                continue;
+            };
             let mut after = published;
-            loop {
+            while after < last {
                 match self.store.list_events(&tenant, &session, after, 1000).await {
                     Ok(events) if !events.is_empty() => {
                         after = events.last().map_or(after, |e| e.seq);
+                        tracing::debug!(session_id = %session, after, "caught up a followed session from the store");
                         self.bus.publish(&session, &events);
                     }
                     Ok(_) => break,

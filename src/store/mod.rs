@@ -5,6 +5,7 @@
 //! tenant-owned row carries `tenant_id`, and every tenant-scoped method takes the tenant
 //! explicitly.
 
+mod idempotency;
 mod models;
 pub mod postgres;
 mod postgres_limits;
@@ -13,6 +14,7 @@ mod sqlite_limits;
 pub mod storable;
 mod tool_state;
 
+pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey};
 pub use models::*;
 pub use tool_state::*;
 
@@ -45,6 +47,10 @@ pub enum StoreError {
     /// A tenant limit checked inside the write was reached; nothing was written.
     #[error(transparent)]
     TenantLimit(#[from] crate::limits::LimitExceeded),
+    /// The `Idempotency-Key` was recorded by a concurrent request that committed first;
+    /// nothing was written (read the key to answer with that request's outcome).
+    #[error("the idempotency key was used by a concurrent request")]
+    IdempotencyKeyTaken,
 }
 
 impl StoreError {
@@ -225,7 +231,39 @@ pub trait Store: Send + Sync + 'static {
     /// A cheap round trip proving the database answers.
     async fn ping(&self) -> StoreResult<()>;
 
-    async fn create_session(&self, session: NewSession) -> StoreResult<SessionRecord>;
+    async fn create_session(&self, session: NewSession) -> StoreResult<SessionRecord> {
+        self.create_session_keyed(session, None).await
+    }
+
+    /// Creates a session and, in the same transaction, records `key` naming it
+    /// (`IdempotencyKeyTaken` when a concurrent request recorded the key first, `TenantLimit`
+    /// when the tenant has `key.max_live` live keys; nothing is written then).
+    async fn create_session_keyed(
+        &self,
+        session: NewSession,
+        key: Option<&NewIdempotencyKey>,
+    ) -> StoreResult<SessionRecord>;
+
+    /// The live (unexpired) record of an `Idempotency-Key`.
+    async fn idempotency_key(
+        &self,
+        tenant: &TenantId,
+        scope: &str,
+        key: &str,
+    ) -> StoreResult<Option<IdempotencyRecord>>;
+
+    /// Keeps the first answer of a keyed request (written right after the request's commit).
+    async fn record_idempotent_response(
+        &self,
+        tenant: &TenantId,
+        scope: &str,
+        key: &str,
+        status: u16,
+        body: &serde_json::Value,
+    ) -> StoreResult<()>;
+
+    /// Deletes expired idempotency keys (system-level sweep); how many went.
+    async fn purge_idempotency_keys(&self) -> StoreResult<u64>;
 
     /// The session if it exists AND belongs to `tenant`.
     async fn get_session(
@@ -395,7 +433,35 @@ pub trait Store: Send + Sync + 'static {
         run: NewRun,
         claim: Option<(&str, Duration)>,
         caps: RunCaps,
+    ) -> StoreResult<RunRecord> {
+        self.create_run_keyed(tenant, run, claim, caps, None).await
+    }
+
+    /// [`Store::create_run`] that also records `key` naming the run in the same transaction
+    /// (see [`Store::create_session_keyed`]).
+    async fn create_run_keyed(
+        &self,
+        tenant: &TenantId,
+        run: NewRun,
+        claim: Option<(&str, Duration)>,
+        caps: RunCaps,
+        key: Option<&NewIdempotencyKey>,
     ) -> StoreResult<RunRecord>;
+
+    /// Records a cancel of a running run for the replica that holds it (its signal may be
+    /// lost); false when the run is not running.
+    async fn request_cancel(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run: &RunId,
+    ) -> StoreResult<bool>;
+
+    /// The running runs `owner` holds whose cancel was requested (system-level, one query).
+    async fn requested_cancels(&self, owner: &str) -> StoreResult<Vec<(SessionId, RunId)>>;
+
+    /// The highest event `seq` of each of `sessions` that exists (system-level, one query).
+    async fn last_event_seqs(&self, sessions: &[SessionId]) -> StoreResult<Vec<(SessionId, i64)>>;
 
     /// Claims a run for `owner`: a queued one, a running one whose lease `owner` itself held
     /// (a restarted replica), or a running one whose lease expired. Bumps the fence, so

@@ -188,6 +188,13 @@ pub struct AppendBatch {
     pub lease: Option<RunLease>,
     /// Ends the run (with `lease`) in the same transaction.
     pub run_end: Option<RunEnd>,
+    /// The batch's own id (a run's writer sets one), kept on the session row as its last
+    /// committed batch: a write retried after its commit's answer was lost finds it there and
+    /// is answered with what that commit stored instead of being stored twice.
+    pub id: Option<String>,
+    /// Set on a retry of the same batch (same `id`): only then is the session's last batch
+    /// compared, so a first attempt costs nothing more.
+    pub retry: bool,
 }
 
 /// A run's lifecycle state.

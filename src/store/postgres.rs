@@ -101,9 +101,23 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn create_session(&self, session: NewSession) -> StoreResult<SessionRecord> {
+    async fn create_session_keyed(
+        &self,
+        session: NewSession,
+        key: Option<&NewIdempotencyKey>,
+    ) -> StoreResult<SessionRecord> {
         let mut tx = self.tenant_tx(&session.tenant).await?;
         let created = now();
+        if let Some(key) = key {
+            super::idempotency::postgres::insert(
+                &mut tx,
+                &session.tenant,
+                key,
+                session.id.as_str(),
+                created,
+            )
+            .await?;
+        }
         let row = sqlx::query(&format!(
             "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $4) RETURNING {SESSION_COLUMNS}"
@@ -200,6 +214,33 @@ impl Store for PgStore {
         super::storable::append_batch(&mut batch);
         let created_at = now();
         let mut tx = self.tenant_tx(tenant).await?;
+        let event_count = batch.events.len() as i64;
+        let message_count = batch.messages.len() as i64;
+        if let (true, Some(id)) = (batch.retry, batch.id.as_deref()) {
+            // The first attempt may have committed before its answer was lost. The row lock
+            // waits for that attempt if the server is still finishing it.
+            let row = sqlx::query(
+                "SELECT last_append_id, last_event_seq, last_message_seq, updated_at \
+                 FROM sessions WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
+            )
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+            if row
+                .try_get::<Option<String>, _>("last_append_id")?
+                .as_deref()
+                == Some(id)
+            {
+                return Ok(build_append_result(
+                    &batch,
+                    row.try_get::<i64, _>("last_event_seq")? - event_count + 1,
+                    row.try_get::<i64, _>("last_message_seq")? - message_count + 1,
+                    row.try_get("updated_at")?,
+                ));
+            }
+        }
         if let Some(lease) = &batch.lease {
             // The row lock makes a concurrent claim wait for this write, or this write see it.
             let held = match &batch.run_end {
@@ -235,11 +276,9 @@ impl Store for PgStore {
                 return Err(StoreError::LeaseLost);
             }
         }
-        let event_count = batch.events.len() as i64;
-        let message_count = batch.messages.len() as i64;
         let row = sqlx::query(
             "UPDATE sessions SET last_event_seq = last_event_seq + $3, \
-                 last_message_seq = last_message_seq + $4, updated_at = $5 \
+                 last_message_seq = last_message_seq + $4, updated_at = $5, last_append_id = $6 \
              WHERE id = $1 AND tenant_id = $2 RETURNING last_event_seq, last_message_seq",
         )
         .bind(session.as_str())
@@ -247,6 +286,7 @@ impl Store for PgStore {
         .bind(event_count)
         .bind(message_count)
         .bind(created_at)
+        .bind(batch.id.as_deref())
         .fetch_optional(&mut *tx)
         .await?
         .ok_or(StoreError::NotFound)?;
@@ -776,16 +816,21 @@ impl Store for PgStore {
 
     // --- runs ---
 
-    async fn create_run(
+    async fn create_run_keyed(
         &self,
         tenant: &TenantId,
         run: NewRun,
         claim: Option<(&str, Duration)>,
         caps: RunCaps,
+        key: Option<&NewIdempotencyKey>,
     ) -> StoreResult<RunRecord> {
         let created_at = now();
         let start = RunStart::new(claim, created_at);
         let mut tx = self.tenant_tx(tenant).await?;
+        if let Some(key) = key {
+            super::idempotency::postgres::insert(&mut tx, tenant, key, run.id.as_str(), created_at)
+                .await?;
+        }
         if claim.is_some() {
             super::postgres_limits::admit_running(&mut tx, tenant, caps, None, created_at).await?;
         } else {
@@ -814,6 +859,116 @@ impl Store for PgStore {
         let record = run_from_row(&row)?;
         tx.commit().await?;
         Ok(record)
+    }
+
+    async fn request_cancel(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run: &RunId,
+    ) -> StoreResult<bool> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let done = sqlx::query(
+            "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, $4) \
+             WHERE id = $1 AND session_id = $2 AND tenant_id = $3 AND status = 'running'",
+        )
+        .bind(run.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn requested_cancels(&self, owner: &str) -> StoreResult<Vec<(SessionId, RunId)>> {
+        // System-level (login role), like the heartbeat.
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT session_id, id FROM runs WHERE owner = $1 AND status = 'running' \
+                 AND cancel_requested_at IS NOT NULL",
+        )
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(session, run)| (SessionId::from_string(session), RunId::from_string(run)))
+            .collect())
+    }
+
+    async fn last_event_seqs(&self, sessions: &[SessionId]) -> StoreResult<Vec<(SessionId, i64)>> {
+        if sessions.is_empty() {
+            return Ok(Vec::new());
+        }
+        // System-level (login role): the sessions this replica's SSE subscribers follow.
+        let ids: Vec<&str> = sessions.iter().map(SessionId::as_str).collect();
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT id, last_event_seq FROM sessions WHERE id = ANY($1)")
+                .bind(&ids)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, seq)| (SessionId::from_string(id), seq))
+            .collect())
+    }
+
+    async fn idempotency_key(
+        &self,
+        tenant: &TenantId,
+        scope: &str,
+        key: &str,
+    ) -> StoreResult<Option<IdempotencyRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row = sqlx::query(
+            "SELECT request_sha256, resource_id, status, response, expires_at \
+             FROM idempotency_keys \
+             WHERE tenant_id = $1 AND scope = $2 AND key = $3 AND expires_at > $4",
+        )
+        .bind(tenant.as_str())
+        .bind(scope)
+        .bind(key)
+        .bind(now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        row.as_ref()
+            .map(super::idempotency::postgres::record_of)
+            .transpose()
+    }
+
+    async fn record_idempotent_response(
+        &self,
+        tenant: &TenantId,
+        scope: &str,
+        key: &str,
+        status: u16,
+        body: &serde_json::Value,
+    ) -> StoreResult<()> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        sqlx::query(
+            "UPDATE idempotency_keys SET status = $4, response = $5 \
+             WHERE tenant_id = $1 AND scope = $2 AND key = $3 AND status IS NULL",
+        )
+        .bind(tenant.as_str())
+        .bind(scope)
+        .bind(key)
+        .bind(i32::from(status))
+        .bind(Json(body))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn purge_idempotency_keys(&self) -> StoreResult<u64> {
+        // System-level (login role), like the outputs' purge.
+        let done = sqlx::query("DELETE FROM idempotency_keys WHERE expires_at <= $1")
+            .bind(now())
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn claim_run(

@@ -83,7 +83,7 @@ pub(super) fn ts(value: DateTime<Utc>) -> String {
     value.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-fn parse_ts(value: &str) -> StoreResult<DateTime<Utc>> {
+pub(super) fn parse_ts(value: &str) -> StoreResult<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(value)
         .map(|dt| dt.with_timezone(&Utc))
         .map_err(|error| StoreError::Internal(format!("bad timestamp {value}: {error}")))
@@ -130,11 +130,26 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn create_session(&self, session: NewSession) -> StoreResult<SessionRecord> {
-        let created = ts(now());
+    async fn create_session_keyed(
+        &self,
+        session: NewSession,
+        key: Option<&NewIdempotencyKey>,
+    ) -> StoreResult<SessionRecord> {
+        let at = now();
+        let created = ts(at);
         // An explicit transaction: an autocommit `RETURNING` statement commits when it is reset,
         // after its row was read, and a failed commit (a full disk) would go unreported.
         let mut tx = self.writer.begin().await?;
+        if let Some(key) = key {
+            super::idempotency::sqlite::insert(
+                &mut tx,
+                &session.tenant,
+                key,
+                session.id.as_str(),
+                at,
+            )
+            .await?;
+        }
         let row = sqlx::query(&format!(
             "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
              VALUES (?, ?, ?, ?, ?) RETURNING {SESSION_COLUMNS}"
@@ -236,6 +251,31 @@ impl Store for SqliteStore {
         let event_count = batch.events.len() as i64;
         let message_count = batch.messages.len() as i64;
         let mut tx = self.writer.begin().await?;
+        if let (true, Some(id)) = (batch.retry, batch.id.as_deref()) {
+            // The first attempt may have committed before its answer was lost.
+            let row = sqlx::query(
+                "SELECT last_append_id, last_event_seq, last_message_seq, updated_at \
+                 FROM sessions WHERE id = ? AND tenant_id = ?",
+            )
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+            if row
+                .try_get::<Option<String>, _>("last_append_id")?
+                .as_deref()
+                == Some(id)
+            {
+                let committed_at = parse_ts(&row.try_get::<String, _>("updated_at")?)?;
+                return Ok(build_append_result(
+                    &batch,
+                    row.try_get::<i64, _>("last_event_seq")? - event_count + 1,
+                    row.try_get::<i64, _>("last_message_seq")? - message_count + 1,
+                    committed_at,
+                ));
+            }
+        }
         if let Some(lease) = &batch.lease {
             let (status, terminal, ended) = match &batch.run_end {
                 Some(end) => (
@@ -270,12 +310,13 @@ impl Store for SqliteStore {
         }
         let row = sqlx::query(
             "UPDATE sessions SET last_event_seq = last_event_seq + ?, \
-                 last_message_seq = last_message_seq + ?, updated_at = ? \
+                 last_message_seq = last_message_seq + ?, updated_at = ?, last_append_id = ? \
              WHERE id = ? AND tenant_id = ? RETURNING last_event_seq, last_message_seq",
         )
         .bind(event_count)
         .bind(message_count)
         .bind(&created)
+        .bind(batch.id.as_deref())
         .bind(session.as_str())
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
@@ -697,18 +738,23 @@ impl Store for SqliteStore {
 
     // --- runs ---
 
-    async fn create_run(
+    async fn create_run_keyed(
         &self,
         tenant: &TenantId,
         run: NewRun,
         claim: Option<(&str, Duration)>,
         caps: RunCaps,
+        key: Option<&NewIdempotencyKey>,
     ) -> StoreResult<RunRecord> {
         let created_at = now();
         let start = RunStart::new(claim, created_at);
         // One writer connection: the check and the insert cannot interleave with another
         // admission.
         let mut tx = self.writer.begin().await?;
+        if let Some(key) = key {
+            super::idempotency::sqlite::insert(&mut tx, tenant, key, run.id.as_str(), created_at)
+                .await?;
+        }
         if claim.is_some() {
             super::sqlite_limits::admit_running(&mut tx, tenant, caps, None, created_at).await?;
         } else {
@@ -737,6 +783,113 @@ impl Store for SqliteStore {
         let record = run_from_row(&row)?;
         tx.commit().await?;
         Ok(record)
+    }
+
+    async fn request_cancel(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run: &RunId,
+    ) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await?;
+        let done = sqlx::query(
+            "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, ?) \
+             WHERE id = ? AND session_id = ? AND tenant_id = ? AND status = 'running'",
+        )
+        .bind(ts(now()))
+        .bind(run.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn requested_cancels(&self, owner: &str) -> StoreResult<Vec<(SessionId, RunId)>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT session_id, id FROM runs WHERE owner = ? AND status = 'running' \
+                 AND cancel_requested_at IS NOT NULL",
+        )
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(session, run)| (SessionId::from_string(session), RunId::from_string(run)))
+            .collect())
+    }
+
+    async fn last_event_seqs(&self, sessions: &[SessionId]) -> StoreResult<Vec<(SessionId, i64)>> {
+        if sessions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = sessions.iter().map(SessionId::as_str).collect();
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT id, last_event_seq FROM sessions WHERE id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, seq)| (SessionId::from_string(id), seq))
+            .collect())
+    }
+
+    async fn idempotency_key(
+        &self,
+        tenant: &TenantId,
+        scope: &str,
+        key: &str,
+    ) -> StoreResult<Option<IdempotencyRecord>> {
+        let row = sqlx::query(
+            "SELECT request_sha256, resource_id, status, response, expires_at \
+             FROM idempotency_keys WHERE tenant_id = ? AND scope = ? AND key = ? AND expires_at > ?",
+        )
+        .bind(tenant.as_str())
+        .bind(scope)
+        .bind(key)
+        .bind(ts(now()))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref()
+            .map(super::idempotency::sqlite::record_of)
+            .transpose()
+    }
+
+    async fn record_idempotent_response(
+        &self,
+        tenant: &TenantId,
+        scope: &str,
+        key: &str,
+        status: u16,
+        body: &serde_json::Value,
+    ) -> StoreResult<()> {
+        let mut tx = self.writer.begin().await?;
+        sqlx::query(
+            "UPDATE idempotency_keys SET status = ?, response = ? \
+             WHERE tenant_id = ? AND scope = ? AND key = ? AND status IS NULL",
+        )
+        .bind(i64::from(status))
+        .bind(body.to_string())
+        .bind(tenant.as_str())
+        .bind(scope)
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn purge_idempotency_keys(&self) -> StoreResult<u64> {
+        let mut tx = self.writer.begin().await?;
+        let done = sqlx::query("DELETE FROM idempotency_keys WHERE expires_at <= ?")
+            .bind(ts(now()))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
     }
 
     async fn claim_run(

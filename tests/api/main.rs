@@ -8,6 +8,7 @@ mod errors;
 mod health;
 mod helpers;
 mod hooks;
+mod idempotency;
 mod limits;
 mod openapi;
 mod pg_outage;
