@@ -60,6 +60,8 @@ macro_rules! store_suite {
 
 store_suite!(
     sessions_round_trip,
+    a_retried_batch_whose_commit_answer_was_lost_is_not_stored_twice,
+    cancels_are_recorded_for_the_replica_holding_the_run,
     append_numbers_events_and_messages_contiguously,
     concurrent_appends_never_duplicate_a_seq,
     appends_are_tenant_scoped_and_atomic,
@@ -954,4 +956,111 @@ async fn nul_characters_are_stored_as_replacement_characters(store: Arc<dyn Stor
         .await
         .unwrap();
     assert_eq!(note.content, "n\u{FFFD}te");
+}
+
+/// The regression of "a commit's answer was lost": the writer retries the same batch (same
+/// id, marked as a retry); the store answers with what the first attempt committed instead of
+/// storing the events twice, and a later batch is numbered after it.
+async fn a_retried_batch_whose_commit_answer_was_lost_is_not_stored_twice(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let batch = AppendBatch {
+        events: vec![event("a", 1), event("b", 2)],
+        messages: vec![NewMessage {
+            message: Message::user_text("hi"),
+            run_id: None,
+            compaction_boundary: false,
+        }],
+        id: Some("batch-1".into()),
+        ..Default::default()
+    };
+    let first = store.append(&tenant, &id, batch.clone()).await.unwrap();
+    let retried = store
+        .append(
+            &tenant,
+            &id,
+            AppendBatch {
+                retry: true,
+                ..batch.clone()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        retried.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        first.events.iter().map(|e| e.seq).collect::<Vec<_>>()
+    );
+    assert_eq!(retried.messages[0].seq, first.messages[0].seq);
+    assert_eq!(retried.events[0].created_at, first.events[0].created_at);
+    let stored = store.list_events(&tenant, &id, 0, 100).await.unwrap();
+    assert_eq!(stored.len(), 2, "stored once: {stored:?}");
+    assert_eq!(
+        store
+            .list_messages(&tenant, &id, 0, 100)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // A retry of a batch that never committed is written (once).
+    let second = store
+        .append(
+            &tenant,
+            &id,
+            AppendBatch {
+                events: vec![event("c", 3)],
+                id: Some("batch-2".into()),
+                retry: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.events[0].seq, 3);
+    assert_eq!(
+        store.list_events(&tenant, &id, 0, 100).await.unwrap().len(),
+        3
+    );
+}
+
+/// A cancel of a running run is recorded for its owner (who reconciles it when the signal is
+/// lost); another tenant cannot record one, and a queued run is not "requested".
+async fn cancels_are_recorded_for_the_replica_holding_the_run(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let owner = format!("replica-{}", RunId::generate());
+    let run = store
+        .create_run(
+            &tenant,
+            NewRun {
+                id: RunId::generate(),
+                session: id.clone(),
+                prompt: "go".into(),
+            },
+            Some((owner.as_str(), Duration::from_secs(60))),
+            RunCaps::UNLIMITED,
+        )
+        .await
+        .unwrap();
+    let run_id = RunId::from_string(run.id.clone());
+    assert!(store.requested_cancels(&owner).await.unwrap().is_empty());
+    assert!(
+        !store
+            .request_cancel(&TenantId::new("t2"), &id, &run_id)
+            .await
+            .unwrap(),
+        "another tenant's cancel records nothing"
+    );
+    assert!(store.request_cancel(&tenant, &id, &run_id).await.unwrap());
+    assert_eq!(
+        store.requested_cancels(&owner).await.unwrap(),
+        vec![(id.clone(), run_id)]
+    );
+    assert!(
+        store
+            .requested_cancels("someone-else")
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
