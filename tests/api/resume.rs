@@ -36,6 +36,7 @@ macro_rules! on_each_store {
 on_each_store!(
     a_tool_that_was_executing_is_reported_interrupted_and_not_run_again => super::interrupted_tool_is_not_rerun;
     a_call_parked_on_an_approval_keeps_its_approval_answerable => super::parked_approval_survives;
+    a_resumed_run_does_not_repeat_a_recorded_approval_decision => super::recorded_decision_not_repeated;
     a_run_cut_mid_model_call_reissues_the_call => super::mid_model_call_is_reissued;
     a_run_held_by_a_live_replica_is_left_alone => super::live_lease_is_respected;
     queued_prompts_survive_a_restart_and_run_in_order => super::queued_prompts_survive;
@@ -509,4 +510,94 @@ async fn queued_prompts_survive(backend: Backend) {
         .collect();
     assert_eq!(texts, vec!["first", "one: first", "second", "two: second"]);
     assert_contiguous(&app.events(&token, session.as_str()).await);
+}
+
+/// The crashed replica had recorded the approval's decision (`approval_decided`) but not run
+/// the call yet: the resumed run runs it under that decision without telling it again.
+async fn recorded_decision_not_repeated(backend: Backend) {
+    let Some(prepared) = Prepared::new(backend).await else {
+        return;
+    };
+    let input = json!({ "command": "echo ran >> marker" });
+    let session = prepared
+        .session(json!({ "model": {"script": marker_script("echo ran >> marker")} }))
+        .await;
+    let run = prepared
+        .crashed_run(&session, "go", Duration::from_millis(1))
+        .await;
+    let lease = run.lease().unwrap();
+    let tenant = TenantId::new("acme");
+    let approval_id = norma::ids::ApprovalId::generate();
+    let requested = prepared
+        .store
+        .create_approval(
+            &tenant,
+            NewApproval {
+                id: approval_id.clone(),
+                session: session.clone(),
+                run_id: Some(run.id.clone()),
+                tool_use_id: "toolu_scripted_0_0".into(),
+                tool_name: "Bash".into(),
+                input_sha256: norma::runtime::approvals::input_digest(&input),
+                input: input.clone(),
+                reason: "Bash needs approval".into(),
+                expires_at: chrono::Utc::now() + chrono::Duration::minutes(10),
+            },
+            u32::MAX,
+        )
+        .await
+        .unwrap();
+    let decided = prepared
+        .store
+        .decide_approval(
+            &tenant,
+            &session,
+            &approval_id,
+            norma::store::ApprovalDecision {
+                status: norma::store::ApprovalStatus::Allowed,
+                decided_by: "user-of-acme".into(),
+                reason: None,
+                updated_input: None,
+                grant: None,
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    prepared
+        .write(
+            &session,
+            &lease,
+            vec![],
+            vec![
+                ("model_request", json!({ "request": 1 })),
+                (
+                    "tool_call",
+                    json!({ "tool_use_id": "toolu_scripted_0_0", "name": "Bash", "input": input }),
+                ),
+                ("approval_requested", json!({ "approval": requested })),
+                ("approval_decided", json!({ "approval": decided })),
+            ],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (app, _store) = prepared.start().await;
+    let token = app.token("acme");
+    let record = wait_for_run(&app, &token, &session, &run.id).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    let marker = app
+        .data_dir()
+        .join("workspaces/acme")
+        .join(session.as_str())
+        .join("marker");
+    assert_eq!(std::fs::read_to_string(marker).unwrap(), "ran\n");
+    let events = app.events(&token, session.as_str()).await;
+    assert_contiguous(&events);
+    assert_eq!(count(&events, "run_resumed"), 1);
+    assert_eq!(count(&events, "approval_requested"), 1);
+    assert_eq!(
+        count(&events, "approval_decided"),
+        1,
+        "the recorded decision is not told again: {events:#?}"
+    );
 }
