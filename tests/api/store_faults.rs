@@ -177,3 +177,56 @@ fn pg_upstream(url: &str) -> String {
         parsed.port().unwrap_or(5432)
     )
 }
+
+/// A cancel sent to replica B for a run replica A holds, while A's listening connection is cut
+/// (and every reconnect of it): the cancel is recorded in the store, and A's periodic
+/// reconcile cancels the run without the signal, even before its listener returns.
+#[tokio::test]
+async fn cancel_sent_while_the_listener_is_down_reaches_the_run() {
+    let Some(url) = fresh_pg_database().await else {
+        return;
+    };
+    let proxy = FaultProxy::start(pg_upstream(&url)).await;
+    let proxied = proxy.proxied_url(&url);
+    let a = replica(&proxied, "replica-a").await;
+    let b = replica(&url, "replica-b").await;
+    let token = a.token("acme");
+    let id = a
+        .create_session(
+            "acme",
+            &json!({
+                "permission": {"mode": "bypass"},
+                "model": {"script": {"turns": [
+                    {"tool_calls": [{"name": "Bash", "input": {"command": "sleep 60", "timeout": 90000}}]},
+                    {"text": "done"}
+                ]}}
+            }),
+        )
+        .await;
+    let accepted: Value = a.prompt(&token, &id, "go").await.json().await.unwrap();
+    let run = accepted["run_id"].as_str().unwrap().to_owned();
+    b.wait_for_events(&token, &id, |e| count(e, "tool_executing") == 1)
+        .await;
+    // A's listener is cut and stays cut; its pool keeps working.
+    proxy.block_listen(true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cancelled_at = Instant::now();
+    let cancel = b
+        .client
+        .post(b.url(&format!("/v1/sessions/{id}/runs/{run}/cancel")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), 202);
+    let events = b
+        .wait_for_events(&token, &id, |e| count(e, "terminal") >= 1)
+        .await;
+    eprintln!(
+        "listener down: the cancel reached the run {:?} after it was sent",
+        cancelled_at.elapsed()
+    );
+    let terminal = events.iter().find(|e| e["type"] == "terminal").unwrap();
+    assert_eq!(terminal["payload"]["reason"], "cancelled", "{terminal}");
+    proxy.block_listen(false);
+}
