@@ -383,8 +383,8 @@ async fn check_session(
             })
             .map(|e| &e["payload"]["approval"])
             .collect();
-        // A resumed run re-reads a decision made before the crash and may report it again:
-        // that is the same decision, not a second one.
+        // Told exactly once: a resumed run that re-reads a decision it recorded before the
+        // crash does not tell it again.
         if told.is_empty() || told.iter().any(|t| decision(t) != decision(stored)) {
             fail(format!(
                 "I5 approval {approval} decided {:?} in the store, the transcript tells {:?}",
@@ -394,6 +394,10 @@ async fn check_session(
         }
         if told.len() > 1 {
             summary.repeated_decisions += 1;
+            fail(format!(
+                "I5 approval {approval}: its decision is told {} times",
+                told.len()
+            ));
         }
     }
     for approval in &listed {
