@@ -84,28 +84,6 @@ on_both_backends! {
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-/// Creates a session and sends one prompt; returns `(session id, run id)`.
-async fn session_with_prompt(
-    server: &ServerProcess,
-    token: &str,
-    config: &Value,
-    prompt: &str,
-) -> (String, String) {
-    let (status, session) = server.post("/v1/sessions", token, config).await;
-    assert_eq!(status, 201, "create session: {session}");
-    let id = session["id"].as_str().expect("session id").to_owned();
-    let (status, accepted) = server
-        .post(
-            &format!("/v1/sessions/{id}/prompts"),
-            token,
-            &json!({ "text": prompt }),
-        )
-        .await;
-    assert_eq!(status, 202, "prompt: {accepted}");
-    let run = accepted["run_id"].as_str().expect("run id").to_owned();
-    (id, run)
-}
-
 /// `GET /v1/sessions/{id}/runs/{run_id}`; asserts 200 and the record's ids.
 async fn run_record(server: &ServerProcess, token: &str, session: &str, run: &str) -> Value {
     let (status, record) = server
@@ -188,8 +166,9 @@ async fn kill_during_model_stream(server: ServerProcess) {
         .env("NORMA_PROVIDER__API_KEY", "test-key-not-secret");
     server.start().await;
     let token = server.token(TENANT);
-    let (id, run) =
-        session_with_prompt(&server, &token, &json!({"title": "stream"}), STORY_PROMPT).await;
+    let (id, run) = server
+        .session_with_prompt(&token, &json!({"title": "stream"}), STORY_PROMPT)
+        .await;
 
     let before = server
         .wait_for_events(
@@ -274,7 +253,9 @@ async fn kill_while_parked_on_approval(mut server: ServerProcess) {
             {"text": "done: {{last_tool_result}}"}
         ]}}
     });
-    let (id, run) = session_with_prompt(&server, &token, &config, "append a line").await;
+    let (id, run) = server
+        .session_with_prompt(&token, &config, "append a line")
+        .await;
     let marker = server.workspace(TENANT, &id).join("marker");
 
     let before = server
@@ -407,7 +388,9 @@ async fn kill_during_slow_tool(mut server: ServerProcess) {
             {"text": "after the interruption"}
         ]}}
     });
-    let (id, run) = session_with_prompt(&server, &token, &config, "run the slow thing").await;
+    let (id, run) = server
+        .session_with_prompt(&token, &config, "run the slow thing")
+        .await;
     let marker = server.workspace(TENANT, &id).join("marker");
 
     let before = server

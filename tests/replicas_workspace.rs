@@ -52,25 +52,6 @@ fn shared_workspace(root: &Path, session: &str) -> PathBuf {
     root.join("workspaces").join(TENANT).join(session)
 }
 
-async fn create_and_prompt(
-    server: &ServerProcess,
-    token: &str,
-    config: &Value,
-) -> (String, String) {
-    let (status, session) = server.post("/v1/sessions", token, config).await;
-    assert_eq!(status, 201, "create session: {session}");
-    let id = session["id"].as_str().expect("session id").to_owned();
-    let (status, accepted) = server
-        .post(
-            &format!("/v1/sessions/{id}/prompts"),
-            token,
-            &json!({ "text": "go" }),
-        )
-        .await;
-    assert_eq!(status, 202, "prompt: {accepted}");
-    (id, accepted["run_id"].as_str().expect("run id").to_owned())
-}
-
 /// The result block of the first `tool_result` event of a call to `tool`.
 fn result_of(events: &[Value], tool: &str) -> Value {
     let call = of_kind(events, "tool_call")
@@ -109,7 +90,9 @@ async fn takeover_mid_turn(url: &str, shared_root: Option<&Path>) -> (Vec<Value>
     let mut b = replica(url, "replica-b", shared_root);
     b.start().await;
     let token = a.token(TENANT);
-    let (id, run) = create_and_prompt(&a, &token, &write_then_sleep_then_read()).await;
+    let (id, run) = a
+        .session_with_prompt(&token, &write_then_sleep_then_read(), "go")
+        .await;
     a.wait_for_events(
         &token,
         &id,
@@ -192,7 +175,7 @@ async fn shared_storage_a_parked_run_is_answered_on_the_other_replica() {
             {"text": "saw: {{last_tool_result}}"}
         ]}}
     });
-    let (id, _run) = create_and_prompt(&a, &token, &config).await;
+    let (id, _run) = a.session_with_prompt(&token, &config, "go").await;
     a.wait_for_events(
         &token,
         &id,
@@ -365,7 +348,7 @@ async fn cut_off_replica_fences_itself(outage: Outage) {
             {"text": "done"}
         ]}}
     });
-    let (id, _run) = create_and_prompt(&a, &token, &config).await;
+    let (id, _run) = a.session_with_prompt(&token, &config, "go").await;
     let beat = shared_workspace(shared.path(), &id).join("beat");
     a.wait_for_events(
         &token,

@@ -136,22 +136,6 @@ fn of_call<'a>(events: &'a [Value], kind: &str, tool_use_id: &str) -> Vec<&'a Va
         .collect()
 }
 
-/// Creates a session and sends one prompt; returns the session id.
-async fn session_with_prompt(server: &ServerProcess, token: &str, config: &Value) -> String {
-    let (status, session) = server.post("/v1/sessions", token, config).await;
-    assert_eq!(status, 201, "create session: {session}");
-    let id = session["id"].as_str().expect("session id").to_owned();
-    let (status, accepted) = server
-        .post(
-            &format!("/v1/sessions/{id}/prompts"),
-            token,
-            &json!({ "text": "go" }),
-        )
-        .await;
-    assert_eq!(status, 202, "prompt: {accepted}");
-    id
-}
-
 /// The single `run_resumed` event's payload.
 fn run_resumed(events: &[Value]) -> Value {
     let resumed = of_kind(events, "run_resumed");
@@ -248,7 +232,10 @@ async fn sigterm_between_two_calls(backend: Backend) {
             {"text": "both calls done"}
         ]}}
     });
-    let id = session_with_prompt(&replicas.first, &token, &config).await;
+    let (id, _run) = replicas
+        .first
+        .session_with_prompt(&token, &config, "go")
+        .await;
     let sse = follow_until_reconnect(&replicas.first, &token, &id);
     let before = replicas
         .first
@@ -338,7 +325,10 @@ async fn stuck_tool_past_grace(backend: Backend) {
             {"text": "after the interruption"}
         ]}}
     });
-    let id = session_with_prompt(&replicas.first, &token, &config).await;
+    let (id, _run) = replicas
+        .first
+        .session_with_prompt(&token, &config, "go")
+        .await;
     let before = replicas
         .first
         .wait_for_events(
@@ -394,7 +384,7 @@ async fn second_sigterm_exits_at_once() {
             {"tool_calls": [{"name": "Bash", "input": {"command": sleep.clone()}}]}
         ]}}
     });
-    let id = session_with_prompt(server, &token, &config).await;
+    let (id, _run) = server.session_with_prompt(&token, &config, "go").await;
     server
         .wait_for_events(
             &token,
@@ -447,7 +437,10 @@ async fn approval_wait_parks(backend: Backend) {
             {"text": "done: {{last_tool_result}}"}
         ]}}
     });
-    let id = session_with_prompt(&replicas.first, &token, &config).await;
+    let (id, _run) = replicas
+        .first
+        .session_with_prompt(&token, &config, "go")
+        .await;
     let before = replicas
         .first
         .wait_for_events(
@@ -547,7 +540,10 @@ async fn model_stream_abandoned(backend: Backend) {
         return;
     };
     let token = replicas.first.token(TENANT);
-    let id = session_with_prompt(&replicas.first, &token, &json!({"title": "stream"})).await;
+    let (id, _run) = replicas
+        .first
+        .session_with_prompt(&token, &json!({"title": "stream"}), "go")
+        .await;
     replicas
         .first
         .wait_for_events(

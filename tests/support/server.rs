@@ -346,6 +346,29 @@ impl ServerProcess {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// Creates a session with `config` and sends it `prompt`; returns `(session id, run id)`,
+    /// asserting `201` and `202`.
+    pub async fn session_with_prompt(
+        &self,
+        token: &str,
+        config: &Value,
+        prompt: &str,
+    ) -> (String, String) {
+        let (status, session) = self.post("/v1/sessions", token, config).await;
+        assert_eq!(status, 201, "create session: {session}");
+        let id = session["id"].as_str().expect("session id").to_owned();
+        let (status, accepted) = self
+            .post(
+                &format!("/v1/sessions/{id}/prompts"),
+                token,
+                &serde_json::json!({ "text": prompt }),
+            )
+            .await;
+        assert_eq!(status, 202, "prompt: {accepted}");
+        let run = accepted["run_id"].as_str().expect("run id").to_owned();
+        (id, run)
+    }
+
     /// Every event of a session, paged through `GET /events` (`after`, 1,000 per page).
     pub async fn all_events(&self, token: &str, session: &str) -> Vec<Value> {
         let mut events = Vec::new();
