@@ -456,6 +456,14 @@ pub trait Store: Send + Sync + 'static {
     /// System-level: the replicas whose last heartbeat is at most `within` old.
     async fn live_replicas(&self, within: Duration) -> StoreResult<Vec<ReplicaRecord>>;
 
+    /// The head snapshot of the session's workspace (`snapshot` storage; set by
+    /// [`Store::append`] with [`AppendBatch::workspace_snapshot`]); `None` before the first.
+    async fn workspace_snapshot(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Option<String>>;
+
     // --- holds (tenant limits on what a replica keeps open) ---
 
     /// Records a hold for the tenant when its live holds of that kind stay under `caps`

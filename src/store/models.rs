@@ -188,6 +188,9 @@ pub struct AppendBatch {
     pub lease: Option<RunLease>,
     /// Ends the run (with `lease`) in the same transaction.
     pub run_end: Option<RunEnd>,
+    /// Becomes the session's head workspace snapshot in the same transaction (the snapshot
+    /// the last `tool_result` event of `events` carries).
+    pub workspace_snapshot: Option<String>,
 }
 
 /// A run's lifecycle state.
