@@ -211,7 +211,7 @@ pub enum Signal {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaRecord {
     pub name: String,
-    /// `local` or `shared` (`workspace.storage`).
+    /// `local`, `shared` or `snapshot` (`workspace.storage`).
     pub workspace_storage: String,
     pub heartbeat_at: chrono::DateTime<chrono::Utc>,
 }
