@@ -202,3 +202,22 @@ async fn a_workspace_over_the_quota_is_not_snapshotted() {
     assert!(error.is_quota(), "{error}");
     assert_eq!(snapshots.taken_for("toolu_1"), None);
 }
+
+#[tokio::test]
+async fn a_file_larger_than_one_part_goes_up_in_parts_and_comes_back_whole() {
+    let store = memory_store();
+    let tenant = crate::ids::TenantId::new("acme");
+    let session = crate::ids::SessionId::generate();
+    let a = tempfile::tempdir().unwrap();
+    // Over two 5 MiB parts, not a multiple of the read size.
+    let content: Vec<u8> = (0..11 * 1024 * 1024 + 123)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    std::fs::write(a.path().join("big.bin"), &content).unwrap();
+    let on_a = SessionSnapshots::new(store.clone(), &tenant, &session, a.path().into());
+    let id = on_a.take("toolu_1", 1 << 30).await.unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let on_b = SessionSnapshots::new(store, &tenant, &session, b.path().into());
+    on_b.restore(Some(&id), 1 << 30).await.unwrap();
+    assert!(std::fs::read(b.path().join("big.bin")).unwrap() == content);
+}

@@ -24,8 +24,9 @@
 //! `workspace.snapshot.max_files` entries and at most the tenant's `limits.workspace_bytes`
 //! of file content (more answers `WORKSPACE_QUOTA_EXCEEDED`: the call ran, its changes are
 //! not saved); files are streamed in `part_bytes` pieces both ways (multipart uploads for big
-//! files), never held whole; a blob's content is re-hashed while it is uploaded and while it
-//! is downloaded, and one that does not match its name is refused. FIFOs, sockets, devices
+//! files), never held whole; a blob is named by the hash of the bytes actually uploaded (a
+//! file written to after the walk is saved as it was read), and a downloaded blob that does
+//! not match its name is refused before it replaces anything. FIFOs, sockets, devices
 //! and hard-linked files are left out; symlinks are kept as their target text and never
 //! followed; any file name (non-UTF-8 included) round-trips; manifests read back are checked
 //! (clean relative paths, bounds) before anything is written, and every write goes through the

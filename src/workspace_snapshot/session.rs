@@ -156,21 +156,44 @@ impl SessionSnapshots {
             state.blobs.clear();
         }
         let workspace = open(&self.root)?;
+        let mut manifest = scanned.manifest;
         for (path, hash, _size) in &scanned.files {
             if state.blobs.contains(hash) {
                 continue;
             }
-            if !self.store.has_blob(&self.tenant_dir, hash).await? {
-                let (file, _) = workspace
-                    .open_regular(path)
-                    .map_err(|_| SnapshotError::Changed(path.display().to_string()))?;
-                self.store
-                    .upload_blob(&self.tenant_dir, hash, file, path)
-                    .await?;
+            if self.store.has_blob(&self.tenant_dir, hash).await? {
+                state.blobs.insert(hash.clone());
+                continue;
             }
-            state.blobs.insert(hash.clone());
+            let (file, _) = workspace
+                .open_regular(path)
+                .map_err(|_| SnapshotError::Changed(path.display().to_string()))?;
+            let (sent, size) = self.store.upload_blob(&self.tenant_dir, file).await?;
+            if sent != *hash {
+                // Written to since the walk: the snapshot holds what was uploaded.
+                state.cache.remove(path);
+                let encoded = manifest::EncodedPath::encode(path.as_os_str().as_bytes());
+                if let Some(entry) = manifest.entries.iter_mut().find(|e| e.path == encoded) {
+                    if let EntryKind::File {
+                        hash: entry_hash,
+                        size: entry_size,
+                        ..
+                    } = &mut entry.kind
+                    {
+                        *entry_hash = sent.clone();
+                        *entry_size = size;
+                    }
+                }
+            }
+            state.blobs.insert(sent);
         }
-        let (bytes, id) = scanned.manifest.encode();
+        if manifest.bytes() > max_bytes {
+            return Err(SnapshotError::TooLarge {
+                bytes: manifest.bytes(),
+                max: max_bytes,
+            });
+        }
+        let (bytes, id) = manifest.encode();
         if state.synced != Synced::At(Some(id.clone())) {
             self.store
                 .put_manifest(&self.tenant_dir, &self.session, &id, bytes)
@@ -187,6 +210,8 @@ impl SessionSnapshots {
         max_bytes: u64,
     ) -> Result<Option<Restored>, SnapshotError> {
         let mut state = self.state.lock().await;
+        // Ids of earlier runs' calls whose results were never written are stale now.
+        self.taken.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let head = head.map(str::to_owned);
         if state.synced == Synced::At(head.clone()) {
             return Ok(None);

@@ -1,6 +1,6 @@
-//! Streaming blob transfers with the content re-hashed on the way: an upload whose bytes do
-//! not hash to the blob's name is aborted (the file changed after the walk), a download that
-//! does not is refused before it replaces anything.
+//! Streaming blob transfers with the content hashed on the way: an upload is named by the
+//! hash of the bytes it sent, a download that does not match its name is refused before it
+//! replaces anything.
 
 use super::{SnapshotError, SnapshotStore};
 use futures::StreamExt;
@@ -24,40 +24,70 @@ impl SnapshotStore {
         }
     }
 
-    /// Uploads `file` as blob `hash`, in `part_bytes` pieces (a multipart upload past one).
+    /// Uploads `file` as the blob of what is read from it now, and returns that content's
+    /// hash and length (which differ from the walk's when the file changed since: a file a
+    /// background task keeps writing is saved as it was read, never under a wrong name). A
+    /// file that fits in one part is read, hashed and written in one request; a larger one is
+    /// streamed to a staging object in `part_bytes` pieces (a multipart upload), hashed on the
+    /// way, then copied to its name in the store.
     pub(super) async fn upload_blob(
         &self,
         tenant_dir: &str,
-        hash: &str,
         file: std::fs::File,
-        display: &Path,
-    ) -> Result<(), SnapshotError> {
-        let path = self.blob_path(tenant_dir, hash);
-        let store: std::sync::Arc<dyn ObjectStore> = self.store.clone();
-        let mut writer = BufWriter::with_capacity(store, path, self.part_bytes);
+    ) -> Result<(String, u64), SnapshotError> {
         let mut file = tokio::fs::File::from_std(file);
+        let mut first = Vec::with_capacity(self.part_bytes.min(1 << 20));
+        (&mut file)
+            .take(self.part_bytes as u64 + 1)
+            .read_to_end(&mut first)
+            .await?;
+        if first.len() <= self.part_bytes {
+            let hash = hex::encode(Sha256::digest(&first));
+            let len = first.len() as u64;
+            self.store
+                .put(&self.blob_path(tenant_dir, &hash), first.into())
+                .await?;
+            return Ok((hash, len));
+        }
+        let staging = self
+            .tenant_root(tenant_dir)
+            .child("staging")
+            .child(uuid::Uuid::new_v4().simple().to_string());
+        let store: std::sync::Arc<dyn ObjectStore> = self.store.clone();
+        let mut writer = BufWriter::with_capacity(store, staging.clone(), self.part_bytes);
         let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 256 * 1024];
+        let mut len = first.len() as u64;
+        hasher.update(&first);
         let copied: Result<(), SnapshotError> = async {
+            writer.write_all(&first).await?;
+            drop(first);
+            let mut buf = vec![0u8; 256 * 1024];
             loop {
                 let n = file.read(&mut buf).await?;
                 if n == 0 {
                     break;
                 }
                 hasher.update(&buf[..n]);
+                len += n as u64;
                 writer.write_all(&buf[..n]).await?;
             }
+            writer.shutdown().await?;
             Ok(())
         }
         .await;
-        let matches = hex::encode(hasher.finalize()) == hash;
-        if copied.is_err() || !matches {
+        if let Err(error) = copied {
             let _ = writer.abort().await;
-            copied?;
-            return Err(SnapshotError::Changed(display.display().to_string()));
+            let _ = self.store.delete(&staging).await;
+            return Err(error);
         }
-        writer.shutdown().await?;
-        Ok(())
+        let hash = hex::encode(hasher.finalize());
+        let copied = self
+            .store
+            .copy(&staging, &self.blob_path(tenant_dir, &hash))
+            .await;
+        let _ = self.store.delete(&staging).await;
+        copied?;
+        Ok((hash, len))
     }
 
     /// Streams blob `hash` into `out` (a fresh file), checking its hash and length.
