@@ -46,6 +46,9 @@ pub enum StartError {
     },
     #[error(transparent)]
     Workspace(crate::config::ConfigError),
+    /// `workspace.storage = "snapshot"` and the object store cannot be used.
+    #[error("{0}")]
+    Snapshot(String),
     #[error("cannot bind {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -148,6 +151,17 @@ impl App {
             },
         )
         .await?;
+        let snapshots = match settings.workspace.storage {
+            crate::config::WorkspaceStorage::Snapshot => Some(Arc::new(
+                crate::workspace_snapshot::SnapshotStore::connect(
+                    &settings.workspace.snapshot,
+                    &settings.replica_id(),
+                )
+                .await
+                .map_err(StartError::Snapshot)?,
+            )),
+            _ => None,
+        };
         let egress = crate::egress::EgressClient::new(
             settings
                 .egress
@@ -166,6 +180,7 @@ impl App {
                 workspaces_dir: files_root.join("workspaces"),
                 files_root,
                 workspace_storage: settings.workspace.storage,
+                snapshots,
                 sandbox,
                 limits: settings.limits.clone(),
                 output_head_chars: settings.output_head_chars,

@@ -189,6 +189,10 @@ pub enum WorkspaceStorage {
     /// ReadWriteMany volume); task logs in `<shared_root>/tasks`. A replica that cannot renew
     /// its run leases stops its commands, tasks and shells before the leases can expire.
     Shared,
+    /// `<data_dir>/workspaces` on this replica's disk, synced to S3-compatible object storage
+    /// (`[workspace.snapshot]`) after every mutating tool call and restored on the replica
+    /// that takes a run over (see [`crate::workspace_snapshot`]).
+    Snapshot,
 }
 
 impl WorkspaceStorage {
@@ -197,6 +201,7 @@ impl WorkspaceStorage {
         match self {
             Self::Local => "local",
             Self::Shared => "shared",
+            Self::Snapshot => "snapshot",
         }
     }
 }
@@ -205,10 +210,53 @@ impl WorkspaceStorage {
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkspaceSettings {
-    /// `local` (default) or `shared`.
+    /// `local` (default), `shared` or `snapshot`.
     pub storage: WorkspaceStorage,
-    /// The shared filesystem's mount point (required with `shared`, refused with `local`).
+    /// The shared filesystem's mount point (required with `shared`, refused otherwise).
     pub shared_root: Option<PathBuf>,
+    /// The object store of `snapshot` storage (`[workspace.snapshot]`,
+    /// `NORMA_WORKSPACE__SNAPSHOT__*`).
+    pub snapshot: SnapshotSettings,
+}
+
+/// `[workspace.snapshot]`: the S3-compatible object store workspaces are snapshotted to.
+/// Credentials come from here or from the usual `AWS_*` variables; they are never logged.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotSettings {
+    /// The S3 API endpoint (`http://minio:9000`); none means AWS S3 of `region`.
+    pub endpoint: Option<String>,
+    /// The bucket (required with `snapshot` storage; it must exist).
+    pub bucket: Option<String>,
+    pub region: String,
+    /// Key prefix of every object this server writes.
+    pub prefix: String,
+    #[serde(skip_serializing)]
+    pub access_key_id: Option<SecretString>,
+    #[serde(skip_serializing)]
+    pub secret_access_key: Option<SecretString>,
+    /// Allows a plain `http://` endpoint (a store on the same host or a private network).
+    pub allow_http: bool,
+    /// Most entries (files, directories, links) one workspace snapshot may hold.
+    pub max_files: usize,
+    /// Bytes read and written per object request part (bounds memory per transfer).
+    pub part_bytes: usize,
+}
+
+impl Default for SnapshotSettings {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            bucket: None,
+            region: "us-east-1".into(),
+            prefix: "norma".into(),
+            access_key_id: None,
+            secret_access_key: None,
+            allow_http: false,
+            max_files: 50_000,
+            part_bytes: 8 * 1024 * 1024,
+        }
+    }
 }
 
 impl WorkspaceSettings {
@@ -231,6 +279,54 @@ impl WorkspaceSettings {
                 )))
             }
             (WorkspaceStorage::Shared, Some(root)) => Ok(root.clone()),
+            (WorkspaceStorage::Snapshot, Some(_)) => Err(ConfigError::Invalid(
+                "workspace.shared_root is set but workspace.storage is `snapshot`: snapshot \
+                 storage keeps workspaces on the data dir; remove shared_root"
+                    .into(),
+            )),
+            (WorkspaceStorage::Snapshot, None) => {
+                let snapshot = &self.snapshot;
+                if snapshot.bucket.as_deref().is_none_or(str::is_empty) {
+                    return Err(ConfigError::Invalid(
+                        "workspace.storage is `snapshot` but workspace.snapshot.bucket is not \
+                         set: give the S3 bucket workspaces are snapshotted to"
+                            .into(),
+                    ));
+                }
+                if snapshot.access_key_id.is_some() != snapshot.secret_access_key.is_some() {
+                    return Err(ConfigError::Invalid(
+                        "workspace.snapshot.access_key_id and secret_access_key go together"
+                            .into(),
+                    ));
+                }
+                if snapshot.max_files == 0 {
+                    return Err(ConfigError::Invalid(
+                        "workspace.snapshot.max_files must be at least 1".into(),
+                    ));
+                }
+                if snapshot.part_bytes < 5 * 1024 * 1024 {
+                    return Err(ConfigError::Invalid(
+                        "workspace.snapshot.part_bytes must be at least 5 MiB (the S3 part \
+                         minimum)"
+                            .into(),
+                    ));
+                }
+                if let Some(endpoint) = &snapshot.endpoint {
+                    let url = url::Url::parse(endpoint).map_err(|error| {
+                        ConfigError::Invalid(format!(
+                            "workspace.snapshot.endpoint is not a URL: {error}"
+                        ))
+                    })?;
+                    if url.scheme() == "http" && !snapshot.allow_http {
+                        return Err(ConfigError::Invalid(
+                            "workspace.snapshot.endpoint is plain http: set \
+                             workspace.snapshot.allow_http = true to allow it"
+                                .into(),
+                        ));
+                    }
+                }
+                Ok(data_dir.to_path_buf())
+            }
         }
     }
 }
@@ -528,6 +624,45 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_storage_needs_a_bucket_paired_keys_and_allowed_http() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("NORMA_WORKSPACE__STORAGE", "snapshot");
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("bucket is not set"), "{error}");
+            jail.set_env("NORMA_WORKSPACE__SNAPSHOT__BUCKET", "norma");
+            jail.set_env(
+                "NORMA_WORKSPACE__SNAPSHOT__ENDPOINT",
+                "http://127.0.0.1:9000",
+            );
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("allow_http"), "{error}");
+            jail.set_env("NORMA_WORKSPACE__SNAPSHOT__ALLOW_HTTP", "true");
+            jail.set_env("NORMA_WORKSPACE__SNAPSHOT__ACCESS_KEY_ID", "key-id");
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("go together"), "{error}");
+            jail.set_env(
+                "NORMA_WORKSPACE__SNAPSHOT__SECRET_ACCESS_KEY",
+                "very-secret",
+            );
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(settings.workspace.storage, WorkspaceStorage::Snapshot);
+            assert_eq!(
+                settings.workspace.files_root(&settings.data_dir).unwrap(),
+                settings.data_dir
+            );
+            let shown = format!("{settings:?}");
+            assert!(!shown.contains("very-secret"), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
     fn workspace_storage_is_a_named_choice_and_shared_needs_an_absolute_root() {
         figment::Jail::expect_with(|jail| {
             let settings = Settings::load(None, &Overrides::default()).unwrap();
@@ -554,7 +689,10 @@ mod tests {
                 .to_string();
             assert!(error.contains("storage is `local`"), "{error}");
             jail.set_env("NORMA_WORKSPACE__STORAGE", "snapshot");
-            assert!(Settings::load(None, &Overrides::default()).is_err());
+            let error = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("shared_root"), "{error}");
             Ok(())
         });
     }

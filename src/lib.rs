@@ -22,3 +22,4 @@ pub mod store;
 pub mod telemetry;
 pub mod tools;
 pub mod workspace;
+pub mod workspace_snapshot;

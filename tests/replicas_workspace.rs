@@ -17,9 +17,12 @@
 
 #[path = "support/pg.rs"]
 mod pg;
+#[path = "support/replicas.rs"]
+mod replicas;
 #[path = "support/server.rs"]
 mod server;
 
+use replicas::{create_and_prompt, result_of};
 use serde_json::{Value, json};
 use server::{ServerProcess, count, of_kind, summarize};
 use std::path::{Path, PathBuf};
@@ -50,20 +53,6 @@ fn replica(database_url: &str, name: &str, shared_root: Option<&Path>) -> Server
 
 fn shared_workspace(root: &Path, session: &str) -> PathBuf {
     root.join("workspaces").join(TENANT).join(session)
-}
-
-/// The result block of the first `tool_result` event of a call to `tool`.
-fn result_of(events: &[Value], tool: &str) -> Value {
-    let call = of_kind(events, "tool_call")
-        .into_iter()
-        .find(|e| e["payload"]["name"] == tool)
-        .unwrap_or_else(|| panic!("no {tool} call\n{}", summarize(events)));
-    let id = &call["payload"]["tool_use_id"];
-    of_kind(events, "tool_result")
-        .into_iter()
-        .find(|e| &e["payload"]["tool_use_id"] == id)
-        .map(|e| e["payload"]["result"].clone())
-        .unwrap_or_else(|| panic!("no result for {tool}\n{}", summarize(events)))
 }
 
 /// The session whose turn writes `notes.txt`, then runs a long command (killed mid-way),

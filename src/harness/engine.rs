@@ -565,6 +565,7 @@ impl Engine {
                     event_host.emit(RunEvent::ToolResult(run_event::ToolResult {
                         tool_use_id: tool_use_id.clone(),
                         result: result.clone(),
+                        workspace_snapshot: None,
                     }));
                 }
                 // A parked call has no result yet: it runs again when the run resumes.

@@ -153,6 +153,10 @@ pub struct ToolProgress {
 pub struct ToolResult {
     pub tool_use_id: String,
     pub result: ToolResultBlock,
+    /// `snapshot` workspace storage: the workspace snapshot taken after this (mutating) call;
+    /// it becomes the session's head in the transaction that writes this event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_snapshot: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -16,7 +16,11 @@
 //!   was running gets `INTERRUPTED`, as after a crash); otherwise another replica takes them
 //!   over after the lease.
 //!
-//! With `local` storage a takeover cannot reach the files anyway, so nothing is fenced.
+//! With `local` storage a takeover cannot reach the files anyway, so nothing is fenced. With
+//! `snapshot` storage each replica writes its own copy and the files another replica sees are
+//! the head snapshot, which moves only with a `tool_result` written under the run's lease: a
+//! replica that lost its lease can neither record a result nor move the head, so nothing is
+//! fenced either.
 
 use super::SessionRuntime;
 use std::time::Duration;

@@ -138,10 +138,14 @@ impl SessionWriter {
             })
         });
         let run_id = self.lease.as_ref().map(|lease| lease.run_id.to_string());
-        let events: Vec<NewEvent> = pending
-            .events
+        let events: Vec<RunEvent> = pending.events.into_iter().chain(events).collect();
+        // The newest snapshot a result of this batch carries becomes the head, atomically.
+        let workspace_snapshot = events.iter().rev().find_map(|event| match event {
+            RunEvent::ToolResult(result) => result.workspace_snapshot.clone(),
+            _ => None,
+        });
+        let events: Vec<NewEvent> = events
             .into_iter()
-            .chain(events)
             .map(|event| event.into_row(run_id.clone()))
             .collect();
         let batch = AppendBatch {
@@ -152,6 +156,7 @@ impl SessionWriter {
             run_end,
             id: Some(uuid::Uuid::new_v4().to_string()),
             retry: false,
+            workspace_snapshot,
         };
         if batch.events.is_empty() && batch.messages.is_empty() && batch.outputs.is_empty() {
             return Ok(());
@@ -289,12 +294,71 @@ pub struct StoreHost {
     /// Cancelled when the replica shuts down: the run hands off like a parked one (calls
     /// not started stay unstarted, a model call in flight is abandoned).
     pub handoff: CancellationToken,
+    /// `snapshot` storage: the session's snapshots, and the most bytes one may hold.
+    pub snapshots: Option<(Arc<crate::workspace_snapshot::SessionSnapshots>, u64)>,
+}
+
+impl StoreHost {
+    /// Gives a `tool_result` event the snapshot taken after its call, if any.
+    fn stamp(&self, event: RunEvent) -> RunEvent {
+        match (event, &self.snapshots) {
+            (RunEvent::ToolResult(mut result), Some((snapshots, _))) => {
+                result.workspace_snapshot = snapshots.taken_for(&result.tool_use_id);
+                RunEvent::ToolResult(result)
+            }
+            (event, _) => event,
+        }
+    }
+
+    /// Whether `call` may change the workspace (the inner tool of a deferred-tool wrapper).
+    fn mutates(&self, call: &PendingCall) -> bool {
+        let (name, input) = if call.name == crate::tools::deferred::EXECUTE_EXTRA_TOOL {
+            (
+                call.input["name"].as_str().unwrap_or_default(),
+                &call.input["input"],
+            )
+        } else {
+            (call.name.as_str(), &call.input)
+        };
+        self.pipeline
+            .registry()
+            .lookup(name)
+            .is_some_and(|entry| !entry.tool.is_read_only(input))
+    }
+}
+
+/// The result of a call whose workspace changes could not be snapshotted: the call ran, but
+/// what it changed is not saved (a takeover would not find it), so the model is told.
+fn unsaved(
+    result: ToolResultBlock,
+    error: &crate::workspace_snapshot::SnapshotError,
+) -> ToolResultBlock {
+    let code = if error.is_quota() {
+        crate::tools::codes::WORKSPACE_QUOTA_EXCEEDED
+    } else {
+        crate::workspace_snapshot::codes::WORKSPACE_SNAPSHOT_FAILED
+    };
+    let mut shown: String = result.content.chars().take(2_000).collect();
+    if shown.len() < result.content.len() {
+        shown.push_str(" …");
+    }
+    let mut failed = ToolResultBlock::error(
+        &result.tool_use_id,
+        code,
+        format!(
+            "The call ran, but the workspace could not be saved afterwards ({error}); its \
+             changes may be lost if the session moves to another replica. The call's own \
+             result was: {shown}"
+        ),
+    );
+    failed.output_id = result.output_id;
+    failed
 }
 
 #[async_trait]
 impl LoopHost for StoreHost {
     fn emit(&self, event: RunEvent) {
-        self.writer.push_event(event);
+        self.writer.push_event(self.stamp(event));
     }
 
     async fn commit(
@@ -311,6 +375,7 @@ impl LoopHost for StoreHost {
                 compaction_boundary: append.compaction_boundary,
             })
             .collect();
+        let events = events.into_iter().map(|event| self.stamp(event)).collect();
         self.writer.write(messages, events).await
     }
 
@@ -376,6 +441,15 @@ impl LoopHost for StoreHost {
                 call.input["input"].clone(),
             )
         });
+        let snapshots = self
+            .snapshots
+            .as_ref()
+            .filter(|_| self.mutates(&call))
+            .map(|(snapshots, max_bytes)| (snapshots.clone(), *max_bytes));
+        let before = match &snapshots {
+            Some((snapshots, _)) => Some(snapshots.begin_mutation().await),
+            None => None,
+        };
         let mut outcome = self
             .pipeline
             .call(
@@ -403,7 +477,17 @@ impl LoopHost for StoreHost {
         drop(ctx);
         let _ = forward.await;
         if outcome.result.code.as_deref() == Some(crate::tools::codes::PARKED) {
+            // The call did not run: the local copy is what it was.
+            if let (Some((snapshots, _)), Some(before)) = (&snapshots, before) {
+                snapshots.undo_mutation(before).await;
+            }
             return outcome.result;
+        }
+        if let Some((snapshots, max_bytes)) = &snapshots {
+            if let Err(error) = snapshots.take(&call.tool_use_id, *max_bytes).await {
+                tracing::warn!(%error, tool_use_id = %call.tool_use_id, "workspace snapshot failed");
+                outcome.result = unsaved(outcome.result, &error);
+            }
         }
         if call.name == crate::tools::deferred::SEARCH_EXTRA_TOOLS && !outcome.result.is_error {
             // Unlocks outlive the run: they are stored before the result is.

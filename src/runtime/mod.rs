@@ -28,6 +28,7 @@ mod reconcile;
 mod replicas;
 pub mod resume;
 mod run_factory;
+mod snapshots;
 pub mod webhook;
 pub mod workspace_quota;
 
@@ -185,6 +186,8 @@ pub struct RuntimeSettings {
     pub files_root: PathBuf,
     /// How workspaces are stored; `shared` turns on self-fencing (see [`fencing`]).
     pub workspace_storage: crate::config::WorkspaceStorage,
+    /// `snapshot` storage: the object store workspaces are snapshotted to.
+    pub snapshots: Option<Arc<crate::workspace_snapshot::SnapshotStore>>,
     /// The command sandbox (probed once when the runtime is built).
     pub sandbox: SandboxConfig,
     /// Tenant limits: runs and queued prompts are checked by the store when a run is
@@ -231,6 +234,8 @@ struct SessionEnv {
     web_cache: Arc<builtin::web_fetch::WebCache>,
     /// Notifications of finished background tasks, waiting for the loop.
     notifications: Arc<Mutex<Vec<String>>>,
+    /// `snapshot` storage: the workspace's snapshots.
+    snapshots: Option<Arc<crate::workspace_snapshot::SessionSnapshots>>,
 }
 
 pub struct SessionRuntime {

@@ -20,7 +20,8 @@ pub fn local_storage_warning(this: WorkspaceStorage, others: &[ReplicaRecord]) -
         format!(
             "other replicas share this store ({}) and workspaces are not shared by all of them: \
              a run taken over by another replica will not find its files; set \
-             workspace.storage = \"shared\" on every replica (README \"Deployment\")",
+             workspace.storage = \"shared\" or \"snapshot\" on every replica (README \
+             \"Deployment\")",
             clashing.join(", ")
         )
     })

@@ -218,6 +218,7 @@ pub async fn recover(
             RunEvent::ToolResult(run_event::ToolResult {
                 tool_use_id: result.tool_use_id.clone(),
                 result,
+                workspace_snapshot: None,
             })
         })
         .collect();

@@ -50,6 +50,14 @@ impl SessionRuntime {
                 tasks,
                 shells,
             },
+            snapshots: self.settings.snapshots.as_ref().map(|store| {
+                Arc::new(crate::workspace_snapshot::SessionSnapshots::new(
+                    store.clone(),
+                    tenant,
+                    session,
+                    workspace.root().to_owned(),
+                ))
+            }),
             workspace: workspace.root().to_owned(),
             web_cache: Default::default(),
             notifications: Arc::new(Mutex::new(Vec::new())),
@@ -222,6 +230,7 @@ impl SessionRuntime {
         }
 
         let env = self.env_for(tenant, session, config.network)?;
+        self.restore_workspace(tenant, session, &env).await?;
         let mut registry = ToolRegistry::new();
         let enabled: Option<HashSet<&str>> = config
             .tools
@@ -353,6 +362,10 @@ impl SessionRuntime {
             configured_mode,
             park: park.clone(),
             handoff: self.shutdown.clone(),
+            snapshots: env
+                .snapshots
+                .clone()
+                .map(|snapshots| (snapshots, self.settings.limits.workspace_bytes)),
         });
         let provider = self.provider_for(tenant, &config)?;
         let engine = Engine {

@@ -217,7 +217,7 @@ pub enum Signal {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaRecord {
     pub name: String,
-    /// `local` or `shared` (`workspace.storage`).
+    /// `local`, `shared` or `snapshot` (`workspace.storage`).
     pub workspace_storage: String,
     pub heartbeat_at: chrono::DateTime<chrono::Utc>,
 }
@@ -521,6 +521,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// System-level: the replicas whose last heartbeat is at most `within` old.
     async fn live_replicas(&self, within: Duration) -> StoreResult<Vec<ReplicaRecord>>;
+
+    /// The head snapshot of the session's workspace (`snapshot` storage; set by
+    /// [`Store::append`] with [`AppendBatch::workspace_snapshot`]); `None` before the first.
+    async fn workspace_snapshot(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Option<String>>;
 
     // --- holds (tenant limits on what a replica keeps open) ---
 

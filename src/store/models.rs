@@ -195,6 +195,9 @@ pub struct AppendBatch {
     /// Set on a retry of the same batch (same `id`): only then is the session's last batch
     /// compared, so a first attempt costs nothing more.
     pub retry: bool,
+    /// Becomes the session's head workspace snapshot in the same transaction (the snapshot
+    /// the last `tool_result` event of `events` carries).
+    pub workspace_snapshot: Option<String>,
 }
 
 /// A run's lifecycle state.

@@ -278,7 +278,8 @@ impl Store for PgStore {
         }
         let row = sqlx::query(
             "UPDATE sessions SET last_event_seq = last_event_seq + $3, \
-                 last_message_seq = last_message_seq + $4, updated_at = $5, last_append_id = $6 \
+                 last_message_seq = last_message_seq + $4, updated_at = $5, last_append_id = $6, \
+                 workspace_snapshot = COALESCE($7, workspace_snapshot) \
              WHERE id = $1 AND tenant_id = $2 RETURNING last_event_seq, last_message_seq",
         )
         .bind(session.as_str())
@@ -287,6 +288,7 @@ impl Store for PgStore {
         .bind(message_count)
         .bind(created_at)
         .bind(batch.id.as_deref())
+        .bind(batch.workspace_snapshot.as_deref())
         .fetch_optional(&mut *tx)
         .await?
         .ok_or(StoreError::NotFound)?;
@@ -1160,6 +1162,23 @@ impl Store for PgStore {
         bytes: u64,
     ) -> StoreResult<()> {
         self.record_workspace_bytes_tx(tenant, session, bytes).await
+    }
+
+    async fn workspace_snapshot(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Option<String>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let head: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT workspace_snapshot FROM sessions WHERE id = $1 AND tenant_id = $2",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(head.flatten())
     }
 
     async fn workspace_bytes(&self, tenant: &TenantId) -> StoreResult<u64> {

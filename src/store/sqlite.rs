@@ -310,13 +310,15 @@ impl Store for SqliteStore {
         }
         let row = sqlx::query(
             "UPDATE sessions SET last_event_seq = last_event_seq + ?, \
-                 last_message_seq = last_message_seq + ?, updated_at = ?, last_append_id = ? \
+                 last_message_seq = last_message_seq + ?, updated_at = ?, last_append_id = ?, \
+                 workspace_snapshot = COALESCE(?, workspace_snapshot) \
              WHERE id = ? AND tenant_id = ? RETURNING last_event_seq, last_message_seq",
         )
         .bind(event_count)
         .bind(message_count)
         .bind(&created)
         .bind(batch.id.as_deref())
+        .bind(batch.workspace_snapshot.as_deref())
         .bind(session.as_str())
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
@@ -1079,6 +1081,21 @@ impl Store for SqliteStore {
         bytes: u64,
     ) -> StoreResult<()> {
         self.record_workspace_bytes_tx(tenant, session, bytes).await
+    }
+
+    async fn workspace_snapshot(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Option<String>> {
+        let head: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT workspace_snapshot FROM sessions WHERE id = ? AND tenant_id = ?",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(self.reader())
+        .await?;
+        Ok(head.flatten())
     }
 
     async fn workspace_bytes(&self, tenant: &TenantId) -> StoreResult<u64> {
