@@ -759,6 +759,7 @@ fn main() {
             )
             .env("NORMA_PROVIDER__MODEL", "claude-bench")
             .env("NORMA_PROVIDER__API_KEY", "sk-bench-not-secret")
+            .env("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]")
             .env("NORMA_LOG__FILTER", log_filter.clone());
         server.start().await;
         let pid = server.pid().expect("server pid");

@@ -162,11 +162,48 @@ impl App {
             )),
             _ => None,
         };
-        let egress = crate::egress::EgressClient::new(
+        let egress = crate::egress::EgressClient::with_stream_limits(
             settings
                 .egress
                 .address_policy(settings.allow_private_webhooks),
+            settings.egress.stream_limits(),
         )?;
+        // Providers are infrastructure traffic: an IP-literal endpoint the address policy
+        // refuses is a start-up error (a host name is checked whenever it is resolved).
+        let providers = std::iter::once(("provider".to_owned(), &settings.provider)).chain(
+            settings
+                .tenant_providers
+                .iter()
+                .map(|(tenant, provider)| (format!("tenant_providers.{tenant}"), provider)),
+        );
+        for (section, provider) in providers {
+            if let Some(url) = &provider.base_url {
+                egress.check_endpoint(url).map_err(|error| {
+                    crate::egress::EgressError::Config(format!(
+                        "{section}.base_url: {error} (list its block in \
+                         egress.allow_private_cidrs to reach a provider there)"
+                    ))
+                })?;
+            }
+        }
+        // So are search backends: an IP-literal endpoint outside the private allow-list is
+        // a start-up error, not a tool that fails on every call.
+        let search_endpoints = std::iter::once(("search".to_owned(), &settings.search.endpoint))
+            .chain(
+                settings.search.tenants.iter().map(|(tenant, backend)| {
+                    (format!("search.tenants.{tenant}"), &backend.endpoint)
+                }),
+            );
+        for (section, endpoint) in search_endpoints {
+            if let Some(url) = endpoint {
+                egress.check_endpoint(url).map_err(|error| {
+                    crate::egress::EgressError::Config(format!(
+                        "{section}.endpoint: {error} (list its block in \
+                         egress.allow_private_cidrs to reach a backend there)"
+                    ))
+                })?;
+            }
+        }
         let broker = crate::egress::EgressBroker::new(Arc::new(
             settings
                 .egress
@@ -191,6 +228,8 @@ impl App {
                 approval_park_after: (settings.approval_park_after_ms > 0)
                     .then(|| std::time::Duration::from_millis(settings.approval_park_after_ms)),
                 fetch_limits: settings.egress.fetch_limits(),
+                search: crate::search::SearchBackends::from_settings(&settings.search)
+                    .map_err(crate::egress::EgressError::Config)?,
             },
             egress,
             broker,

@@ -60,6 +60,8 @@ pub struct Settings {
     pub allow_private_webhooks: bool,
     /// Outbound requests: private blocks allowed, domain rules, WebFetch bounds (`[egress]`).
     pub egress: crate::egress::EgressSettings,
+    /// The WebSearch backend of the server and of tenants (`[search]`); none: no WebSearch.
+    pub search: crate::search::SearchSettings,
     /// Tenant limits (`[limits]`, `NORMA_LIMITS__*`): `429 TENANT_LIMIT` (or a tool result
     /// with code `TENANT_LIMIT`) beyond each, counted across replicas sharing the store.
     pub limits: crate::limits::TenantLimits,
@@ -158,6 +160,7 @@ impl Default for Settings {
             limits: crate::limits::TenantLimits::default(),
             allow_private_webhooks: false,
             egress: Default::default(),
+            search: Default::default(),
             session_idle_expiry_seconds: 7 * 24 * 3600,
             auth: AuthSettings::default(),
             log: LogSettings::default(),
@@ -554,6 +557,7 @@ impl Settings {
             ));
         }
         self.sandbox.validate().map_err(ConfigError::Invalid)?;
+        crate::search::SearchBackends::from_settings(&self.search).map_err(ConfigError::Invalid)?;
         if self.auth.issuer.is_empty() || self.auth.audience.is_empty() {
             return Err(ConfigError::Invalid(
                 "auth.issuer and auth.audience must not be empty".into(),
@@ -814,6 +818,39 @@ mod tests {
             assert!(error.to_string().contains("env"), "{error}");
             jail.set_env("NORMA_SANDBOX__DISABLE", "[bogus]");
             assert!(Settings::load(None, &Overrides::default()).is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_removed_sandbox_private_list_is_refused_naming_its_replacement() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("NORMA_SANDBOX__EGRESS_ALLOW_PRIVATE", "[\"10.0.0.0/8\"]");
+            let error = Settings::load(None, &Overrides::default()).unwrap_err();
+            assert!(
+                error.to_string().contains("egress.allow_private_cidrs"),
+                "{error}"
+            );
+            jail.clear_env();
+            jail.create_file(
+                "norma.toml",
+                "[sandbox]\negress_allow_private = []\n[egress]\nallow_private_cidrs = [\"10.0.0.0/8\"]\n",
+            )?;
+            let error =
+                Settings::load(Some(Path::new("norma.toml")), &Overrides::default()).unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS"),
+                "{error}"
+            );
+            jail.create_file(
+                "norma.toml",
+                "[egress]\nallow_private_cidrs = [\"10.0.0.0/8\"]\n",
+            )?;
+            let settings =
+                Settings::load(Some(Path::new("norma.toml")), &Overrides::default()).unwrap();
+            assert_eq!(settings.egress.allow_private_cidrs.len(), 1);
             Ok(())
         });
     }

@@ -16,6 +16,7 @@ pub mod permission;
 pub mod run_event;
 pub mod runtime;
 pub mod sandbox;
+pub mod search;
 pub mod session_config;
 pub mod signing;
 pub mod store;

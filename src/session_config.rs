@@ -204,7 +204,7 @@ impl Default for Budgets {
 }
 
 /// Names of the built-in tools a session may enable.
-pub const BUILTIN_TOOLS: [&str; 24] = [
+pub const BUILTIN_TOOLS: [&str; 25] = [
     "AskUserQuestion",
     "TodoWrite",
     "EnterPlanMode",
@@ -229,6 +229,7 @@ pub const BUILTIN_TOOLS: [&str; 24] = [
     "ShellResize",
     "ShellClose",
     "WebFetch",
+    "WebSearch",
 ];
 
 impl SessionConfig {

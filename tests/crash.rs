@@ -163,7 +163,9 @@ async fn kill_during_model_stream(server: ServerProcess) {
         .env("NORMA_PROVIDER__KIND", "anthropic")
         .env("NORMA_PROVIDER__BASE_URL", fake.url())
         .env("NORMA_PROVIDER__MODEL", "claude-test")
-        .env("NORMA_PROVIDER__API_KEY", "test-key-not-secret");
+        .env("NORMA_PROVIDER__API_KEY", "test-key-not-secret")
+        // The fake provider listens on loopback: the operator's private allow-list.
+        .env("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]");
     server.start().await;
     let token = server.token(TENANT);
     let (id, run) = server

@@ -534,6 +534,8 @@ async fn model_stream_abandoned(backend: Backend) {
         ("NORMA_PROVIDER__BASE_URL", url.as_str()),
         ("NORMA_PROVIDER__MODEL", "claude-test"),
         ("NORMA_PROVIDER__API_KEY", "test-key-not-secret"),
+        // The fake provider listens on loopback: the operator's private allow-list.
+        ("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]"),
         ("NORMA_SHUTDOWN_GRACE_SECONDS", "600"),
     ];
     let Some(mut replicas) = Replicas::start(backend, &env).await else {

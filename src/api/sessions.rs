@@ -42,6 +42,10 @@ pub struct SessionResponse {
     /// `available`, `reason`: how commands reach the network, or why they cannot).
     #[schema(value_type = Object)]
     pub sandbox: crate::sandbox::SandboxReport,
+    /// Tools this server does not offer the session, each with the reason (`WebSearch` when
+    /// no search backend is configured for the tenant). Empty when every tool is offered.
+    #[serde(default)]
+    pub absent_tools: Vec<crate::runtime::AbsentTool>,
 }
 
 impl SessionResponse {
@@ -59,6 +63,7 @@ impl SessionResponse {
             updated_at: record.updated_at,
             closed_at: record.closed_at,
             last_event_seq: record.last_event_seq,
+            absent_tools: state.runtime.absent_tools(&record.tenant),
             sandbox,
         })
     }

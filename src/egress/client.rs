@@ -17,6 +17,7 @@
 //!   pointing hooks at many hosts cannot pile up open sockets.
 
 use super::address::AddressPolicy;
+use super::fetch::{EgressEvent, EgressRecorder};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use std::error::Error as StdError;
 use std::net::{IpAddr, SocketAddr};
@@ -99,27 +100,106 @@ impl EgressError {
     }
 }
 
+/// The bounds of a streaming answer (a model provider's): no single deadline, but a limit on
+/// the silence between two reads and a limit on the whole exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// The longest wait for the next bytes (of the answer's head or body).
+    pub idle: Duration,
+    /// The longest whole exchange, from connecting to the last byte.
+    pub total: Duration,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(120),
+            total: Duration::from_secs(900),
+        }
+    }
+}
+
 /// The shared outbound client. Cheap to clone (one connection pool behind an `Arc`).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct EgressClient {
     http: reqwest::Client,
+    /// The client of model providers: the same resolver, no proxies, no redirects, with
+    /// [`StreamLimits`] instead of one deadline.
+    streaming: reqwest::Client,
     policy: AddressPolicy,
+    /// Where each request is recorded as an `egress` event (a run's transcript), if anywhere.
+    recorder: Option<Arc<dyn EgressRecorder>>,
+}
+
+impl std::fmt::Debug for EgressClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressClient")
+            .field("policy", &self.policy)
+            .field("records", &self.recorder.is_some())
+            .finish()
+    }
 }
 
 impl EgressClient {
-    /// A client that may reach what `policy` allows.
+    /// A client that may reach what `policy` allows (streams with default [`StreamLimits`]).
     pub fn new(policy: AddressPolicy) -> Result<Self, EgressError> {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
+        Self::with_stream_limits(policy, StreamLimits::default())
+    }
+
+    /// A client that may reach what `policy` allows, streaming within `limits`.
+    pub fn with_stream_limits(
+        policy: AddressPolicy,
+        limits: StreamLimits,
+    ) -> Result<Self, EgressError> {
+        let base = || {
+            reqwest::Client::builder()
+                .no_proxy()
+                .redirect(reqwest::redirect::Policy::none())
+                .pool_idle_timeout(IDLE_TIMEOUT)
+                .dns_resolver(Arc::new(CheckedResolver {
+                    policy: policy.clone(),
+                }))
+        };
+        let http = base()
             .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
-            .pool_idle_timeout(IDLE_TIMEOUT)
-            .dns_resolver(Arc::new(CheckedResolver {
-                policy: policy.clone(),
-            }))
             .build()
             .map_err(EgressError::Build)?;
-        Ok(Self { http, policy })
+        let streaming = base()
+            .read_timeout(limits.idle)
+            .timeout(limits.total)
+            .build()
+            .map_err(EgressError::Build)?;
+        Ok(Self {
+            http,
+            streaming,
+            policy,
+            recorder: None,
+        })
+    }
+
+    /// The HTTP client of model providers (infrastructure traffic): every name it resolves is
+    /// checked and pinned like any other request here, it ignores proxies and never follows
+    /// redirects, and it bounds a streaming answer by [`StreamLimits`]. An IP-literal
+    /// endpoint never reaches the resolver: check it with [`EgressClient::check_endpoint`]
+    /// when the provider is built.
+    pub fn provider_http(&self) -> reqwest::Client {
+        self.streaming.clone()
+    }
+
+    /// Refuses an endpoint URL the policy refuses when its host is an IP literal (a host
+    /// name is checked when it is resolved), or that is not `http(s)` with a host.
+    pub fn check_endpoint(&self, url: &str) -> Result<(), EgressError> {
+        let url =
+            url::Url::parse(url).map_err(|error| EgressError::InvalidUrl(error.to_string()))?;
+        self.check_url(&url)
+    }
+
+    /// The same client (same pool), recording each request into `recorder`.
+    pub fn recording(&self, recorder: Arc<dyn EgressRecorder>) -> Self {
+        Self {
+            recorder: Some(recorder),
+            ..self.clone()
+        }
     }
 
     /// The address policy every request is checked against.
@@ -129,6 +209,26 @@ impl EgressClient {
 
     /// POSTs `body` to `url` with `headers`, within `limits`.
     pub async fn post(
+        &self,
+        purpose: Purpose,
+        url: &url::Url,
+        headers: reqwest::header::HeaderMap,
+        body: Vec<u8>,
+        limits: RequestLimits,
+    ) -> Result<Answer, EgressError> {
+        let sent = body.len() as u64;
+        let result = self
+            .post_unrecorded(purpose, url, headers, body, limits)
+            .await;
+        if let Some(recorder) = &self.recorder {
+            recorder
+                .record(infrastructure_event(purpose, url, sent, &result))
+                .await;
+        }
+        result
+    }
+
+    async fn post_unrecorded(
         &self,
         purpose: Purpose,
         url: &url::Url,
@@ -182,6 +282,40 @@ impl EgressClient {
                 .map_err(|range| EgressError::Refused { host, ip, range })?;
         }
         Ok(())
+    }
+}
+
+/// The `egress` event of a hook or webhook request. It tells the tenant no more than the
+/// tenant-facing codes do (`HOOK_FAILED`, `WEBHOOK_FAILED`): a 2xx answer is `allowed` with
+/// its status and size; every failure — a refused address, a closed or silent port, another
+/// status, an oversized answer — is the same `failed`, without reason or status, so events
+/// cannot be used to learn which internal addresses or ports answer (the detail is logged).
+fn infrastructure_event(
+    purpose: Purpose,
+    url: &url::Url,
+    sent: u64,
+    result: &Result<Answer, EgressError>,
+) -> EgressEvent {
+    let (decision, status, bytes) = match result {
+        Ok(answer) if answer.status.is_success() => (
+            "allowed",
+            Some(answer.status.as_u16()),
+            answer.body.len() as u64,
+        ),
+        _ => ("failed", None, 0),
+    };
+    EgressEvent {
+        purpose: purpose.as_str(),
+        host: url.host().map(|host| host.to_string()).unwrap_or_default(),
+        port: url.port_or_known_default().unwrap_or(0),
+        decision,
+        reason: None,
+        rule: None,
+        status,
+        bytes,
+        bytes_out: Some(sent),
+        hop: 0,
+        tool_use_id: None,
     }
 }
 

@@ -48,7 +48,7 @@ pub struct EgressEvent {
     pub purpose: &'static str,
     pub host: String,
     pub port: u16,
-    /// `allowed` or `denied`.
+    /// `allowed` or `denied` (`failed` for hooks and webhooks, see the client).
     pub decision: &'static str,
     /// Why it was denied or failed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -59,8 +59,11 @@ pub struct EgressEvent {
     /// The HTTP status, when an answer came.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
-    /// Body bytes read.
+    /// Body bytes read (for a command's connection, every byte relayed in).
     pub bytes: u64,
+    /// Bytes sent, where counted (a request body, a command's connection).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_out: Option<u64>,
     /// 0 for the request itself, 1.. for redirect hops.
     pub hop: usize,
     /// The tool call that made the request.
@@ -68,10 +71,44 @@ pub struct EgressEvent {
     pub tool_use_id: Option<String>,
 }
 
+impl From<EgressEvent> for crate::run_event::Egress {
+    fn from(event: EgressEvent) -> Self {
+        Self {
+            purpose: event.purpose.to_owned(),
+            host: event.host,
+            port: event.port,
+            decision: event.decision.to_owned(),
+            reason: event.reason.map(|reason| reason.as_str().to_owned()),
+            rule: event.rule,
+            status: event.status,
+            bytes: event.bytes,
+            bytes_out: event.bytes_out,
+            hop: event.hop,
+            tool_use_id: event.tool_use_id,
+        }
+    }
+}
+
 /// Where egress events go (the run's transcript).
 #[async_trait::async_trait]
 pub trait EgressRecorder: Send + Sync {
     async fn record(&self, event: EgressEvent);
+}
+
+/// Judges a redirect hop to another origin that no allow rule lists: the caller's permission
+/// ladder (WebFetch: `WebFetch(domain:…)` rules and the session's grants).
+pub trait HopGate: Send + Sync {
+    /// What allows following a hop to `url` (a rule or a grant), or `Err` with why not.
+    fn allows(&self, url: &url::Url) -> Result<String, String>;
+}
+
+/// Follows no unlisted cross-origin hop (search backends, tests).
+pub struct NoHops;
+
+impl HopGate for NoHops {
+    fn allows(&self, _url: &url::Url) -> Result<String, String> {
+        Err("no allow rule lists it".into())
+    }
 }
 
 /// Records nothing (tests, callers without a transcript).
@@ -115,11 +152,37 @@ impl EgressBroker {
         url: &url::Url,
         limits: FetchLimits,
         recorder: &dyn EgressRecorder,
+        hops: &dyn HopGate,
     ) -> Result<Fetched, EgressRefusal> {
+        let headers = reqwest::header::HeaderMap::new();
+        let request = GetRequest {
+            purpose,
+            url,
+            headers: &headers,
+            limits,
+        };
+        self.get_with(ctx, request, recorder, hops).await
+    }
+
+    /// [`EgressBroker::get`] sending `headers` too (a search backend's key): only to the
+    /// origin of `url`, never on a hop to another origin.
+    pub async fn get_with(
+        &self,
+        ctx: &EgressContext<'_>,
+        request: GetRequest<'_>,
+        recorder: &dyn EgressRecorder,
+        hops: &dyn HopGate,
+    ) -> Result<Fetched, EgressRefusal> {
+        let GetRequest {
+            purpose,
+            url,
+            limits,
+            ..
+        } = request;
         let mut current = (host_of(url), url.port_or_known_default().unwrap_or(0), 0);
         let result = tokio::time::timeout(
             limits.deadline,
-            self.follow(ctx, purpose, url, limits, recorder, &mut current),
+            self.follow(ctx, &request, recorder, hops, &mut current),
         )
         .await;
         match result {
@@ -136,6 +199,7 @@ impl EgressBroker {
                         rule: None,
                         status: None,
                         bytes: 0,
+                        bytes_out: None,
                         hop,
                         tool_use_id: None,
                     })
@@ -151,12 +215,17 @@ impl EgressBroker {
     async fn follow(
         &self,
         ctx: &EgressContext<'_>,
-        purpose: &'static str,
-        start: &url::Url,
-        limits: FetchLimits,
+        request: &GetRequest<'_>,
         recorder: &dyn EgressRecorder,
+        hops: &dyn HopGate,
         current: &mut (String, u16, usize),
     ) -> Result<Fetched, EgressRefusal> {
+        let GetRequest {
+            purpose,
+            url: start,
+            headers,
+            limits,
+        } = *request;
         let mut url = start.clone();
         for hop in 0..=limits.max_redirects {
             let host = host_of(&url);
@@ -171,6 +240,7 @@ impl EgressBroker {
                 rule,
                 status,
                 bytes,
+                bytes_out: None,
                 hop,
                 tool_use_id: None,
             };
@@ -196,26 +266,37 @@ impl EgressBroker {
                     return Err(refusal);
                 }
             };
-            if hop > 0 && !same_origin(start, &url) && pinned.listed_by.is_none() {
-                recorder
-                    .record(event(
-                        "denied",
-                        Some(RefusalReason::RedirectDenied),
-                        None,
-                        None,
-                        0,
-                    ))
-                    .await;
-                return Err(EgressRefusal::new(
-                    RefusalReason::RedirectDenied,
-                    format!(
-                        "{start} redirects to another site, {url}; fetch that URL directly if \
-                         it is needed"
-                    ),
-                ));
+            let mut rule = pinned.listed_by.clone();
+            if hop > 0 && !same_origin(start, &url) && rule.is_none() {
+                match hops.allows(&url) {
+                    Ok(allowed_by) => rule = Some(allowed_by),
+                    Err(why) => {
+                        recorder
+                            .record(event(
+                                "denied",
+                                Some(RefusalReason::RedirectDenied),
+                                None,
+                                None,
+                                0,
+                            ))
+                            .await;
+                        return Err(EgressRefusal::new(
+                            RefusalReason::RedirectDenied,
+                            format!(
+                                "{start} redirects to another site, {url}, which is not \
+                                 allowed ({why}); fetch that URL directly to ask for it"
+                            ),
+                        ));
+                    }
+                }
             }
-            let rule = pinned.listed_by.clone();
-            let response = match send(&url, &pinned.addrs).await {
+            let empty = reqwest::header::HeaderMap::new();
+            let headers = if same_origin(start, &url) {
+                headers
+            } else {
+                &empty
+            };
+            let response = match send(&url, &pinned.addrs, headers).await {
                 Ok(response) => response,
                 Err(refusal) => {
                     recorder
@@ -318,6 +399,7 @@ impl EgressBroker {
                 rule: None,
                 status: None,
                 bytes: 0,
+                bytes_out: None,
                 hop: limits.max_redirects + 1,
                 tool_use_id: None,
             })
@@ -327,6 +409,16 @@ impl EgressBroker {
             format!("more than {} redirects", limits.max_redirects),
         ))
     }
+}
+
+/// One GET of the broker: what for, where, extra headers (sent to the first origin only),
+/// and its bounds.
+#[derive(Clone, Copy)]
+pub struct GetRequest<'a> {
+    pub purpose: &'static str,
+    pub url: &'a url::Url,
+    pub headers: &'a reqwest::header::HeaderMap,
+    pub limits: FetchLimits,
 }
 
 /// The URL's host as the policy sees it (IPv6 in brackets).
@@ -342,6 +434,7 @@ fn same_origin(a: &url::Url, b: &url::Url) -> bool {
 async fn send(
     url: &url::Url,
     addrs: &[std::net::SocketAddr],
+    headers: &reqwest::header::HeaderMap,
 ) -> Result<reqwest::Response, EgressRefusal> {
     let mut builder = reqwest::Client::builder()
         .no_proxy()
@@ -362,6 +455,7 @@ async fn send(
             reqwest::header::ACCEPT,
             "text/html, text/markdown, text/plain, application/json;q=0.9, */*;q=0.5",
         )
+        .headers(headers.clone())
         .send()
         .await
         .map_err(|error| {

@@ -3,7 +3,9 @@
 //! ([`EgressBroker`], [`fetch`]) whose decisions come from one policy ([`EgressPolicy`],
 //! [`policy`]: domain rules per server, tenant and session, deny wins, unlisted hosts go up the
 //! permission ladder, and the address checks below), and sandboxed commands' HTTP through the
-//! egress proxy ([`proxy`]). Providers are meant to move here too.
+//! egress proxy ([`proxy`]). Model providers send through [`EgressClient::provider_http`]
+//! (the same checked resolver, with idle and total limits for their streams), and WebSearch
+//! backends through the broker as infrastructure traffic ([`crate::search`]).
 //!
 //! One [`EgressClient`] is built at start-up from the server's [`AddressPolicy`] and shared by
 //! every caller. It resolves a host name once and refuses the whole name when any of its
@@ -31,7 +33,7 @@ pub mod proxy;
 pub mod settings;
 
 pub use address::{AddressPolicy, is_public, non_public_range};
-pub use client::{Answer, EgressClient, EgressError, Purpose, RequestLimits};
+pub use client::{Answer, EgressClient, EgressError, Purpose, RequestLimits, StreamLimits};
 pub use fetch::{EgressBroker, EgressEvent, EgressRecorder, FetchLimits, Fetched};
 pub use policy::{
     DomainLists, EgressContext, EgressPolicy, EgressRefusal, Pinned, RefusalReason, Traffic,

@@ -37,6 +37,10 @@ pub struct EgressSettings {
     pub fetch_max_bytes: usize,
     /// Redirects WebFetch follows.
     pub max_redirects: usize,
+    /// A model provider's answer may be silent this long between two reads.
+    pub provider_idle_timeout_seconds: u64,
+    /// A model provider's whole exchange (its streamed answer included) may last this long.
+    pub provider_total_timeout_seconds: u64,
 }
 
 impl Default for EgressSettings {
@@ -49,6 +53,8 @@ impl Default for EgressSettings {
             fetch_timeout_seconds: 30,
             fetch_max_bytes: 5 * 1024 * 1024,
             max_redirects: 5,
+            provider_idle_timeout_seconds: 120,
+            provider_total_timeout_seconds: 900,
         }
     }
 }
@@ -76,6 +82,13 @@ impl EgressSettings {
             server,
             tenants,
         ))
+    }
+
+    pub fn stream_limits(&self) -> crate::egress::StreamLimits {
+        crate::egress::StreamLimits {
+            idle: Duration::from_secs(self.provider_idle_timeout_seconds.max(1)),
+            total: Duration::from_secs(self.provider_total_timeout_seconds.max(1)),
+        }
     }
 
     pub fn fetch_limits(&self) -> FetchLimits {

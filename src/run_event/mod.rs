@@ -83,6 +83,9 @@ pub enum RunEvent {
     SessionExpired(SessionExpired),
     /// The session was forked from another one.
     Forked(Forked),
+    /// An outbound request made for the session (WebFetch, WebSearch, a command's proxied
+    /// connection, a hook, an approval webhook), allowed or refused.
+    Egress(Egress),
     /// A stored event this build does not know (or whose payload no longer fits), passed
     /// through as stored. Never built by the server itself.
     #[serde(skip)]
@@ -229,6 +232,39 @@ pub struct SessionExpired {
 pub struct Forked {
     pub from_session: String,
     pub messages_copied: usize,
+}
+
+/// One outbound request as recorded (event kind `egress`). Built by `crate::egress` from what
+/// each path saw; the names are the stable ones of `EgressRefusal` reasons.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Egress {
+    /// `web_fetch`, `web_search`, `command`, `remote_hook`, `approval_webhook`.
+    pub purpose: String,
+    pub host: String,
+    pub port: u16,
+    /// `allowed` or `denied`; `failed` for a hook's or webhook's request that got no 2xx
+    /// answer (no reason given: the tenant learns as little as from `HOOK_FAILED`).
+    pub decision: String,
+    /// Why it was denied or failed (`private_address`, `not_allowed`, `timeout`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The egress rule that listed or denied the host, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The HTTP status, when an answer came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Bytes received (the answer body; for a command's connection, every byte relayed in).
+    pub bytes: u64,
+    /// Bytes sent, where counted (a command's proxied connection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_out: Option<u64>,
+    /// 0 for the request itself, 1.. for redirect hops.
+    #[serde(default)]
+    pub hop: usize,
+    /// The tool call that made the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
 }
 
 /// The wire names of the events resume reads (see `runtime::resume`).

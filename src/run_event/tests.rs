@@ -125,6 +125,22 @@ fn fixtures() -> Vec<(&'static str, Value)> {
             "forked",
             json!({ "from_session": "ses_0", "messages_copied": 7 }),
         ),
+        (
+            "egress",
+            json!({ "purpose": "web_fetch", "host": "docs.rs", "port": 443,
+                    "decision": "allowed", "rule": "domain:docs.rs", "status": 200,
+                    "bytes": 5120, "hop": 0, "tool_use_id": "tu_1" }),
+        ),
+        (
+            "egress",
+            json!({ "purpose": "web_fetch", "host": "169.254.169.254", "port": 80,
+                    "decision": "denied", "reason": "private_address", "bytes": 0, "hop": 1 }),
+        ),
+        (
+            "egress",
+            json!({ "purpose": "command", "host": "pypi.org", "port": 443,
+                    "decision": "allowed", "bytes": 900, "bytes_out": 300, "hop": 0 }),
+        ),
     ]
 }
 
@@ -148,7 +164,7 @@ fn the_fixture_table_covers_every_variant() {
         .collect();
     seen.dedup();
     // One per typed variant (Other excluded); keep in step with the enum.
-    assert_eq!(seen.len(), 25, "{seen:?}");
+    assert_eq!(seen.len(), 26, "{seen:?}");
 }
 
 #[test]

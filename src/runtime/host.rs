@@ -254,21 +254,37 @@ impl crate::tools::pipeline::ExecutionJournal for RunJournal {
 #[async_trait]
 impl crate::egress::EgressRecorder for RunJournal {
     async fn record(&self, egress: crate::egress::EgressEvent) {
-        let payload = serde_json::to_value(&egress).unwrap_or_default();
         if let Err(error) = self
             .writer
-            .write(
-                vec![],
-                // The egress record is typed in `crate::egress`; it is stored as it serialises.
-                vec![RunEvent::Other(run_event::RawEvent {
-                    kind: "egress".to_owned(),
-                    payload,
-                })],
-            )
+            .write(vec![], vec![RunEvent::Egress(egress.into())])
             .await
         {
             tracing::warn!(error = %error.0, "could not record an egress event");
         }
+    }
+}
+
+/// Where a session's command connections (the egress proxy) are recorded: the journal of
+/// the session's current run, set when each run starts. A connection reported while no run
+/// of this replica writes for the session (a background task outliving its run) is logged
+/// only: its journal's writer refuses the write.
+#[derive(Clone, Default)]
+pub struct EgressSlot(Arc<Mutex<Option<Arc<dyn crate::egress::EgressRecorder>>>>);
+
+impl EgressSlot {
+    /// Records into `journal` from now on.
+    pub fn set(&self, journal: Arc<dyn crate::egress::EgressRecorder>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(journal);
+    }
+
+    /// Records one proxied connection as an `egress` event (on a task of its own: the proxy
+    /// must not wait for the store).
+    pub fn record_proxy(&self, record: crate::egress::proxy::ProxyRecord) {
+        let Some(journal) = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return;
+        };
+        let event = crate::egress::proxy::egress_event(&record);
+        tokio::spawn(async move { journal.record(event).await });
     }
 }
 

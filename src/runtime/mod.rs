@@ -53,7 +53,7 @@ use crate::tools::pipeline::Pipeline;
 use crate::tools::registry::ToolRegistry;
 use crate::workspace::Workspace;
 use bus::EventBus;
-use host::{RunJournal, SessionWriter, StoreHost, history_of};
+use host::{EgressSlot, RunJournal, SessionWriter, StoreHost, history_of};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -206,6 +206,8 @@ pub struct RuntimeSettings {
     pub allow_session_scripts: bool,
     /// The bounds of one WebFetch (`[egress]`).
     pub fetch_limits: crate::egress::FetchLimits,
+    /// The WebSearch backends of the server and of tenants (checked at start-up).
+    pub search: crate::search::SearchBackends,
 }
 
 /// A run parked on approvals: what it takes to resume it.
@@ -232,6 +234,8 @@ struct SessionEnv {
     workspace: PathBuf,
     /// WebFetch answers of this session, reused for a short while.
     web_cache: Arc<builtin::web_fetch::WebCache>,
+    /// Where the egress proxy records commands' connections (the current run's journal).
+    egress_journal: EgressSlot,
     /// Notifications of finished background tasks, waiting for the loop.
     notifications: Arc<Mutex<Vec<String>>>,
     /// `snapshot` storage: the workspace's snapshots.
@@ -242,6 +246,7 @@ pub struct SessionRuntime {
     store: Arc<dyn Store>,
     bus: Arc<EventBus>,
     settings: RuntimeSettings,
+    /// The model providers' HTTP client: the egress client's (checked, pinned, bounded).
     http: reqwest::Client,
     /// The outbound client of remote hooks and approval webhooks.
     egress: EgressClient,
@@ -268,6 +273,27 @@ pub struct SessionRuntime {
     run_aborts: Mutex<HashMap<RunId, tokio::task::AbortHandle>>,
 }
 
+/// A tool this server cannot offer a tenant's sessions, and why (`absent_tools` of a session).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AbsentTool {
+    pub name: String,
+    pub reason: String,
+}
+
+impl SessionRuntime {
+    /// The tools left out of `tenant`'s sessions by the server's configuration, with the
+    /// reason (WebSearch without a search backend).
+    pub fn absent_tools(&self, tenant: &TenantId) -> Vec<AbsentTool> {
+        match self.settings.search.for_tenant(tenant.as_str()) {
+            Ok(_) => Vec::new(),
+            Err(reason) => vec![AbsentTool {
+                name: "WebSearch".into(),
+                reason: reason.into(),
+            }],
+        }
+    }
+}
+
 impl SessionRuntime {
     /// A runtime whose remote hooks and approval webhooks go out through `egress`.
     pub fn new(
@@ -291,7 +317,7 @@ impl SessionRuntime {
             store,
             bus: Arc::new(EventBus::default()),
             settings,
-            http: reqwest::Client::new(),
+            http: egress.provider_http(),
             sandbox,
             hook_catalog: HookCatalog::new().with_egress(egress.clone()),
             egress,

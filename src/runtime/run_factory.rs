@@ -25,7 +25,7 @@ impl SessionRuntime {
         &self,
         tenant: &TenantId,
         session: &SessionId,
-        network: crate::sandbox::CommandNetwork,
+        config: &SessionConfig,
     ) -> Result<Arc<SessionEnv>, RuntimeError> {
         let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(env) = envs.get(session) {
@@ -43,10 +43,11 @@ impl SessionRuntime {
         tasks.set_holds(holds.clone());
         let shells = builtin::pty::ShellRegistry::new();
         shells.set_holds(holds);
+        let egress_journal = EgressSlot::default();
         let env = Arc::new(SessionEnv {
             shells: SessionShells {
                 sandbox: self.sandbox.clone(),
-                network: self.session_network(tenant, session, network),
+                network: self.session_network(tenant, session, config, &egress_journal)?,
                 tasks,
                 shells,
             },
@@ -60,6 +61,7 @@ impl SessionRuntime {
             }),
             workspace: workspace.root().to_owned(),
             web_cache: Default::default(),
+            egress_journal,
             notifications: Arc::new(Mutex::new(Vec::new())),
         });
         if let Some(mut finished) = env.shells.tasks.notifications() {
@@ -81,7 +83,9 @@ impl SessionRuntime {
         Ok(env)
     }
 
-    /// The session's WebFetch, recording its requests in the run's transcript.
+    /// The session's WebFetch, recording its requests in the run's transcript; redirect hops
+    /// to unlisted hosts are judged by the session's permission gate (`gate`).
+    #[allow(clippy::too_many_arguments)]
     fn web_fetch_tool(
         &self,
         tenant: &TenantId,
@@ -90,6 +94,7 @@ impl SessionRuntime {
         env: &SessionEnv,
         writer: &Arc<SessionWriter>,
         run_id: &RunId,
+        gate: Arc<approvals::LiveGate>,
     ) -> Result<crate::tools::DynTool, RuntimeError> {
         let lists = crate::egress::DomainLists::parse(&config.egress.allow, &config.egress.deny)
             .map_err(RuntimeError::Setup)?;
@@ -103,6 +108,7 @@ impl SessionRuntime {
                 fetch_any_url: config.egress.fetch_any_url,
                 store: self.store.clone(),
                 cache: env.web_cache.clone(),
+                hops: Some(gate as Arc<dyn crate::tools::pipeline::PermissionGate>),
                 recorder: Arc::new(RunJournal {
                     writer: writer.clone(),
                     run_id: run_id.clone(),
@@ -111,24 +117,63 @@ impl SessionRuntime {
         )))
     }
 
+    /// The session's WebSearch, when a search backend is configured for the tenant (else the
+    /// tool is absent; [`SessionRuntime::absent_tools`] says why).
+    fn web_search_tool(
+        &self,
+        tenant: &TenantId,
+        config: &SessionConfig,
+        writer: &Arc<SessionWriter>,
+        run_id: &RunId,
+    ) -> Result<Option<crate::tools::DynTool>, RuntimeError> {
+        let search = &self.settings.search;
+        let Ok(backend) = search.for_tenant(tenant.as_str()) else {
+            return Ok(None);
+        };
+        let lists = crate::egress::DomainLists::parse(&config.egress.allow, &config.egress.deny)
+            .map_err(RuntimeError::Setup)?;
+        Ok(Some(Arc::new(builtin::web_search::WebSearchTool::new(
+            builtin::web_search::WebSearchSetup {
+                backend,
+                broker: self.broker.clone(),
+                tenant: tenant.clone(),
+                lists,
+                timeout: search.timeout,
+                max_response_bytes: search.max_response_bytes,
+                recorder: Arc::new(RunJournal {
+                    writer: writer.clone(),
+                    run_id: run_id.clone(),
+                }),
+            },
+        ))))
+    }
+
     /// The network of a session's commands: with `egress`, a proxy endpoint of its own (in
-    /// `<data>/egress-proxy/`), whose connections are logged with the tenant and session.
+    /// `<data>/egress-proxy/`) deciding by the egress policy with the session's rules, whose
+    /// connections are logged with the tenant and session and recorded as `egress` events of
+    /// the run going on (`journal`).
     fn session_network(
         &self,
         tenant: &TenantId,
         session: &SessionId,
-        network: crate::sandbox::CommandNetwork,
-    ) -> builtin::SessionNetwork {
-        use crate::egress::proxy::{AddressGate, ProxyEndpoint, ProxyLimits, ProxyOutcome};
-        if network == crate::sandbox::CommandNetwork::None {
-            return builtin::SessionNetwork::None;
+        config: &SessionConfig,
+        journal: &EgressSlot,
+    ) -> Result<builtin::SessionNetwork, RuntimeError> {
+        use crate::egress::proxy::{PolicyGate, ProxyEndpoint, ProxyLimits, ProxyOutcome};
+        if config.network == crate::sandbox::CommandNetwork::None {
+            return Ok(builtin::SessionNetwork::None);
         }
-        let gate = Arc::new(AddressGate::new(
-            self.settings.sandbox.egress_allow_private.clone(),
+        let lists = crate::egress::DomainLists::parse(&config.egress.allow, &config.egress.deny)
+            .map_err(RuntimeError::Setup)?;
+        let gate = Arc::new(PolicyGate::new(
+            self.broker.policy().clone(),
+            tenant.as_str(),
+            lists,
         ));
         let (tenant, session) = (tenant.to_string(), session.to_string());
-        let observer: crate::egress::proxy::ProxyObserver =
-            Arc::new(move |record| match &record.outcome {
+        let journal = journal.clone();
+        let observer: crate::egress::proxy::ProxyObserver = Arc::new(move |record| {
+            match &record.outcome {
                 ProxyOutcome::Refused { code, reason } => tracing::warn!(
                     %tenant, %session, method = %record.method, host = %record.host,
                     port = record.port, %code, %reason, "egress proxy refused"
@@ -138,17 +183,21 @@ impl SessionRuntime {
                     port = record.port, %ended, bytes_out = record.bytes_out,
                     bytes_in = record.bytes_in, "egress proxy relayed"
                 ),
-            });
+            }
+            journal.record_proxy(record);
+        });
         let endpoint = ProxyEndpoint::start(
             &self.settings.files_root.join("egress-proxy"),
             gate,
             ProxyLimits::default(),
             observer,
         );
-        builtin::SessionNetwork::Egress(endpoint.map(Arc::new).map_err(|error| {
-            tracing::warn!(%error, "egress proxy endpoint could not start");
-            error.to_string()
-        }))
+        Ok(builtin::SessionNetwork::Egress(
+            endpoint.map(Arc::new).map_err(|error| {
+                tracing::warn!(%error, "egress proxy endpoint could not start");
+                error.to_string()
+            }),
+        ))
     }
 
     /// The tenant's provider settings (or the server's), with the session's model overrides.
@@ -179,6 +228,11 @@ impl SessionRuntime {
         }
         if let Some(name) = &config.model.name {
             provider.model = name.clone();
+        }
+        if let Some(url) = &provider.base_url {
+            self.egress
+                .check_endpoint(url)
+                .map_err(|error| RuntimeError::Setup(format!("provider base_url: {error}")))?;
         }
         llm::build_provider(&provider, self.http.clone())
             .map_err(|error| RuntimeError::Setup(error.to_string()))
@@ -229,8 +283,30 @@ impl SessionRuntime {
                 .map_err(|error| RuntimeError::from_write(&writer, error))?;
         }
 
-        let env = self.env_for(tenant, session, config.network)?;
+        let env = self.env_for(tenant, session, &config)?;
         self.restore_workspace(tenant, session, &env).await?;
+        env.egress_journal.set(Arc::new(RunJournal {
+            writer: writer.clone(),
+            run_id: run_id.clone(),
+        }));
+        let rules = RuleSet::parse(&config.permission.allow, &config.permission.deny)
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let grants = Arc::new(approvals::LiveGrants::default());
+        for grant in self.store.list_grants(tenant, session).await? {
+            grants.add(&grant.id, &grant.rule, grant.scope);
+        }
+        self.approvals.track_session(session, grants.clone());
+        let configured_mode = config.permission.mode;
+        let mode =
+            builtin::plan::effective_mode(self.store.as_ref(), tenant, session, configured_mode)
+                .await?;
+        let mode = Arc::new(std::sync::RwLock::new(mode));
+        let gate = Arc::new(approvals::LiveGate {
+            mode: mode.clone(),
+            rules,
+            grants: grants.clone(),
+            workspace: Some(env.workspace.clone()),
+        });
         let mut registry = ToolRegistry::new();
         let enabled: Option<HashSet<&str>> = config
             .tools
@@ -245,7 +321,16 @@ impl SessionRuntime {
                 tenant.clone(),
                 session.clone(),
             ))
-            .chain([self.web_fetch_tool(tenant, session, &config, &env, &writer, run_id)?])
+            .chain([self.web_fetch_tool(
+                tenant,
+                session,
+                &config,
+                &env,
+                &writer,
+                run_id,
+                gate.clone(),
+            )?])
+            .chain(self.web_search_tool(tenant, &config, &writer, run_id)?)
         {
             if enabled
                 .as_ref()
@@ -279,25 +364,20 @@ impl SessionRuntime {
                     .map_err(|error| RuntimeError::Setup(error.to_string()))?;
             }
         }
-        let rules = RuleSet::parse(&config.permission.allow, &config.permission.deny)
-            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
-        let grants = Arc::new(approvals::LiveGrants::default());
-        for grant in self.store.list_grants(tenant, session).await? {
-            grants.add(&grant.id, &grant.rule, grant.scope);
-        }
-        self.approvals.track_session(session, grants.clone());
-        let configured_mode = config.permission.mode;
-        let mode =
-            builtin::plan::effective_mode(self.store.as_ref(), tenant, session, configured_mode)
-                .await?;
-        let mode = Arc::new(std::sync::RwLock::new(mode));
-        let gate = approvals::LiveGate {
-            mode: mode.clone(),
-            rules,
-            grants: grants.clone(),
-            workspace: Some(env.workspace.clone()),
+        // Hooks and the approval webhook post through the shared client, recording each
+        // request as an `egress` event of this run.
+        let egress = self.egress.recording(Arc::new(RunJournal {
+            writer: writer.clone(),
+            run_id: run_id.clone(),
+        }));
+        let recording_catalog;
+        let catalog = if config.hooks.is_empty() {
+            &self.hook_catalog
+        } else {
+            recording_catalog = self.hook_catalog.clone().with_egress(egress.clone());
+            &recording_catalog
         };
-        let (hooks, _statuses) = HookRunner::from_config(&config.hooks, &self.hook_catalog)
+        let (hooks, _statuses) = HookRunner::from_config(&config.hooks, catalog)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         let cancel = self.cancel_token(session);
         let park = Arc::new(approvals::ParkState::default());
@@ -314,14 +394,14 @@ impl SessionRuntime {
             grants: grants.clone(),
             cancel: cancel.clone(),
             webhook: config.approvals.webhook.clone(),
-            egress: self.egress.clone(),
+            egress,
             resumed: resuming,
             park_after: self.settings.approval_park_after,
             park: park.clone(),
             max_pending: self.settings.limits.pending_approvals,
             handoff: self.shutdown.clone(),
         };
-        let pipeline = Pipeline::new(registry, Arc::new(gate))
+        let pipeline = Pipeline::new(registry, gate.clone())
             .with_hooks(hooks)
             .with_approver(Arc::new(approver))
             .with_journal(Arc::new(RunJournal {

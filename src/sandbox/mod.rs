@@ -75,8 +75,6 @@ pub struct SandboxConfig {
     pub extra_read: Vec<PathBuf>,
     /// Parts that must be enforced for command tools to be available.
     pub require: Vec<SandboxPart>,
-    /// Non-public blocks commands of egress sessions may reach through the proxy.
-    pub egress_allow_private: Vec<ipnet::IpNet>,
 }
 
 impl SandboxConfig {
@@ -92,7 +90,6 @@ impl SandboxConfig {
             rlimits: Rlimits::default(),
             extra_read: Vec::new(),
             require: SandboxPart::ALL.to_vec(),
-            egress_allow_private: Vec::new(),
         }
     }
 
@@ -111,7 +108,6 @@ impl SandboxConfig {
             }
         }
         config.require = settings.require.clone();
-        config.egress_allow_private = settings.egress_allow_private.clone();
         config
     }
 

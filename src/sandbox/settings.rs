@@ -56,10 +56,14 @@ pub struct SandboxSettings {
     /// Parts turned off (reported `disabled`); `env` cannot be turned off. A disabled part
     /// that is also required makes command tools unavailable.
     pub disable: Vec<SandboxPart>,
-    /// Non-public address blocks (CIDR, e.g. `"10.20.0.0/16"`) that commands of
-    /// `network: "egress"` sessions may reach through the egress proxy; every other
-    /// non-public address is refused (`EGRESS_DENIED`). Default: none.
-    pub egress_allow_private: Vec<ipnet::IpNet>,
+    /// The removed `sandbox.egress_allow_private` key: kept only to refuse it with an error
+    /// naming its replacement, `egress.allow_private_cidrs` (one private allow-list for all
+    /// outbound traffic, commands' included).
+    #[serde(
+        rename = "egress_allow_private",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub removed_egress_allow_private: Option<serde_json::Value>,
 }
 
 impl Default for SandboxSettings {
@@ -67,7 +71,7 @@ impl Default for SandboxSettings {
         Self {
             require: SandboxPart::ALL.to_vec(),
             disable: Vec::new(),
-            egress_allow_private: Vec::new(),
+            removed_egress_allow_private: None,
         }
     }
 }
@@ -75,6 +79,15 @@ impl Default for SandboxSettings {
 impl SandboxSettings {
     /// Refuses turning off the environment scrub.
     pub fn validate(&self) -> Result<(), String> {
+        if self.removed_egress_allow_private.is_some() {
+            return Err(
+                "sandbox.egress_allow_private (NORMA_SANDBOX__EGRESS_ALLOW_PRIVATE) was \
+                 replaced by egress.allow_private_cidrs (NORMA_EGRESS__ALLOW_PRIVATE_CIDRS), \
+                 one private allow-list for every outbound request, commands' included: move \
+                 the blocks there"
+                    .into(),
+            );
+        }
         if self.disable.contains(&SandboxPart::Env) {
             return Err(
                 "sandbox.disable cannot contain \"env\": commands never inherit the server's environment"

@@ -1,7 +1,7 @@
 //! Session-level hooks over real HTTP: SessionStart, UserPromptSubmit (can block), Stop and
 //! SessionEnd reach a remote hook signed like a webhook; the status report names every hook.
 
-use crate::helpers::{Backend, TestApp, error_code};
+use crate::helpers::{Backend, TestApp, count, error_code};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
@@ -132,6 +132,16 @@ async fn session_hooks_run_signed_and_can_block_prompts() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The run's Stop hook is an `egress` event of the run (infrastructure traffic).
+    let events = app
+        .wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
+        .await;
+    let hook = events
+        .iter()
+        .find(|e| e["type"] == "egress" && e["payload"]["purpose"] == "remote_hook")
+        .expect("the Stop hook's egress event");
+    assert_eq!(hook["payload"]["decision"], "allowed", "{hook}");
+    assert_eq!(hook["payload"]["status"], 200, "{hook}");
     app.delete(&format!("/v1/sessions/{id}"), &token).await;
     app.delete(&format!("/v1/sessions/{id}"), &token).await;
     let seen = seen.lock().unwrap().clone();

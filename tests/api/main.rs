@@ -25,4 +25,5 @@ mod store_faults;
 mod store_limits;
 mod tenant_providers;
 mod web_fetch;
+mod web_search;
 mod webhooks;

@@ -21,6 +21,8 @@ async fn each_tenant_uses_its_configured_provider() {
         acme.model = "acme-model".into();
         acme.api_key = Some(secrecy::SecretString::from("sk-acme-secret"));
         settings.tenant_providers.insert("acme".into(), acme);
+        // The fake provider listens on loopback: the operator's private allow-list.
+        settings.egress.allow_private_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     })
     .await
     .unwrap();
@@ -62,4 +64,27 @@ async fn each_tenant_uses_its_configured_provider() {
     assert_eq!(requests.len(), 1, "only acme reached the fake");
     assert_eq!(requests[0].headers["x-api-key"], "sk-acme-secret");
     assert_eq!(requests[0].body["model"], "acme-model");
+}
+
+/// Providers are infrastructure traffic through the egress client: an endpoint on a
+/// non-public address outside `egress.allow_private_cidrs` is refused when the server starts.
+#[tokio::test]
+async fn a_provider_on_an_unlisted_private_address_is_a_start_up_error() {
+    let data_dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = crate::helpers::test_settings(data_dir.path());
+    let mut acme = norma::llm::ProviderConfig::new(norma::llm::ProviderKind::Anthropic);
+    acme.base_url = Some("http://169.254.169.254:80".into());
+    acme.model = "acme-model".into();
+    acme.api_key = Some(secrecy::SecretString::from("sk-acme-secret"));
+    settings.tenant_providers.insert("acme".into(), acme);
+    settings.egress.allow_private_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    let error = match norma::app::App::build(settings).await {
+        Ok(_) => panic!("a provider on the metadata address must be refused"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("tenant_providers.acme.base_url")
+            && error.contains("egress.allow_private_cidrs"),
+        "{error}"
+    );
 }

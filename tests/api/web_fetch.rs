@@ -21,9 +21,31 @@ fn redirect(to: &'static str) -> Response {
 }
 
 /// A loopback site: HTML, JSON, redirects (same site, to private and metadata addresses, a
-/// loop), a slow drip, an oversized body and a binary.
+/// loop, anywhere with `/away?to=URL`), a slow drip, an oversized body and a binary.
 async fn site() -> String {
+    site_on("127.0.0.1").await
+}
+
+/// [`site`] listening on `ip` (another loopback address is another host).
+async fn site_on(ip: &str) -> String {
     let router = axum::Router::new()
+        .route(
+            "/away",
+            get(
+                |axum::extract::Query(q): axum::extract::Query<
+                    std::collections::HashMap<String, String>,
+                >| async move {
+                    (
+                        axum::http::StatusCode::FOUND,
+                        [(
+                            axum::http::header::LOCATION,
+                            q.get("to").cloned().unwrap_or_default(),
+                        )],
+                    )
+                        .into_response()
+                },
+            ),
+        )
         .route(
             "/page",
             get(|| async { ([("content-type", "text/html; charset=utf-8")], PAGE) }),
@@ -71,7 +93,7 @@ async fn site() -> String {
                 )
             }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(axum::serve(listener, router).into_future());
     base
@@ -292,4 +314,95 @@ async fn malformed_egress_rules_are_refused_at_creation() {
         let (status, code) = error_code(response).await;
         assert_eq!((status, code.as_str()), (422, "INVALID_REQUEST"), "{bad}");
     }
+}
+
+/// A redirect to a host no egress rule lists goes up the permission ladder: refused (naming
+/// the target) while nothing allows it; fetching the target directly asks for an approval;
+/// the approval's session grant for the domain then lets later redirects there through.
+#[tokio::test]
+async fn redirects_to_unlisted_hosts_follow_the_sessions_grants_after_an_approval() {
+    let here = site().await;
+    let there = site_on("127.0.0.2").await;
+    let app = server().await;
+    let token = app.token("acme");
+    let first = format!("{here}/away?to={there}/page");
+    let direct = format!("{there}/page");
+    let later = format!("{here}/away?to={there}/data.json");
+    let call = |url: &str| json!({"tool_calls": [{"name": "WebFetch", "input": {"url": url}}]});
+    let config = json!({
+        "egress": {"allow": ["domain:127.0.0.1"]},
+        "model": {"script": {"turns": [call(&first), call(&direct), call(&later), {"text": "done"}]}}
+    });
+    let id = app.create_session("acme", &config).await;
+    let response = app
+        .prompt(&token, &id, &format!("Read {first} and then {later}"))
+        .await;
+    assert!(response.status().is_success(), "{}", response.status());
+    app.wait_for_events(&token, &id, |e| count(e, "approval_requested") == 1)
+        .await;
+    let pending: Value = app
+        .get(
+            &format!("/v1/sessions/{id}/approvals?status=pending"),
+            &token,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let approval = &pending["approvals"][0];
+    assert_eq!(approval["tool_name"], "WebFetch", "{pending}");
+    assert_eq!(approval["input"]["url"], direct.as_str(), "{pending}");
+    let answer = app
+        .post_json(
+            &format!(
+                "/v1/sessions/{id}/approvals/{}",
+                approval["id"].as_str().unwrap()
+            ),
+            &token,
+            &json!({"decision": "allow",
+                    "grant": {"scope": "session", "rule": "WebFetch(domain:127.0.0.2)"}}),
+        )
+        .await;
+    assert!(answer.status().is_success(), "{}", answer.status());
+    let events = app
+        .wait_for_events(&token, &id, |e| count(e, "terminal") >= 1)
+        .await;
+    let results = tool_results(&app.messages(&token, &id).await);
+    assert_eq!(reason(&results[0]), "redirect_denied");
+    assert!(
+        results[0]["content"].as_str().unwrap().contains(&direct),
+        "the refusal names the target: {}",
+        results[0]
+    );
+    assert_eq!(results[1]["is_error"], false, "{}", results[1]);
+    assert!(
+        results[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("# Egress docs")
+    );
+    assert_eq!(results[2]["is_error"], false, "{}", results[2]);
+    assert!(
+        results[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains(r#"{"answer":42}"#),
+        "{}",
+        results[2]
+    );
+    assert_eq!(
+        count(&events, "approval_requested"),
+        1,
+        "the grant answered the hop"
+    );
+    let hop = events
+        .iter()
+        .filter(|e| e["type"] == "egress")
+        .map(|e| &e["payload"])
+        .find(|p| p["host"] == "127.0.0.2" && p["hop"] == 1 && p["decision"] == "allowed")
+        .expect("the followed hop's egress event");
+    assert_eq!(
+        hop["rule"], "WebFetch(domain:127.0.0.2)",
+        "the grant's rule: {hop}"
+    );
 }

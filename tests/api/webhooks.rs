@@ -85,6 +85,18 @@ async fn the_policy_service_answers_synchronously_in_its_response() {
         .unwrap();
     assert_eq!(decided["payload"]["approval"]["decided_by"], "webhook");
     assert_eq!(decided["payload"]["approval"]["status"], "allowed");
+    // The delivery is an `egress` event of the run (infrastructure traffic).
+    let egress = events
+        .iter()
+        .find(|e| e["type"] == "egress" && e["payload"]["purpose"] == "approval_webhook")
+        .expect("the webhook's egress event");
+    assert_eq!(egress["payload"]["decision"], "allowed", "{egress}");
+    assert_eq!(egress["payload"]["status"], 200, "{egress}");
+    assert_eq!(egress["payload"]["host"], "127.0.0.1", "{egress}");
+    assert!(
+        egress["payload"]["bytes_out"].as_u64().unwrap() > 0,
+        "{egress}"
+    );
     let answer = events
         .iter()
         .rfind(|e| e["type"] == "assistant_message")
@@ -132,6 +144,20 @@ async fn a_dead_policy_service_does_not_lose_the_request() {
         ["approval_id", "code"],
         "{payload:?}"
     );
+    // Each attempt is an `egress` event that says as little: `failed`, no reason or status.
+    let attempts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "egress" && e["payload"]["purpose"] == "approval_webhook")
+        .map(|e| &e["payload"])
+        .collect();
+    assert!(!attempts.is_empty(), "{events:?}");
+    for attempt in attempts {
+        assert_eq!(attempt["decision"], "failed", "{attempt}");
+        assert!(
+            attempt.get("reason").is_none() && attempt.get("status").is_none(),
+            "{attempt}"
+        );
+    }
     let approval = app.first_pending_approval(&token, &id).await;
     let answer = app
         .answer(&token, &id, &approval, &json!({"decision": "allow"}))

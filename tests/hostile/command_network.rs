@@ -1,7 +1,7 @@
 //! Commands with network (`network: "egress"`): real `curl` in the real sandbox, through the
 //! session's egress proxy. A loopback HTTP server of the test stands for a public site (the
-//! server allows `127.0.0.0/8` through `sandbox.egress_allow_private`); `169.254.169.254`
-//! stands for a denied one. Hostile: 500 connections and a 1 MiB header are bounded.
+//! server allows `127.0.0.0/8` through `egress.allow_private_cidrs`); `169.254.169.254`
+//! stands for a denied one, and a session deny rule (`domain:localhost`) refuses that name. Hostile: 500 connections and a 1 MiB header are bounded.
 
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ fn full_log(server: &ServerProcess) -> String {
 }
 
 async fn egress_server() -> ServerProcess {
-    start_server(&[("NORMA_SANDBOX__EGRESS_ALLOW_PRIVATE", "[\"127.0.0.0/8\"]")]).await
+    start_server(&[("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]")]).await
 }
 
 /// Runs each command with Bash in one turn of a new session of `tenant` with `network`;
@@ -60,6 +60,18 @@ async fn run_bash(
     network: &str,
     commands: &[String],
 ) -> (String, Vec<String>) {
+    let (session, results, _) = run_bash_with(server, tenant, network, json!({}), commands).await;
+    (session, results)
+}
+
+/// [`run_bash`] with the session's `egress` rules; also returns the run's events.
+async fn run_bash_with(
+    server: &ServerProcess,
+    tenant: &str,
+    network: &str,
+    egress: Value,
+    commands: &[String],
+) -> (String, Vec<String>, Vec<Value>) {
     let calls: Vec<Value> = commands
         .iter()
         .map(|c| json!({"name": "Bash", "input": {"command": c, "timeout": 60000}}))
@@ -67,6 +79,7 @@ async fn run_bash(
     let config = json!({
         "permission": {"mode": "bypass"},
         "network": network,
+        "egress": egress,
         "model": {"script": {"turns": [{"tool_calls": calls}, {"text": "done"}]}},
     });
     let session = create_session(server, tenant, &config).await;
@@ -82,7 +95,7 @@ async fn run_bash(
         "{}",
         crate::server::summarize(&events)
     );
-    (session, results)
+    (session, results, events)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,10 +103,11 @@ async fn egress_commands_reach_allowed_sites_through_the_proxy_and_nothing_else(
     let port = site().await;
     let server = egress_server().await;
     let url = format!("http://127.0.0.1:{port}/");
-    let (session, results) = run_bash(
+    let (session, results, events) = run_bash_with(
         &server,
         "acme",
         "egress",
+        json!({"deny": ["domain:localhost"]}),
         &[
             format!("curl -s -m 20 {url}"),
             format!("curl -s -m 20 -p {url}"),
@@ -101,9 +115,45 @@ async fn egress_commands_reach_allowed_sites_through_the_proxy_and_nothing_else(
                 .into(),
             format!("curl -s -m 5 --noproxy '*' {url}; echo \" exit=$?\""),
             "echo \"proxy=$HTTPS_PROXY\"".into(),
+            format!("curl -s -m 20 -w ' status=%{{http_code}}' http://localhost:{port}/"),
         ],
     )
     .await;
+    assert!(
+        results[5].contains("EGRESS_DENIED") && results[5].contains("status=403"),
+        "a session deny rule refuses the name: {}",
+        results[5]
+    );
+    // Every proxied connection is an `egress` event of the run (purpose `command`).
+    let egress: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "egress")
+        .map(|e| &e["payload"])
+        .filter(|p| p["purpose"] == "command")
+        .collect();
+    let relayed = egress
+        .iter()
+        .filter(|p| p["decision"] == "allowed" && p["port"] == port)
+        .count();
+    assert_eq!(relayed, 2, "{egress:?}");
+    assert!(
+        egress.iter().any(|p| p["decision"] == "allowed"
+            && p["bytes"].as_u64().unwrap_or(0) > 0
+            && p["bytes_out"].as_u64().unwrap_or(0) > 0),
+        "{egress:?}"
+    );
+    assert!(
+        egress.iter().any(|p| p["host"] == "169.254.169.254"
+            && p["decision"] == "denied"
+            && p["reason"] == "private_address"),
+        "{egress:?}"
+    );
+    assert!(
+        egress.iter().any(|p| p["host"] == "localhost"
+            && p["reason"] == "not_allowed"
+            && p["rule"] == "domain:localhost"),
+        "{egress:?}"
+    );
     assert!(
         results[0].contains(PAGE),
         "plain HTTP via the proxy: {}",

@@ -171,6 +171,7 @@ async fn a_hostile_model_endpoint_cannot_grow_a_response_without_limit() {
         ("NORMA_PROVIDER__BASE_URL", url.as_str()),
         ("NORMA_PROVIDER__MODEL", "claude-test"),
         ("NORMA_PROVIDER__API_KEY", "test-key-not-secret"),
+        ("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]"),
     ])
     .await;
     let session = create_session(

@@ -110,6 +110,8 @@ async fn serve(mut client: UnixStream, shared: Arc<Shared>) {
         host: String::new(),
         port: 0,
         outcome: ProxyOutcome::Relayed { ended: "closed" },
+        rule: None,
+        why: None,
         bytes_out: 0,
         bytes_in: 0,
     };
@@ -126,6 +128,10 @@ async fn serve(mut client: UnixStream, shared: Arc<Shared>) {
                 other => other.to_string(),
             },
         };
+        if let ProxyError::Refused(refusal) = &error {
+            record.rule = refusal.rule.clone();
+            record.why = refusal.why;
+        }
     }
     (shared.observer)(record);
 }
@@ -151,12 +157,17 @@ async fn serve_inner(
     record.host = head.host.clone();
     record.port = head.port;
     let mut upstream = tokio::time::timeout(limits.connect_timeout, async {
-        let addresses = shared
+        let scheme = match &head.kind {
+            HeadKind::Connect => "https",
+            HeadKind::Plain { .. } => "http",
+        };
+        let decision = shared
             .gate
-            .decide(&head.host, head.port)
+            .decide(scheme, &head.host, head.port)
             .await
             .map_err(ProxyError::Refused)?;
-        connect(&addresses).await
+        record.rule = decision.rule;
+        connect(&decision.addrs).await
     })
     .await
     .map_err(|_| ProxyError::ConnectFailed(format!("{}:{} (timed out)", head.host, head.port)))??;

@@ -1,77 +1,81 @@
-//! The default [`ProxyGate`]: the address checks of every outbound request
-//! ([`crate::egress::address`]) applied to commands' destinations.
+//! The proxy's [`ProxyGate`]: the egress policy ([`EgressPolicy::decide`]) applied to
+//! commands' destinations as *tool traffic* of the session.
 //!
-//! A host name is resolved once (at most 5 s); when *any* of its addresses is non-public and
-//! not inside the operator's private allow-list (`sandbox.egress_allow_private`, CIDR blocks)
-//! the whole name is refused with `EGRESS_DENIED`, otherwise the proxy connects only to the
-//! addresses returned. IP literals are judged the same way. A name that does not resolve is
-//! `EGRESS_RESOLVE_FAILED`.
+//! Each CONNECT or plain-HTTP destination is decided by the same function as WebFetch: the
+//! server's, the tenant's and the session's domain rules (deny wins), then the address checks
+//! (the host is resolved once; when *any* of its addresses is non-public and outside
+//! `egress.allow_private_cidrs` the whole name is refused). The proxy connects only to the
+//! addresses the decision returned. A refusal is `EGRESS_DENIED` with the reason; a name that
+//! does not resolve is `EGRESS_RESOLVE_FAILED`.
+//!
+//! A destination no rule lists is allowed (after the address checks): a command runs inside
+//! one tool call (Bash) that already went through the permission ladder, and there is no
+//! tool call of its own to ask about each connection it opens. Sessions that want less list
+//! deny rules (`egress.deny`, e.g. `domain:*.example.com`) or keep `network: "none"`.
 
-use super::{ProxyGate, ProxyRefusal};
-use crate::egress::address::AddressPolicy;
+use super::{ProxyDecision, ProxyGate, ProxyRefusal};
+use crate::egress::policy::{DomainLists, EgressContext, EgressPolicy, RefusalReason, Traffic};
 use async_trait::async_trait;
-use ipnet::IpNet;
-use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::sync::Arc;
 
-/// Time to resolve a host name.
-const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most addresses kept of one name.
 const MAX_ADDRESSES: usize = 16;
 
-/// Public addresses, plus the operator's private allow-list: the same [`AddressPolicy`]
-/// (`Listed`) that judges every other outbound request.
-#[derive(Clone, Debug, Default)]
-pub struct AddressGate {
-    policy: AddressPolicy,
+/// Code of a destination whose name does not resolve.
+pub const EGRESS_RESOLVE_FAILED: &str = "EGRESS_RESOLVE_FAILED";
+
+/// The egress policy for one session's commands.
+#[derive(Clone, Debug)]
+pub struct PolicyGate {
+    policy: Arc<EgressPolicy>,
+    tenant: String,
+    session: DomainLists,
 }
 
-impl AddressGate {
-    /// A gate that also allows the non-public blocks in `allow_private`.
-    pub fn new(allow_private: Vec<IpNet>) -> Self {
+impl PolicyGate {
+    /// The gate of `tenant`'s session with the domain rules `session`.
+    pub fn new(policy: Arc<EgressPolicy>, tenant: impl Into<String>, session: DomainLists) -> Self {
         Self {
-            policy: AddressPolicy::Listed(allow_private.into()),
+            policy,
+            tenant: tenant.into(),
+            session,
         }
-    }
-
-    fn check(&self, ip: IpAddr) -> Result<(), String> {
-        self.policy
-            .check(ip)
-            .map_err(|range| format!("{ip} is not public: {range}"))
     }
 }
 
 #[async_trait]
-impl ProxyGate for AddressGate {
-    async fn decide(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ProxyRefusal> {
-        let addresses: Vec<SocketAddr> = match host.parse::<IpAddr>() {
-            Ok(ip) => vec![SocketAddr::new(ip, port)],
-            Err(_) => {
-                let resolved =
-                    tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port)))
-                        .await;
-                let failed = |why: String| ProxyRefusal {
-                    code: "EGRESS_RESOLVE_FAILED",
-                    reason: format!("cannot resolve {host}: {why}"),
-                };
-                match resolved {
-                    Err(_) => return Err(failed("timed out".into())),
-                    Ok(Err(e)) => return Err(failed(e.to_string())),
-                    Ok(Ok(found)) => found.take(MAX_ADDRESSES).collect(),
-                }
-            }
+impl ProxyGate for PolicyGate {
+    async fn decide(
+        &self,
+        scheme: &str,
+        host: &str,
+        port: u16,
+    ) -> Result<ProxyDecision, ProxyRefusal> {
+        let ctx = EgressContext {
+            tenant: &self.tenant,
+            session: &self.session,
+            traffic: Traffic::Tool,
         };
-        if addresses.is_empty() {
-            return Err(ProxyRefusal {
-                code: "EGRESS_RESOLVE_FAILED",
-                reason: format!("{host} has no address"),
-            });
+        // The proxy's heads carry IPv6 literals bare (`::1`); the policy wants URL form.
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        match self.policy.decide(&ctx, scheme, &host, port).await {
+            Ok(pinned) => Ok(ProxyDecision {
+                addrs: pinned.addrs.into_iter().take(MAX_ADDRESSES).collect(),
+                rule: pinned.listed_by,
+            }),
+            Err(refusal) => Err(ProxyRefusal {
+                code: match refusal.reason {
+                    RefusalReason::Unresolvable => EGRESS_RESOLVE_FAILED,
+                    _ => super::EGRESS_DENIED,
+                },
+                reason: format!("destination {host}:{port} refused: {}", refusal.message),
+                rule: refusal.rule,
+                why: Some(refusal.reason),
+            }),
         }
-        for address in &addresses {
-            self.check(address.ip()).map_err(|why| {
-                ProxyRefusal::denied(format!("destination {host}:{port} refused: {why}"))
-            })?;
-        }
-        Ok(addresses)
     }
 }

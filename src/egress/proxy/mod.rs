@@ -15,9 +15,11 @@
 //! **Every destination is decided by a [`ProxyGate`]**: the gate resolves the host once and
 //! returns the addresses the proxy may connect to; the proxy connects to those (pinned) and to
 //! nothing else, so a DNS answer cannot change between the decision and the connection. The
-//! default gate is [`AddressGate`] (public addresses only, plus the operator's private
-//! allow-list). A refused destination is answered `403` with the code `EGRESS_DENIED` and the
-//! reason in a JSON body (`{"code": …, "message": …}`) — no connection is attempted.
+//! server's gate is [`PolicyGate`]: the one egress policy ([`crate::egress::EgressPolicy`]),
+//! with the session's traffic as tool traffic (domain rules, then the address checks and the
+//! operator's `egress.allow_private_cidrs`). A refused destination is answered `403` with the
+//! code `EGRESS_DENIED` and the reason in a JSON body (`{"code": …, "message": …}`) — no
+//! connection is attempted.
 //!
 //! **Bounded** ([`ProxyLimits`]): a request head is at most 16 KiB and must arrive within
 //! 10 s (`431 EGRESS_HEADER_TOO_LARGE`, `408 EGRESS_TIMEOUT`); at most 32 connections per
@@ -28,7 +30,7 @@
 //!
 //! **Reported**: every connection ends in one [`ProxyRecord`] (destination, outcome, bytes)
 //! given to the endpoint's [`ProxyObserver`] — the runtime logs it (`egress proxy` lines with
-//! tenant and session); it is the place to turn them into `egress` events.
+//! tenant and session) and records it as an `egress` event of the session.
 
 mod endpoint;
 pub mod gate;
@@ -36,7 +38,7 @@ mod head;
 mod relay;
 
 pub use endpoint::ProxyEndpoint;
-pub use gate::AddressGate;
+pub use gate::{EGRESS_RESOLVE_FAILED, PolicyGate};
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -54,6 +56,10 @@ pub const EGRESS_DENIED: &str = "EGRESS_DENIED";
 pub struct ProxyRefusal {
     pub code: &'static str,
     pub reason: String,
+    /// The egress rule that denied the destination, if one did.
+    pub rule: Option<String>,
+    /// The policy's reason, when the policy refused.
+    pub why: Option<crate::egress::RefusalReason>,
 }
 
 impl ProxyRefusal {
@@ -62,16 +68,32 @@ impl ProxyRefusal {
         Self {
             code: EGRESS_DENIED,
             reason: reason.into(),
+            rule: None,
+            why: None,
         }
     }
+}
+
+/// A destination the gate allows: the addresses to connect to (only these), and the egress
+/// rule that listed it, if one did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyDecision {
+    pub addrs: Vec<SocketAddr>,
+    pub rule: Option<String>,
 }
 
 /// Decides every destination of the proxy.
 #[async_trait]
 pub trait ProxyGate: Send + Sync {
     /// The addresses the proxy may connect to for `host:port` (resolved once; the proxy
-    /// connects only to these), or why not.
-    async fn decide(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ProxyRefusal>;
+    /// connects only to these), or why not. `scheme` is `https` for a CONNECT tunnel and
+    /// `http` for a plain request.
+    async fn decide(
+        &self,
+        scheme: &str,
+        host: &str,
+        port: u16,
+    ) -> Result<ProxyDecision, ProxyRefusal>;
 }
 
 /// Bounds of one session's proxy.
@@ -127,10 +149,51 @@ pub struct ProxyRecord {
     pub port: u16,
     #[serde(flatten)]
     pub outcome: ProxyOutcome,
+    /// The egress rule that listed or denied the destination, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The policy's reason for a refusal, when the policy refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<crate::egress::RefusalReason>,
     /// Bytes from the command to the destination (the rewritten head included).
     pub bytes_out: u64,
     /// Bytes from the destination to the command.
     pub bytes_in: u64,
+}
+
+/// The `egress` event of a proxied connection (purpose `command`): `allowed` with the bytes
+/// both ways, or `denied` with the policy's reason (`not_allowed`, `private_address`, …;
+/// `unreachable` for a destination that did not accept, `unresolvable` for a name without
+/// address, `invalid_url` for a malformed or oversized head, `timeout` for a slow head).
+pub fn egress_event(record: &ProxyRecord) -> crate::egress::EgressEvent {
+    use crate::egress::RefusalReason;
+    let (decision, reason) = match &record.outcome {
+        ProxyOutcome::Relayed { .. } => ("allowed", None),
+        ProxyOutcome::Refused { code, .. } => (
+            "denied",
+            Some(match *code {
+                EGRESS_DENIED => RefusalReason::NotAllowed,
+                gate::EGRESS_RESOLVE_FAILED => RefusalReason::Unresolvable,
+                "EGRESS_TIMEOUT" => RefusalReason::Timeout,
+                "EGRESS_CONNECT_FAILED" | "EGRESS_TUNNEL_LIMIT" => RefusalReason::Unreachable,
+                _ => RefusalReason::InvalidUrl,
+            }),
+        ),
+    };
+    let reason = record.why.or(reason);
+    crate::egress::EgressEvent {
+        purpose: "command",
+        host: record.host.clone(),
+        port: record.port,
+        decision,
+        reason,
+        rule: record.rule.clone(),
+        status: None,
+        bytes: record.bytes_in,
+        bytes_out: Some(record.bytes_out),
+        hop: 0,
+        tool_use_id: None,
+    }
 }
 
 /// Receives one record per proxied connection (keep it cheap: it runs on the proxy's task).

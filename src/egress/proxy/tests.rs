@@ -4,8 +4,21 @@ use std::sync::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixStream};
 
+/// The policy gate of a session of tenant `t` with `session` rules, on a server whose
+/// private allow-list is `private`.
+fn policy_gate(private: &[&str], session: crate::egress::DomainLists) -> PolicyGate {
+    use crate::egress::{AddressPolicy, EgressPolicy};
+    let blocks: Vec<ipnet::IpNet> = private.iter().map(|c| c.parse().expect("cidr")).collect();
+    let policy = EgressPolicy::new(
+        AddressPolicy::from_settings(false, &blocks),
+        Default::default(),
+        Default::default(),
+    );
+    PolicyGate::new(Arc::new(policy), "t", session)
+}
+
 fn loopback_gate() -> Arc<dyn ProxyGate> {
-    Arc::new(AddressGate::new(vec!["127.0.0.0/8".parse().expect("cidr")]))
+    Arc::new(policy_gate(&["127.0.0.0/8"], Default::default()))
 }
 
 fn recorder() -> (ProxyObserver, Arc<Mutex<Vec<ProxyRecord>>>) {
@@ -97,8 +110,8 @@ fn plain_requests_are_rewritten_to_origin_form_without_hop_headers() {
 }
 
 #[tokio::test]
-async fn the_address_gate_refuses_non_public_destinations_unless_allow_listed() {
-    let strict = AddressGate::default();
+async fn the_policy_gate_refuses_non_public_destinations_unless_allow_listed() {
+    let strict = policy_gate(&[], Default::default());
     for host in [
         "127.0.0.1",
         "169.254.169.254",
@@ -106,24 +119,65 @@ async fn the_address_gate_refuses_non_public_destinations_unless_allow_listed() 
         "::1",
         "::ffff:127.0.0.1",
     ] {
-        let refusal = strict.decide(host, 80).await.expect_err(host);
+        let refusal = strict.decide("http", host, 80).await.expect_err(host);
         assert_eq!(refusal.code, EGRESS_DENIED, "{host}");
     }
-    let allowed = AddressGate::new(vec!["127.0.0.0/8".parse().expect("cidr")]);
-    assert_eq!(
-        allowed.decide("127.0.0.2", 81).await.expect("allow-listed"),
-        vec!["127.0.0.2:81".parse::<SocketAddr>().expect("addr")]
-    );
-    assert!(allowed.decide("::ffff:127.0.0.3", 81).await.is_ok());
+    let allowed = policy_gate(&["127.0.0.0/8"], Default::default());
     assert_eq!(
         allowed
-            .decide("10.0.0.1", 80)
+            .decide("https", "127.0.0.2", 81)
+            .await
+            .expect("allow-listed")
+            .addrs,
+        vec!["127.0.0.2:81".parse::<SocketAddr>().expect("addr")]
+    );
+    assert!(allowed.decide("http", "::ffff:127.0.0.3", 81).await.is_ok());
+    assert_eq!(
+        allowed
+            .decide("http", "10.0.0.1", 80)
             .await
             .expect_err("not listed")
             .code,
         EGRESS_DENIED
     );
-    assert!(allowed.decide("8.8.8.8", 53).await.is_ok(), "public");
+    assert!(
+        allowed.decide("https", "8.8.8.8", 53).await.is_ok(),
+        "public"
+    );
+}
+
+#[tokio::test]
+async fn the_policy_gate_applies_the_sessions_domain_rules_deny_winning() {
+    let lists = crate::egress::DomainLists::parse(
+        &["domain:localhost".into(), "domain:127.0.0.1".into()],
+        &["domain:127.0.0.1:9".into()],
+    )
+    .expect("rules");
+    let gate = policy_gate(&["127.0.0.0/8", "::1/128"], lists);
+    let listed = gate.decide("https", "127.0.0.1", 8).await.expect("listed");
+    assert_eq!(listed.rule.as_deref(), Some("domain:127.0.0.1"));
+    let denied = gate
+        .decide("https", "127.0.0.1", 9)
+        .await
+        .expect_err("denied");
+    assert_eq!(denied.code, EGRESS_DENIED);
+    assert_eq!(denied.rule.as_deref(), Some("domain:127.0.0.1:9"));
+    assert_eq!(denied.why, Some(crate::egress::RefusalReason::NotAllowed));
+    let unlisted = gate
+        .decide("http", "127.0.0.2", 80)
+        .await
+        .expect("unlisted");
+    assert_eq!(unlisted.rule, None);
+    let v6 = gate.decide("https", "::1", 443).await.expect("bare IPv6");
+    assert_eq!(
+        v6.addrs,
+        vec!["[::1]:443".parse::<SocketAddr>().expect("addr")]
+    );
+    let unknown = gate
+        .decide("https", "no-such-host.invalid", 443)
+        .await
+        .expect_err("unresolvable");
+    assert_eq!(unknown.code, EGRESS_RESOLVE_FAILED);
 }
 
 #[tokio::test]
@@ -168,7 +222,7 @@ async fn refusals_answer_a_code_and_reach_the_observer() {
     };
     let endpoint = ProxyEndpoint::start(
         base.path(),
-        Arc::new(AddressGate::default()),
+        Arc::new(policy_gate(&[], Default::default())),
         limits,
         observer,
     )
@@ -184,7 +238,7 @@ async fn refusals_answer_a_code_and_reach_the_observer() {
     let denied = ask(b"GET http://127.0.0.1:9/ HTTP/1.1\r\n\r\n".to_vec()).await;
     assert!(denied.starts_with("HTTP/1.1 403 "), "{denied}");
     assert!(denied.contains("\"code\":\"EGRESS_DENIED\""), "{denied}");
-    assert!(denied.contains("loopback"), "{denied}");
+    assert!(denied.contains("non-public address"), "{denied}");
     let mut huge = b"GET http://example.com/ HTTP/1.1\r\nX: ".to_vec();
     huge.extend(std::iter::repeat_n(b'a', 4096));
     let too_large = ask(huge).await;

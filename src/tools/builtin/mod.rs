@@ -24,6 +24,7 @@ pub mod tasks;
 pub mod todo;
 pub mod web_content;
 pub mod web_fetch;
+pub mod web_search;
 pub mod write;
 
 use crate::ids::{SessionId, TenantId};

@@ -44,6 +44,7 @@ pub const BUILTIN_RULE_TARGETS: &[(&str, Subject)] = &[
     ("SearchExtraTools", Subject::Name),
     ("ExecuteExtraTool", Subject::Name),
     ("WebFetch", Subject::Url { field: "url" }),
+    ("WebSearch", Subject::Name),
 ];
 
 /// Whether `name` has the MCP shape `mcp__<server>__<tool>` with non-empty parts.

@@ -1,7 +1,14 @@
-//! What WebFetch makes of an answer's body, by content type: HTML to Markdown (`htmd`, with
-//! scripts, styles, navigation, headers, footers, asides, forms and frames left out), JSON,
-//! XML and text as they are, anything else (PDF, images, archives, binaries) refused with
-//! `EGRESS_DENIED` reason `unsupported_content`.
+//! What WebFetch makes of an answer's body, by content type: HTML through a readability pass
+//! (`dom_smoothie`, a port of Mozilla's readability.js: the page's main article, without
+//! navigation, comments, sidebars and ads) and then to Markdown (`htmd`, with scripts, styles,
+//! navigation, headers, footers, asides, forms and frames left out); JSON, XML and text as
+//! they are; anything else (PDF, images, archives, binaries) refused with `EGRESS_DENIED`
+//! reason `unsupported_content`.
+//!
+//! The readability pass keeps its article when it found one of at least
+//! [`MIN_ARTICLE_CHARS`] characters of text; otherwise (short pages, pages without an
+//! article, pages over [`MAX_READABILITY_ELEMENTS`] elements) the whole page is converted,
+//! minus the furniture tags.
 
 use crate::egress::{EgressRefusal, RefusalReason};
 
@@ -10,6 +17,11 @@ const SKIPPED_TAGS: &[&str] = &[
     "script", "style", "noscript", "template", "head", "nav", "header", "footer", "aside", "form",
     "iframe", "svg", "canvas", "button", "select",
 ];
+
+/// Text an article must have for the readability pass to keep it.
+pub const MIN_ARTICLE_CHARS: usize = 200;
+/// Pages with more elements than this skip the readability pass (bounded work).
+pub const MAX_READABILITY_ELEMENTS: usize = 50_000;
 
 /// How a body is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,18 +70,46 @@ pub fn to_text(kind: Kind, body: &[u8]) -> Result<String, EgressRefusal> {
     let text = String::from_utf8_lossy(body);
     match kind {
         Kind::Text => Ok(text.into_owned()),
-        Kind::Html => htmd::HtmlToMarkdown::builder()
-            .skip_tags(SKIPPED_TAGS.to_vec())
-            .build()
-            .convert(&text)
-            .map_err(|error| {
-                EgressRefusal::new(
-                    RefusalReason::UnsupportedContent,
-                    "the HTML could not be converted",
-                )
-                .with_detail(error.to_string())
-            }),
+        Kind::Html => match article(&text) {
+            Some((title, content)) => {
+                let body = markdown(&content)?;
+                Ok(if title.trim().is_empty() {
+                    body
+                } else {
+                    format!("# {}\n\n{body}", title.trim())
+                })
+            }
+            None => markdown(&text),
+        },
     }
+}
+
+/// The page's main article (title and HTML), when the readability pass finds one large
+/// enough.
+fn article(html: &str) -> Option<(String, String)> {
+    let config = dom_smoothie::Config {
+        max_elements_to_parse: MAX_READABILITY_ELEMENTS,
+        ..Default::default()
+    };
+    let mut readability = dom_smoothie::Readability::new(html, None, Some(config)).ok()?;
+    let article = readability.parse().ok()?;
+    (article.text_content.trim().chars().count() >= MIN_ARTICLE_CHARS)
+        .then(|| (article.title, article.content.to_string()))
+}
+
+/// HTML to Markdown without the furniture tags.
+fn markdown(html: &str) -> Result<String, EgressRefusal> {
+    htmd::HtmlToMarkdown::builder()
+        .skip_tags(SKIPPED_TAGS.to_vec())
+        .build()
+        .convert(html)
+        .map_err(|error| {
+            EgressRefusal::new(
+                RefusalReason::UnsupportedContent,
+                "the HTML could not be converted",
+            )
+            .with_detail(error.to_string())
+        })
 }
 
 #[cfg(test)]
@@ -100,6 +140,29 @@ mod tests {
                     "{content_type:?}"
                 ),
             }
+        }
+    }
+
+    #[test]
+    fn the_readability_pass_keeps_the_article_and_drops_the_rest() {
+        let paragraph = "Egress brokers decide every outbound request of a multi-tenant \
+            server: they resolve names once, pin the checked addresses and record what left. ";
+        let html = format!(
+            "<html><head><title>The egress broker</title></head><body>\
+             <div class='sidebar'><ul><li><a href='/a'>Related one</a></li>\
+             <li><a href='/b'>Related two</a></li></ul></div>\
+             <div class='comments'><p>first!!! spam comment</p></div>\
+             <article><h1>The egress broker</h1><p>{p}</p><p>{p}</p><p>{p}</p>\
+             <p>See <a href='https://docs.rs/'>docs.rs</a>.</p></article>\
+             <div class='share social'><a href='/share'>Share this</a></div></body></html>",
+            p = paragraph
+        );
+        let text = to_text(Kind::Html, html.as_bytes()).unwrap();
+        assert!(text.starts_with("# The egress broker"), "{text}");
+        assert!(text.contains("pin the checked addresses"), "{text}");
+        assert!(text.contains("[docs.rs](https://docs.rs/)"), "{text}");
+        for gone in ["Related one", "spam comment", "Share this"] {
+            assert!(!text.contains(gone), "{gone} in {text}");
         }
     }
 

@@ -7,6 +7,11 @@
 //!   allowed, and an unlisted one goes up the ladder (rules, grants, the approval callback,
 //!   the policy webhook). It is not read-only: a fetch sends data out, so plan mode and
 //!   `dontAsk` refuse it unless a rule allows it.
+//! - **Redirects.** A hop to another site is followed when an egress allow rule lists its
+//!   host, or when the session's permission ladder allows a WebFetch of the hop's URL
+//!   without asking (`WebFetch(domain:…)` rules, grants — an approval answered with a session
+//!   grant for the domain counts). Otherwise the result is `redirect_denied` naming the
+//!   target, and fetching it directly goes up the ladder (the approval callback included).
 //! - **Exfiltration guard.** By default a URL is fetched only when it appears in a user
 //!   message or an earlier tool result of the session (the model cannot invent a URL that
 //!   carries data out); `egress.fetch_any_url` in the session config lifts this.
@@ -20,12 +25,14 @@
 use super::{blocking, parse_input};
 use crate::egress::{
     DomainLists, EGRESS_DENIED, EgressBroker, EgressContext, EgressEvent, EgressRecorder,
-    EgressRefusal, FetchLimits, RefusalReason, Traffic, policy::ListVerdict,
+    EgressRefusal, FetchLimits, RefusalReason, Traffic, fetch::HopGate, policy::ListVerdict,
 };
 use crate::ids::{SessionId, TenantId};
 use crate::message::{ContentBlock, Role};
+use crate::permission::Verdict;
 use crate::permission::{SelfDecision, Subject};
 use crate::store::Store;
+use crate::tools::pipeline::PermissionGate;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -94,6 +101,7 @@ pub struct WebFetchTool {
     fetch_any_url: bool,
     store: Arc<dyn Store>,
     cache: Arc<WebCache>,
+    hops: Option<Arc<dyn PermissionGate>>,
     recorder: Arc<dyn EgressRecorder>,
 }
 
@@ -108,6 +116,9 @@ pub struct WebFetchSetup {
     pub fetch_any_url: bool,
     pub store: Arc<dyn Store>,
     pub cache: Arc<WebCache>,
+    /// The session's permission gate, judging redirect hops to hosts no allow rule lists
+    /// (`None`: such hops are refused).
+    pub hops: Option<Arc<dyn PermissionGate>>,
     pub recorder: Arc<dyn EgressRecorder>,
 }
 
@@ -122,6 +133,7 @@ impl WebFetchTool {
             fetch_any_url: setup.fetch_any_url,
             store: setup.store,
             cache: setup.cache,
+            hops: setup.hops,
             recorder: setup.recorder,
         }
     }
@@ -172,6 +184,30 @@ impl WebFetchTool {
             }
         }
         Ok(false)
+    }
+}
+
+/// Redirect hops to unlisted hosts, judged like a WebFetch of the hop's URL by the session's
+/// rules and grants (no approval is asked mid-fetch: an `ask` refuses the hop, naming the
+/// URL, and fetching it directly asks).
+struct LadderHops<'a> {
+    gate: Option<&'a dyn PermissionGate>,
+    tool: &'a WebFetchTool,
+}
+
+impl HopGate for LadderHops<'_> {
+    fn allows(&self, url: &url::Url) -> Result<String, String> {
+        let Some(gate) = self.gate else {
+            return Err("no allow rule lists it".into());
+        };
+        match gate.evaluate(self.tool, &json!({"url": url.as_str()})) {
+            Verdict::Allow(reason) => Ok(reason
+                .rule
+                .or(reason.grant_id.map(|grant| format!("grant {grant}")))
+                .unwrap_or_else(|| format!("permission stage {:?}", reason.stage))),
+            Verdict::Deny(reason) => Err(reason.message),
+            Verdict::Ask => Err("no rule or grant of the session allows it".into()),
+        }
     }
 }
 
@@ -286,9 +322,20 @@ impl Tool for WebFetchTool {
                     inner: self.recorder.as_ref(),
                     tool_use_id: &ctx.tool_use_id,
                 };
+                let hops = LadderHops {
+                    gate: self.hops.as_deref(),
+                    tool: self,
+                };
                 let fetched = self
                     .broker
-                    .get(&self.context(), "web_fetch", &url, self.limits, &recorder)
+                    .get(
+                        &self.context(),
+                        "web_fetch",
+                        &url,
+                        self.limits,
+                        &recorder,
+                        &hops,
+                    )
                     .await
                     .map_err(|refusal| denied(&refusal))?;
                 let kind =
