@@ -22,7 +22,7 @@ mod replicas;
 #[path = "support/server.rs"]
 mod server;
 
-use replicas::{create_and_prompt, result_of};
+use replicas::result_of;
 use serde_json::{Value, json};
 use server::{ServerProcess, count, of_kind, summarize};
 use std::path::{Path, PathBuf};
