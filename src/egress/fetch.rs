@@ -102,6 +102,15 @@ pub trait HopGate: Send + Sync {
     fn allows(&self, url: &url::Url) -> Result<String, String>;
 }
 
+impl<F> HopGate for F
+where
+    F: Fn(&url::Url) -> Result<String, String> + Send + Sync,
+{
+    fn allows(&self, url: &url::Url) -> Result<String, String> {
+        self(url)
+    }
+}
+
 /// Follows no unlisted cross-origin hop (search backends, tests).
 pub struct NoHops;
 

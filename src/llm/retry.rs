@@ -30,6 +30,18 @@ pub const MAX_DELAY: Duration = Duration::from_secs(8);
 /// Statuses worth re-sending (N19).
 pub const RETRYABLE_STATUSES: [u16; 6] = [408, 429, 500, 502, 503, 504];
 
+/// Logs one provider answer for the operator (`purpose=provider`): the host is the
+/// operator's configuration, so it goes to the server log, not to the tenant's transcript.
+fn log_answer(response: &Response, resend: u32) {
+    tracing::debug!(
+        purpose = "provider",
+        host = response.url().host_str().unwrap_or_default(),
+        status = response.status().as_u16(),
+        resend,
+        "outbound request"
+    );
+}
+
 /// Whether an HTTP status is retried.
 pub fn is_retryable_status(status: u16) -> bool {
     RETRYABLE_STATUSES.contains(&status)
@@ -145,8 +157,12 @@ impl RetryingSender {
                 outcome = attempt => outcome,
             };
             let retry_delay = match outcome {
-                Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                Ok(Ok(response)) if response.status().is_success() => {
+                    log_answer(&response, resend);
+                    return Ok(response);
+                }
                 Ok(Ok(response)) => {
+                    log_answer(&response, resend);
                     let status = response.status().as_u16();
                     if !is_retryable_status(status) || resend >= self.policy.max_resends() {
                         let body = tokio::select! {

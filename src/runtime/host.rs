@@ -268,23 +268,54 @@ impl crate::egress::EgressRecorder for RunJournal {
 /// the session's current run, set when each run starts. A connection reported while no run
 /// of this replica writes for the session (a background task outliving its run) is logged
 /// only: its journal's writer refuses the write.
+///
+/// It also holds the permission ladder of the session's latest run on this replica, which
+/// judges destinations no egress rule lists (see [`crate::egress::proxy::gate`]); before the
+/// first run, such destinations are refused.
 #[derive(Clone, Default)]
-pub struct EgressSlot(Arc<Mutex<Option<Arc<dyn crate::egress::EgressRecorder>>>>);
+pub struct EgressSlot {
+    journal: Arc<Mutex<Option<Arc<dyn crate::egress::EgressRecorder>>>>,
+    ladder: Arc<Mutex<Option<Arc<dyn crate::egress::fetch::HopGate>>>>,
+}
 
 impl EgressSlot {
     /// Records into `journal` from now on.
     pub fn set(&self, journal: Arc<dyn crate::egress::EgressRecorder>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(journal);
+        *self.journal.lock().unwrap_or_else(|e| e.into_inner()) = Some(journal);
+    }
+
+    /// Judges unlisted destinations with `ladder` (the current run's) from now on.
+    pub fn set_ladder(&self, ladder: Arc<dyn crate::egress::fetch::HopGate>) {
+        *self.ladder.lock().unwrap_or_else(|e| e.into_inner()) = Some(ladder);
     }
 
     /// Records one proxied connection as an `egress` event (on a task of its own: the proxy
     /// must not wait for the store).
     pub fn record_proxy(&self, record: crate::egress::proxy::ProxyRecord) {
-        let Some(journal) = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+        let Some(journal) = self
+            .journal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
             return;
         };
         let event = crate::egress::proxy::egress_event(&record);
         tokio::spawn(async move { journal.record(event).await });
+    }
+}
+
+impl crate::egress::fetch::HopGate for EgressSlot {
+    fn allows(&self, url: &url::Url) -> Result<String, String> {
+        let ladder = self
+            .ladder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match ladder {
+            Some(ladder) => ladder.allows(url),
+            None => Err("no run of the session has judged it yet".into()),
+        }
     }
 }
 

@@ -113,6 +113,7 @@ impl SessionRuntime {
                     writer: writer.clone(),
                     run_id: run_id.clone(),
                 }),
+                sandbox: self.sandbox.clone(),
             },
         )))
     }
@@ -169,6 +170,7 @@ impl SessionRuntime {
             self.broker.policy().clone(),
             tenant.as_str(),
             lists,
+            Arc::new(journal.clone()),
         ));
         let (tenant, session) = (tenant.to_string(), session.to_string());
         let journal = journal.clone();
@@ -307,6 +309,20 @@ impl SessionRuntime {
             grants: grants.clone(),
             workspace: Some(env.workspace.clone()),
         });
+        let web_fetch = self.web_fetch_tool(
+            tenant,
+            session,
+            &config,
+            &env,
+            &writer,
+            run_id,
+            gate.clone(),
+        )?;
+        env.egress_journal
+            .set_ladder(Arc::new(builtin::web_fetch::FetchLadder {
+                gate: gate.clone(),
+                tool: web_fetch.clone(),
+            }));
         let mut registry = ToolRegistry::new();
         let enabled: Option<HashSet<&str>> = config
             .tools
@@ -321,15 +337,7 @@ impl SessionRuntime {
                 tenant.clone(),
                 session.clone(),
             ))
-            .chain([self.web_fetch_tool(
-                tenant,
-                session,
-                &config,
-                &env,
-                &writer,
-                run_id,
-                gate.clone(),
-            )?])
+            .chain([web_fetch.clone()])
             .chain(self.web_search_tool(tenant, &config, &writer, run_id)?)
         {
             if enabled

@@ -195,6 +195,10 @@ pub fn main_from_args(args: Vec<OsString>) -> ! {
     if let Err(e) = restrict(&opts) {
         fail(&e);
     }
+    if opts.program[0] == super::pdf_text::PROGRAM {
+        // A built-in job: runs here, confined like a command, instead of an `exec`.
+        super::pdf_text::job_main();
+    }
     let mut env = allowed_env();
     if opts.egress_proxy.is_some() {
         env.extend(egress_forwarder::proxy_env());

@@ -20,6 +20,7 @@ pub mod landlock;
 pub mod launcher;
 pub mod lifetime;
 pub mod namespaces;
+pub mod pdf_text;
 pub mod policy;
 pub mod report;
 pub mod rlimits;
@@ -253,9 +254,58 @@ impl Sandbox {
         if egress_proxy.is_some() {
             self.egress_available()?;
         }
+        let opts = self.options(workspace, program, egress_proxy);
+        Ok(LaunchSpec {
+            program: self.config.launcher.clone(),
+            args: opts.to_args(),
+            env: env::scrubbed_env(workspace, term),
+            cwd: workspace.to_path_buf(),
+        })
+    }
+
+    /// How to run one of the launcher's built-in jobs (e.g. [`pdf_text::PROGRAM`]) on
+    /// untrusted data in `scratch`, confined like a command but under `limits` instead of the
+    /// commands' rlimits. Fails closed: refused unless the command sandbox is available and
+    /// its `rlimits` and `network` parts are enforced (a job without its memory and CPU
+    /// bounds or with the host's network never runs).
+    pub fn job_spec(
+        &self,
+        scratch: &Path,
+        job: &str,
+        limits: Rlimits,
+    ) -> Result<LaunchSpec, SandboxUnavailable> {
+        self.commands_available()?;
+        for (part, status) in [
+            ("rlimits", &self.report.rlimits),
+            ("network", &self.report.network),
+        ] {
+            if !status.is_enforced() {
+                return Err(SandboxUnavailable(format!(
+                    "the sandbox part `{part}` is not enforced on this server"
+                )));
+            }
+        }
+        let mut opts = self.options(scratch, &[job], None);
+        opts.rlimits = Some(limits);
+        Ok(LaunchSpec {
+            program: self.config.launcher.clone(),
+            args: opts.to_args(),
+            env: env::scrubbed_env(scratch, "dumb"),
+            cwd: scratch.to_path_buf(),
+        })
+    }
+
+    /// The launcher options of a program confined with every part the probe found
+    /// enforceable.
+    fn options(
+        &self,
+        workspace: &Path,
+        program: &[&str],
+        egress_proxy: Option<&Path>,
+    ) -> LaunchOptions {
         let probed = |f: fn(&ProbeResult) -> bool| self.probe.as_ref().is_some_and(f);
         let network = self.report.network.is_enforced();
-        let opts = LaunchOptions {
+        LaunchOptions {
             workspace: workspace.to_path_buf(),
             filesystem: self.report.filesystem.is_enforced(),
             deny_network: network && probed(|p| p.landlock.is_ok()),
@@ -271,13 +321,7 @@ impl Sandbox {
             egress_proxy: egress_proxy.map(Path::to_path_buf),
             probe: false,
             program: program.iter().map(OsString::from).collect(),
-        };
-        Ok(LaunchSpec {
-            program: self.config.launcher.clone(),
-            args: opts.to_args(),
-            env: env::scrubbed_env(workspace, term),
-            cwd: workspace.to_path_buf(),
-        })
+        }
     }
 }
 

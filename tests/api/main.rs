@@ -25,5 +25,6 @@ mod store_faults;
 mod store_limits;
 mod tenant_providers;
 mod web_fetch;
+mod web_fetch_pdf;
 mod web_search;
 mod webhooks;

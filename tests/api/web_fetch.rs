@@ -112,7 +112,7 @@ async fn server() -> TestApp {
 }
 
 /// A session whose model fetches each URL in turn, then says "done".
-fn fetching(urls: &[String], egress: Value, permission: Value) -> Value {
+pub(crate) fn fetching(urls: &[String], egress: Value, permission: Value) -> Value {
     let calls: Vec<Value> = urls
         .iter()
         .map(|url| json!({"name": "WebFetch", "input": {"url": url}}))
@@ -125,7 +125,7 @@ fn fetching(urls: &[String], egress: Value, permission: Value) -> Value {
 }
 
 /// Runs one prompt naming `urls` and returns the tool results and the `egress` events.
-async fn run(app: &TestApp, config: &Value, prompt: &str) -> (Vec<Value>, Vec<Value>) {
+pub(crate) async fn run(app: &TestApp, config: &Value, prompt: &str) -> (Vec<Value>, Vec<Value>) {
     let token = app.token("acme");
     let id = app.create_session("acme", config).await;
     let response = app.prompt(&token, &id, prompt).await;
@@ -141,7 +141,7 @@ async fn run(app: &TestApp, config: &Value, prompt: &str) -> (Vec<Value>, Vec<Va
     (tool_results(&app.messages(&token, &id).await), egress)
 }
 
-fn reason(result: &Value) -> String {
+pub(crate) fn reason(result: &Value) -> String {
     assert_eq!(result["is_error"], true, "{result}");
     assert_eq!(result["code"], "EGRESS_DENIED", "{result}");
     let text = result["content"].as_str().unwrap();

@@ -64,7 +64,8 @@ async fn run_bash(
     (session, results)
 }
 
-/// [`run_bash`] with the session's `egress` rules; also returns the run's events.
+/// [`run_bash`] with the session's `egress` rules (in `bypass` mode); also returns the run's
+/// events.
 async fn run_bash_with(
     server: &ServerProcess,
     tenant: &str,
@@ -72,12 +73,25 @@ async fn run_bash_with(
     egress: Value,
     commands: &[String],
 ) -> (String, Vec<String>, Vec<Value>) {
+    let permission = json!({"mode": "bypass"});
+    run_bash_as(server, tenant, network, egress, permission, commands).await
+}
+
+/// [`run_bash_with`] with the session's `permission` settings.
+async fn run_bash_as(
+    server: &ServerProcess,
+    tenant: &str,
+    network: &str,
+    egress: Value,
+    permission: Value,
+    commands: &[String],
+) -> (String, Vec<String>, Vec<Value>) {
     let calls: Vec<Value> = commands
         .iter()
         .map(|c| json!({"name": "Bash", "input": {"command": c, "timeout": 60000}}))
         .collect();
     let config = json!({
-        "permission": {"mode": "bypass"},
+        "permission": permission,
         "network": network,
         "egress": egress,
         "model": {"script": {"turns": [{"tool_calls": calls}, {"text": "done"}]}},
@@ -190,6 +204,51 @@ async fn egress_commands_reach_allowed_sites_through_the_proxy_and_nothing_else(
     let logs = server.logs();
     assert!(logs.contains("egress proxy refused"), "{logs}");
     assert!(logs.contains("egress proxy relayed"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlisted_destinations_need_the_sessions_rules_or_grants_not_only_the_bash_call() {
+    let port = site().await;
+    let server = egress_server().await;
+    let curl = format!("curl -s -m 20 -w ' status=%{{http_code}}' http://127.0.0.1:{port}/");
+    // Default mode, Bash allowed by rule, no egress rule lists the host: refused.
+    let bash_only = json!({"allow": ["Bash(curl:*)"]});
+    let (_, results, events) = run_bash_as(
+        &server,
+        "acme",
+        "egress",
+        json!({}),
+        bash_only,
+        &[curl.clone()],
+    )
+    .await;
+    assert!(
+        results[0].contains("EGRESS_DENIED") && results[0].contains("status=403"),
+        "{}",
+        results[0]
+    );
+    assert!(
+        events.iter().any(|e| e["type"] == "egress"
+            && e["payload"]["decision"] == "denied"
+            && e["payload"]["reason"] == "not_allowed"),
+        "{}",
+        crate::server::summarize(&events)
+    );
+    // A WebFetch allow rule for the host lets the session's commands reach it too.
+    let with_rule = json!({"allow": ["Bash(curl:*)", "WebFetch(domain:127.0.0.1)"]});
+    let (_, results, events) =
+        run_bash_as(&server, "acme", "egress", json!({}), with_rule, &[curl]).await;
+    assert!(results[0].contains(PAGE), "{}", results[0]);
+    assert!(
+        events.iter().any(|e| e["type"] == "egress"
+            && e["payload"]["decision"] == "allowed"
+            && e["payload"]["rule"]
+                .as_str()
+                .is_some_and(|rule| rule.contains("WebFetch(domain:127.0.0.1)"))),
+        "{}",
+        crate::server::summarize(&events)
+    );
+    assert_still_serves(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,12 +8,17 @@
 //! addresses the decision returned. A refusal is `EGRESS_DENIED` with the reason; a name that
 //! does not resolve is `EGRESS_RESOLVE_FAILED`.
 //!
-//! A destination no rule lists is allowed (after the address checks): a command runs inside
-//! one tool call (Bash) that already went through the permission ladder, and there is no
-//! tool call of its own to ask about each connection it opens. Sessions that want less list
-//! deny rules (`egress.deny`, e.g. `domain:*.example.com`) or keep `network: "none"`.
+//! A destination no rule lists is judged by the session's permission ladder *without asking*,
+//! exactly like a WebFetch redirect hop ([`HopGate`]): it is reached when the session's
+//! rules or grants allow a WebFetch of it (`WebFetch(domain:HOST)` allow rules, a session or
+//! tenant grant given when an earlier WebFetch of that host was approved, or the `bypass`
+//! mode), and refused with reason `not_allowed` otherwise. A command's connection has no tool
+//! call of its own to hold an approval for, so nothing is asked in the middle of a command;
+//! list the hosts a session's commands need (`egress.allow`, e.g. `domain:pypi.org`) or
+//! allow them by rule.
 
 use super::{ProxyDecision, ProxyGate, ProxyRefusal};
+use crate::egress::fetch::HopGate;
 use crate::egress::policy::{DomainLists, EgressContext, EgressPolicy, RefusalReason, Traffic};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -25,21 +30,55 @@ const MAX_ADDRESSES: usize = 16;
 pub const EGRESS_RESOLVE_FAILED: &str = "EGRESS_RESOLVE_FAILED";
 
 /// The egress policy for one session's commands.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct PolicyGate {
     policy: Arc<EgressPolicy>,
     tenant: String,
     session: DomainLists,
+    /// Judges destinations no rule lists (the session's permission ladder, without asking).
+    unlisted: Arc<dyn HopGate>,
+}
+
+impl std::fmt::Debug for PolicyGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyGate")
+            .field("tenant", &self.tenant)
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PolicyGate {
-    /// The gate of `tenant`'s session with the domain rules `session`.
-    pub fn new(policy: Arc<EgressPolicy>, tenant: impl Into<String>, session: DomainLists) -> Self {
+    /// The gate of `tenant`'s session with the domain rules `session`; destinations no rule
+    /// lists are reached only when `unlisted` allows them.
+    pub fn new(
+        policy: Arc<EgressPolicy>,
+        tenant: impl Into<String>,
+        session: DomainLists,
+        unlisted: Arc<dyn HopGate>,
+    ) -> Self {
         Self {
             policy,
             tenant: tenant.into(),
             session,
+            unlisted,
         }
+    }
+
+    /// What allows a destination no rule lists, or the refusal (`not_allowed`).
+    fn judge_unlisted(&self, scheme: &str, host: &str, port: u16) -> Result<String, ProxyRefusal> {
+        let refuse = |why: String| ProxyRefusal {
+            code: super::EGRESS_DENIED,
+            reason: format!(
+                "destination {host}:{port} refused: no egress rule lists it and {why}; list it \
+                 in the session's egress.allow or allow WebFetch(domain:{host})"
+            ),
+            rule: None,
+            why: Some(RefusalReason::NotAllowed),
+        };
+        let url = url::Url::parse(&format!("{scheme}://{host}:{port}/"))
+            .map_err(|error| refuse(format!("it is not a valid destination ({error})")))?;
+        self.unlisted.allows(&url).map_err(refuse)
     }
 }
 
@@ -63,10 +102,16 @@ impl ProxyGate for PolicyGate {
             host.to_owned()
         };
         match self.policy.decide(&ctx, scheme, &host, port).await {
-            Ok(pinned) => Ok(ProxyDecision {
-                addrs: pinned.addrs.into_iter().take(MAX_ADDRESSES).collect(),
-                rule: pinned.listed_by,
-            }),
+            Ok(pinned) => {
+                let rule = match pinned.listed_by {
+                    Some(rule) => rule,
+                    None => self.judge_unlisted(scheme, &host, port)?,
+                };
+                Ok(ProxyDecision {
+                    addrs: pinned.addrs.into_iter().take(MAX_ADDRESSES).collect(),
+                    rule: Some(rule),
+                })
+            }
             Err(refusal) => Err(ProxyRefusal {
                 code: match refusal.reason {
                     RefusalReason::Unresolvable => EGRESS_RESOLVE_FAILED,

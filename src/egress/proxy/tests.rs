@@ -5,8 +5,21 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixStream};
 
 /// The policy gate of a session of tenant `t` with `session` rules, on a server whose
-/// private allow-list is `private`.
+/// private allow-list is `private`, in a session whose ladder allows every unlisted host.
 fn policy_gate(private: &[&str], session: crate::egress::DomainLists) -> PolicyGate {
+    policy_gate_judged(
+        private,
+        session,
+        Arc::new(|_: &url::Url| Ok("bypass".to_owned())),
+    )
+}
+
+/// [`policy_gate`] with `ladder` judging unlisted hosts.
+fn policy_gate_judged(
+    private: &[&str],
+    session: crate::egress::DomainLists,
+    ladder: Arc<dyn crate::egress::fetch::HopGate>,
+) -> PolicyGate {
     use crate::egress::{AddressPolicy, EgressPolicy};
     let blocks: Vec<ipnet::IpNet> = private.iter().map(|c| c.parse().expect("cidr")).collect();
     let policy = EgressPolicy::new(
@@ -14,7 +27,7 @@ fn policy_gate(private: &[&str], session: crate::egress::DomainLists) -> PolicyG
         Default::default(),
         Default::default(),
     );
-    PolicyGate::new(Arc::new(policy), "t", session)
+    PolicyGate::new(Arc::new(policy), "t", session, ladder)
 }
 
 fn loopback_gate() -> Arc<dyn ProxyGate> {
@@ -153,7 +166,12 @@ async fn the_policy_gate_applies_the_sessions_domain_rules_deny_winning() {
         &["domain:127.0.0.1:9".into()],
     )
     .expect("rules");
-    let gate = policy_gate(&["127.0.0.0/8", "::1/128"], lists);
+    // The session's ladder allows 127.0.0.2 and ::1 only.
+    let ladder = |url: &url::Url| match url.host_str() {
+        Some(host @ ("127.0.0.2" | "[::1]")) => Ok(format!("WebFetch(domain:{host})")),
+        _ => Err("no rule or grant of the session allows it".to_owned()),
+    };
+    let gate = policy_gate_judged(&["127.0.0.0/8", "::1/128"], lists, Arc::new(ladder));
     let listed = gate.decide("https", "127.0.0.1", 8).await.expect("listed");
     assert_eq!(listed.rule.as_deref(), Some("domain:127.0.0.1"));
     let denied = gate
@@ -163,11 +181,22 @@ async fn the_policy_gate_applies_the_sessions_domain_rules_deny_winning() {
     assert_eq!(denied.code, EGRESS_DENIED);
     assert_eq!(denied.rule.as_deref(), Some("domain:127.0.0.1:9"));
     assert_eq!(denied.why, Some(crate::egress::RefusalReason::NotAllowed));
+    // A destination no rule lists: the session's ladder (here: allows 127.0.0.2 only).
     let unlisted = gate
         .decide("http", "127.0.0.2", 80)
         .await
-        .expect("unlisted");
-    assert_eq!(unlisted.rule, None);
+        .expect("unlisted, allowed by the ladder");
+    assert_eq!(unlisted.rule.as_deref(), Some("WebFetch(domain:127.0.0.2)"));
+    let refused = gate
+        .decide("http", "127.0.0.3", 80)
+        .await
+        .expect_err("unlisted, not allowed by the ladder");
+    assert_eq!(refused.why, Some(crate::egress::RefusalReason::NotAllowed));
+    assert!(
+        refused.reason.contains("no egress rule lists it"),
+        "{}",
+        refused.reason
+    );
     let v6 = gate.decide("https", "::1", 443).await.expect("bare IPv6");
     assert_eq!(
         v6.addrs,

@@ -2,8 +2,9 @@
 //! (`dom_smoothie`, a port of Mozilla's readability.js: the page's main article, without
 //! navigation, comments, sidebars and ads) and then to Markdown (`htmd`, with scripts, styles,
 //! navigation, headers, footers, asides, forms and frames left out); JSON, XML and text as
-//! they are; anything else (PDF, images, archives, binaries) refused with `EGRESS_DENIED`
-//! reason `unsupported_content`.
+//! they are; PDF through a reader in a confined child process ([`crate::sandbox::pdf_text`]);
+//! anything else (images, archives, binaries) refused with `EGRESS_DENIED` reason
+//! `unsupported_content`.
 //!
 //! The readability pass keeps its article when it found one of at least
 //! [`MIN_ARTICLE_CHARS`] characters of text; otherwise (short pages, pages without an
@@ -28,6 +29,8 @@ pub const MAX_READABILITY_ELEMENTS: usize = 50_000;
 pub enum Kind {
     Html,
     Text,
+    /// Read by [`crate::sandbox::pdf_text::extract`], never in the server process.
+    Pdf,
 }
 
 /// The kind of a content type, or why it is refused. A missing type is text when the body is
@@ -36,12 +39,13 @@ pub fn kind_of(content_type: Option<&str>, body: &[u8]) -> Result<Kind, EgressRe
     let refused = |what: &str| {
         EgressRefusal::new(
             RefusalReason::UnsupportedContent,
-            format!("WebFetch reads HTML, JSON, XML and text, not {what}"),
+            format!("WebFetch reads HTML, JSON, XML, text and PDF, not {what}"),
         )
     };
     match content_type {
         Some("text/html" | "application/xhtml+xml") => Ok(Kind::Html),
-        Some("application/pdf") => Err(refused("PDF (no PDF-to-text reader on this server)")),
+        Some("application/pdf" | "application/x-pdf") => Ok(Kind::Pdf),
+        Some("application/octet-stream") if body.starts_with(b"%PDF-") => Ok(Kind::Pdf),
         Some(t)
             if t.starts_with("text/")
                 || t == "application/json"
@@ -61,15 +65,21 @@ pub fn kind_of(content_type: Option<&str>, body: &[u8]) -> Result<Kind, EgressRe
                 Ok(Kind::Text)
             }
         }
+        None if body.starts_with(b"%PDF-") => Ok(Kind::Pdf),
         None => Err(refused("a binary answer without a content type")),
     }
 }
 
-/// The readable text of a body of `kind`. Blocking (HTML parsing): run it off the executor.
+/// The readable text of an HTML or text body. Blocking (HTML parsing): run it off the
+/// executor. PDF is not read here (see [`Kind::Pdf`]).
 pub fn to_text(kind: Kind, body: &[u8]) -> Result<String, EgressRefusal> {
     let text = String::from_utf8_lossy(body);
     match kind {
         Kind::Text => Ok(text.into_owned()),
+        Kind::Pdf => Err(EgressRefusal::new(
+            RefusalReason::UnsupportedContent,
+            "PDF is read only in a confined child process",
+        )),
         Kind::Html => match article(&text) {
             Some((title, content)) => {
                 let body = markdown(&content)?;
@@ -123,9 +133,15 @@ mod tests {
             (Some("application/json"), b"{}", Some(Kind::Text)),
             (Some("application/ld+json"), b"{}", Some(Kind::Text)),
             (Some("text/plain"), b"x", Some(Kind::Text)),
-            (Some("application/pdf"), b"%PDF-1.7", None),
+            (Some("application/pdf"), b"%PDF-1.7", Some(Kind::Pdf)),
+            (None, b"%PDF-1.4\n%\xe2\xe3", Some(Kind::Pdf)),
             (Some("image/png"), b"\x89PNG", None),
             (Some("application/octet-stream"), b"x", None),
+            (
+                Some("application/octet-stream"),
+                b"%PDF-1.5",
+                Some(Kind::Pdf),
+            ),
             (None, b"<!DOCTYPE html><html></html>", Some(Kind::Html)),
             (None, b"plain words", Some(Kind::Text)),
             (None, b"\x00\x01\x02", None),

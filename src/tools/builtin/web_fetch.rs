@@ -31,6 +31,7 @@ use crate::ids::{SessionId, TenantId};
 use crate::message::{ContentBlock, Role};
 use crate::permission::Verdict;
 use crate::permission::{SelfDecision, Subject};
+use crate::sandbox::Sandbox;
 use crate::store::Store;
 use crate::tools::pipeline::PermissionGate;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
@@ -103,6 +104,7 @@ pub struct WebFetchTool {
     cache: Arc<WebCache>,
     hops: Option<Arc<dyn PermissionGate>>,
     recorder: Arc<dyn EgressRecorder>,
+    sandbox: Arc<Sandbox>,
 }
 
 /// What a [`WebFetchTool`] is built from.
@@ -120,6 +122,8 @@ pub struct WebFetchSetup {
     /// (`None`: such hops are refused).
     pub hops: Option<Arc<dyn PermissionGate>>,
     pub recorder: Arc<dyn EgressRecorder>,
+    /// Runs the PDF reader confined ([`crate::sandbox::pdf_text`]).
+    pub sandbox: Arc<Sandbox>,
 }
 
 impl WebFetchTool {
@@ -135,7 +139,21 @@ impl WebFetchTool {
             cache: setup.cache,
             hops: setup.hops,
             recorder: setup.recorder,
+            sandbox: setup.sandbox,
         }
+    }
+
+    /// The text of a fetched PDF, read in a confined child; any failure is a refusal with
+    /// reason `unsupported_content` (the document, not the server, is at fault).
+    async fn pdf_text(&self, pdf: Vec<u8>) -> Result<String, ToolError> {
+        crate::sandbox::pdf_text::extract(&self.sandbox, pdf)
+            .await
+            .map_err(|error| {
+                denied(&EgressRefusal::new(
+                    RefusalReason::UnsupportedContent,
+                    format!("the PDF gave no text: {error}"),
+                ))
+            })
     }
 
     fn context(&self) -> EgressContext<'_> {
@@ -197,17 +215,41 @@ struct LadderHops<'a> {
 
 impl HopGate for LadderHops<'_> {
     fn allows(&self, url: &url::Url) -> Result<String, String> {
-        let Some(gate) = self.gate else {
-            return Err("no allow rule lists it".into());
-        };
-        match gate.evaluate(self.tool, &json!({"url": url.as_str()})) {
-            Verdict::Allow(reason) => Ok(reason
-                .rule
-                .or(reason.grant_id.map(|grant| format!("grant {grant}")))
-                .unwrap_or_else(|| format!("permission stage {:?}", reason.stage))),
-            Verdict::Deny(reason) => Err(reason.message),
-            Verdict::Ask => Err("no rule or grant of the session allows it".into()),
+        match self.gate {
+            Some(gate) => ladder_allows(gate, self.tool, url),
+            None => Err("no allow rule lists it".into()),
         }
+    }
+}
+
+/// The session's permission ladder judging, without asking, a WebFetch of destinations no
+/// egress rule lists: the commands' egress proxy asks it for their connections (see
+/// [`crate::egress::proxy::gate`]).
+pub struct FetchLadder {
+    pub gate: Arc<dyn PermissionGate>,
+    /// The session's WebFetch (its own decision and facts feed the ladder).
+    pub tool: crate::tools::DynTool,
+}
+
+impl HopGate for FetchLadder {
+    fn allows(&self, url: &url::Url) -> Result<String, String> {
+        ladder_allows(self.gate.as_ref(), self.tool.as_ref(), url)
+    }
+}
+
+/// What allows a WebFetch of `url` without asking (a rule, a grant, the mode), or why not.
+fn ladder_allows(
+    gate: &dyn PermissionGate,
+    tool: &dyn Tool,
+    url: &url::Url,
+) -> Result<String, String> {
+    match gate.evaluate(tool, &json!({"url": url.as_str()})) {
+        Verdict::Allow(reason) => Ok(reason
+            .rule
+            .or(reason.grant_id.map(|grant| format!("grant {grant}")))
+            .unwrap_or_else(|| format!("permission stage {:?}", reason.stage))),
+        Verdict::Deny(reason) => Err(reason.message),
+        Verdict::Ask => Err("no rule or grant of the session allows it".into()),
     }
 }
 
@@ -342,10 +384,16 @@ impl Tool for WebFetchTool {
                     super::web_content::kind_of(fetched.content_type.as_deref(), &fetched.body)
                         .map_err(|refusal| denied(&refusal))?;
                 let body = fetched.body;
-                let text = blocking(move |_| {
-                    super::web_content::to_text(kind, &body).map_err(|refusal| denied(&refusal))
-                })
-                .await?;
+                let text = match kind {
+                    super::web_content::Kind::Pdf => self.pdf_text(body).await?,
+                    kind => {
+                        blocking(move |_| {
+                            super::web_content::to_text(kind, &body)
+                                .map_err(|refusal| denied(&refusal))
+                        })
+                        .await?
+                    }
+                };
                 let text: Arc<str> = Arc::from(format!("URL: {}\n\n{text}", fetched.url));
                 self.cache.put(url.as_str().to_owned(), text.clone());
                 text
