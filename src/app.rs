@@ -17,6 +17,8 @@ pub struct AppState {
     pub verifier: Arc<JwtVerifier>,
     pub settings: Arc<Settings>,
     pub runtime: Arc<crate::runtime::SessionRuntime>,
+    /// The key of browser stream tickets ([`crate::api::stream_tickets`]).
+    pub tickets: Arc<crate::api::stream_tickets::TicketKey>,
 }
 
 impl HasVerifier for AppState {
@@ -245,6 +247,9 @@ impl App {
         Ok(Self {
             listener,
             state: AppState {
+                tickets: Arc::new(crate::api::stream_tickets::TicketKey::from_settings(
+                    &settings.browser,
+                )),
                 store,
                 verifier,
                 settings: Arc::new(settings),

@@ -108,6 +108,8 @@ pub struct Settings {
     /// Where session workspaces live and how they follow a run to another replica
     /// (`[workspace]`, `NORMA_WORKSPACE__*`).
     pub workspace: WorkspaceSettings,
+    /// Browser access: CORS origins and stream tickets (`[browser]`, `NORMA_BROWSER__*`).
+    pub browser: crate::api::cors::BrowserSettings,
 }
 
 impl Settings {
@@ -175,6 +177,7 @@ impl Default for Settings {
             allow_session_scripts: false,
             shutdown_grace_seconds: 10,
             workspace: WorkspaceSettings::default(),
+            browser: Default::default(),
         }
     }
 }
@@ -557,6 +560,7 @@ impl Settings {
             ));
         }
         self.sandbox.validate().map_err(ConfigError::Invalid)?;
+        self.browser.validate().map_err(ConfigError::Invalid)?;
         crate::search::SearchBackends::from_settings(&self.search).map_err(ConfigError::Invalid)?;
         if self.auth.issuer.is_empty() || self.auth.audience.is_empty() {
             return Err(ConfigError::Invalid(

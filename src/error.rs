@@ -24,6 +24,12 @@ pub enum ErrorCode {
     TokenInvalidIssuer,
     TokenMissingTenant,
     TokenUnknownKey,
+    /// A stream ticket (`?ticket=`) that is malformed, tampered with or signed by another key.
+    TicketInvalid,
+    /// A stream ticket past its expiry: ask for a new one.
+    TicketExpired,
+    /// A stream ticket issued for another session.
+    TicketWrongSession,
     /// The token is valid but lacks the scope the route needs.
     ForbiddenScope,
     /// Missing, or owned by another tenant (indistinguishable on purpose).
@@ -72,7 +78,10 @@ impl ErrorCode {
             | Self::TokenInvalidAudience
             | Self::TokenInvalidIssuer
             | Self::TokenMissingTenant
-            | Self::TokenUnknownKey => StatusCode::UNAUTHORIZED,
+            | Self::TokenUnknownKey
+            | Self::TicketInvalid
+            | Self::TicketExpired
+            | Self::TicketWrongSession => StatusCode::UNAUTHORIZED,
             Self::ForbiddenScope => StatusCode::FORBIDDEN,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -103,6 +112,9 @@ impl ErrorCode {
             Self::TokenInvalidIssuer => "TOKEN_INVALID_ISSUER",
             Self::TokenMissingTenant => "TOKEN_MISSING_TENANT",
             Self::TokenUnknownKey => "TOKEN_UNKNOWN_KEY",
+            Self::TicketInvalid => "TICKET_INVALID",
+            Self::TicketExpired => "TICKET_EXPIRED",
+            Self::TicketWrongSession => "TICKET_WRONG_SESSION",
             Self::ForbiddenScope => "FORBIDDEN_SCOPE",
             Self::NotFound => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",

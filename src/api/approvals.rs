@@ -99,6 +99,20 @@ pub async fn answer_approval(
 ) -> ApiResult<Json<ApprovalRecord>> {
     principal.require(scopes::APPROVALS_WRITE)?;
     let session = load_owned_session(&state, &principal, id).await?;
+    decide_answer(&state, &principal, &session, approval_id, answer)
+        .await
+        .map(Json)
+}
+
+/// Answers an approval of `session` for `principal` (who holds `approvals:write`): the one
+/// path of the REST answer and of AG-UI `resume[]`, exactly once through `Approvals::decide`.
+pub(crate) async fn decide_answer(
+    state: &AppState,
+    principal: &Principal,
+    session: &crate::store::SessionRecord,
+    approval_id: String,
+    answer: ApprovalAnswerRequest,
+) -> ApiResult<ApprovalRecord> {
     let approval_id = ApprovalId::from_string(approval_id);
     let existing = state
         .store
@@ -166,7 +180,7 @@ pub async fn answer_approval(
         .decide(&principal.tenant, &session.id, &approval_id, decision)
         .await;
     match decided {
-        Ok(record) => Ok(Json(record)),
+        Ok(record) => Ok(record),
         Err(DecideError::NotFound) => Err(ApiError::not_found("approval")),
         Err(DecideError::Expired(_)) => Err(ApiError::new(
             ErrorCode::ApprovalExpired,

@@ -109,7 +109,12 @@ pub async fn list_messages(
 #[serde(deny_unknown_fields)]
 pub struct StreamParams {
     /// Replay events after this `seq` (the `Last-Event-ID` header wins when present).
+    #[param(minimum = 0)]
     pub after: Option<i64>,
+    /// A stream ticket (`POST …/stream-tickets`) instead of `Authorization`, for a browser
+    /// `EventSource`: read-only, this session only, reusable until it expires.
+    #[param(max_length = 2048)]
+    pub ticket: Option<String>,
 }
 
 /// Events read from the store per query when replaying or filling a gap.
@@ -145,18 +150,24 @@ fn sse_frame(event: &EventRecord, json: &str) -> Event {
 /// from the store; one that stops reading while behind gets a `reconnect` event with its last
 /// id and is closed (resume with `Last-Event-ID`). A replica that shuts down sends every
 /// stream `reconnect` too.
+///
+/// Authenticated by a bearer token or, for a browser `EventSource`, by `?ticket=` (see
+/// `POST /v1/sessions/{id}/stream-tickets`; `401 TICKET_INVALID | TICKET_EXPIRED |
+/// TICKET_WRONG_SESSION`).
 #[utoipa::path(get, path = "/v1/sessions/{id}/stream", tag = "events",
     params(("id" = String, Path, description = "Session id"), StreamParams),
     responses((status = 200, description = "text/event-stream of events (`id:` = seq)"),
+              (status = 401, body = ErrorBody, description = "No valid bearer token or ticket"),
               (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = []), ()))]
 pub async fn stream(
     State(state): State<AppState>,
-    principal: Principal,
+    caller: crate::api::stream_tickets::StreamCaller,
     Path(id): Path<String>,
     headers: HeaderMap,
     AppQuery(params): AppQuery<StreamParams>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let principal = caller.for_session(&state, &id)?;
     principal.require(scopes::SESSIONS_READ)?;
     let last_event_id = match headers.get("last-event-id") {
         Some(value) => Some(

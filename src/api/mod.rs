@@ -1,6 +1,8 @@
 //! The HTTP API: one router per resource, merged here, plus the OpenAPI document.
 
+pub mod ag_ui;
 pub mod approvals;
+pub mod cors;
 pub mod events;
 pub mod extract;
 pub mod health;
@@ -8,6 +10,7 @@ pub mod idempotency;
 pub mod outputs;
 pub mod runs;
 pub mod sessions;
+pub mod stream_tickets;
 
 use crate::app::AppState;
 use crate::error::{ApiError, ErrorCode};
@@ -44,6 +47,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         events::list_events,
         events::list_messages,
         events::stream,
+        stream_tickets::issue_ticket,
+        ag_ui::run,
         events::hook_status,
         approvals::list_approvals,
         approvals::answer_approval,
@@ -86,6 +91,10 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// The full router with its middleware.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.max_body_bytes;
+    let cors = cors::layer(
+        &state.settings.browser,
+        state.settings.auth.is_development(),
+    );
     let v1 = Router::new()
         .route(
             "/sessions",
@@ -112,6 +121,11 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{id}/events", get(events::list_events))
         .route("/sessions/{id}/messages", get(events::list_messages))
         .route("/sessions/{id}/stream", get(events::stream))
+        .route("/sessions/{id}/ag-ui", axum::routing::post(ag_ui::run))
+        .route(
+            "/sessions/{id}/stream-tickets",
+            axum::routing::post(stream_tickets::issue_ticket),
+        )
         .route("/sessions/{id}/hooks", get(events::hook_status))
         .route(
             "/sessions/{id}/fork",
@@ -148,6 +162,9 @@ pub fn router(state: AppState) -> Router {
         .layer(SetSensitiveRequestHeadersLayer::new([
             axum::http::header::AUTHORIZATION,
         ]))
+        // Outermost: a preflight is answered before routing, and every answer (errors
+        // included) carries the CORS headers an allowed origin needs to read it.
+        .layer(cors)
         .with_state(state)
 }
 

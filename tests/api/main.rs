@@ -1,8 +1,11 @@
 //! Black-box tests of the HTTP API: the real application on a random port, against SQLite and
 //! Postgres (a fresh database per test). One test binary, so it links once.
 
+mod ag_ui;
 mod approvals;
 mod auth;
+mod browser;
+mod browser_chromium;
 mod config;
 mod errors;
 mod health;
