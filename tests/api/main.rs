@@ -4,6 +4,8 @@
 mod approvals;
 mod auth;
 mod config;
+mod console;
+mod demo;
 mod errors;
 mod health;
 mod helpers;
