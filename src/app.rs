@@ -215,7 +215,7 @@ impl App {
         let runtime = crate::runtime::SessionRuntime::new(
             store.clone(),
             crate::runtime::RuntimeSettings {
-                provider: settings.provider.clone(),
+                provider: offline_provider_with_demo(&settings),
                 workspaces_dir: files_root.join("workspaces"),
                 files_root,
                 workspace_storage: settings.workspace.storage,
@@ -414,4 +414,17 @@ impl StopSignals {
             _ = self.interrupt.recv() => {},
         }
     }
+}
+
+/// The server's provider settings; in development mode, an offline (scripted) provider without
+/// a script plays the built-in demo agent ([`crate::llm::demo`]) instead of echoing.
+fn offline_provider_with_demo(settings: &Settings) -> crate::llm::ProviderConfig {
+    let mut provider = settings.provider.clone();
+    if settings.auth.is_development()
+        && provider.kind == crate::llm::ProviderKind::Scripted
+        && provider.script.is_none()
+    {
+        provider.script = Some(crate::llm::demo::demo_script());
+    }
+    provider
 }

@@ -3,7 +3,9 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod cli;
 pub mod config;
+pub mod console;
 pub mod egress;
 pub mod error;
 pub mod harness;

@@ -1,4 +1,5 @@
-//! The `norma` command: `serve`, `token`, `migrate`, `openapi`.
+//! The `norma` command: `serve`, `token`, `migrate`, `openapi`, and the terminal client
+//! (`chat`, `sessions`, `prompt`, `events`, `approve`, `deny`; see [`norma::cli`]).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -58,6 +59,8 @@ enum Command {
     Migrate,
     /// Print the OpenAPI document.
     Openapi,
+    #[command(flatten)]
+    Client(norma::cli::ClientCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -82,6 +85,16 @@ fn main() -> anyhow::Result<()> {
         dev,
     };
     match cli.command {
+        Command::Client(command) => {
+            let runtime = runtime()?;
+            let outcome = runtime.block_on(norma::cli::run(command));
+            runtime.shutdown_background();
+            if let Err(error) = outcome {
+                eprintln!("error: {error}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Openapi => {
             print!("{}", norma::api::openapi_json());
             Ok(())
@@ -176,6 +189,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let app = App::build(settings).await?;
     let addr = app.local_addr()?;
     tracing::info!(%addr, store = app.state().store.backend(), "norma listening");
+    println!("Web console: {}", norma::console::url(addr));
     if development {
         print_development_notice(&app, addr)?;
     }

@@ -146,6 +146,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/openapi.json", get(|| async { openapi_document() }))
         .nest("/v1", v1)
+        .merge(crate::console::router())
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -6,6 +6,7 @@
 pub mod anthropic;
 pub mod budget;
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod openai;
 pub mod retry;

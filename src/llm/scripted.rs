@@ -16,6 +16,9 @@
 //! a short end_turn text says so. `{{last_tool_result}}` and `{{last_user_text}}` are replaced
 //! in the text and in string values of tool inputs. Tool call ids are `toolu_scripted_{k}_{i}`.
 //! `stop` defaults to `tool_use` when the turn calls tools and `end_turn` otherwise.
+//! With `"per_prompt": true`, `k` counts only the assistant messages since the last user
+//! text (the last prompt), so every prompt plays the script from its start (the built-in
+//! demo agent of [`super::demo`] does this).
 //!
 //! Size budget: a placeholder's value is cut to [`MAX_PLACEHOLDER_BYTES`] (with a marker), the
 //! substitution is one pass (a value that itself contains a placeholder is not expanded
@@ -56,6 +59,9 @@ const CHARS_PER_TOKEN: u64 = 4;
 pub struct Script {
     /// The turns, sequential and reactions mixed, in order.
     pub turns: Vec<ScriptTurn>,
+    /// Counts turns from the last prompt instead of from the start of the session.
+    #[serde(default)]
+    pub per_prompt: bool,
 }
 
 /// One assistant turn of a script.
@@ -139,7 +145,11 @@ impl ScriptedProvider {
             .turns
             .iter()
             .filter(|turn| turn.when_last_tool_result_contains.is_none())
-            .nth(context.assistant_turns);
+            .nth(if script.per_prompt {
+                context.turns_since_prompt
+            } else {
+                context.assistant_turns
+            });
         match sequential {
             Some(turn) => turn.clone(),
             None => ScriptTurn {
@@ -159,6 +169,8 @@ impl ScriptedProvider {
 /// What the script can see of a request.
 struct Context {
     assistant_turns: usize,
+    /// Assistant messages after the last user message that carries text (the last prompt).
+    turns_since_prompt: usize,
     /// The last tool result of the last message, when that message carries tool results.
     trailing_tool_result: Option<String>,
     last_tool_result: String,
@@ -170,6 +182,19 @@ impl Context {
         let assistant_turns = request
             .messages
             .iter()
+            .filter(|message| message.role == Role::Assistant)
+            .count();
+        let turns_since_prompt = request
+            .messages
+            .iter()
+            .rev()
+            .take_while(|message| {
+                message.role == Role::Assistant
+                    || !message
+                        .content
+                        .iter()
+                        .any(|block| matches!(block, ContentBlock::Text { .. }))
+            })
             .filter(|message| message.role == Role::Assistant)
             .count();
         let last_result_of = |content: &[ContentBlock]| {
@@ -208,6 +233,7 @@ impl Context {
             .unwrap_or_default();
         Self {
             assistant_turns,
+            turns_since_prompt,
             trailing_tool_result,
             last_tool_result: cut_placeholder_value(last_tool_result),
             last_user_text: cut_placeholder_value(last_user_text),

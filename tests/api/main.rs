@@ -7,6 +7,8 @@ mod auth;
 mod browser;
 mod browser_chromium;
 mod config;
+mod console;
+mod demo;
 mod errors;
 mod health;
 mod helpers;
