@@ -220,6 +220,7 @@ impl Engine {
             state.stop_hook = StopHookOutcome::None;
             state.cancelled = cancel.is_cancelled();
             let mut last_assistant = None;
+            let mut turn_write: Option<(Vec<HistoryAppend>, Vec<RunEvent>)> = None;
             match turn {
                 Ok(turn) => {
                     ledger.record_model_call(
@@ -262,7 +263,9 @@ impl Engine {
                             count: appends[1].message.content.len(),
                         }));
                     }
-                    self.host.commit(appends, events).await?;
+                    // Committed with the decision that follows (at most one transaction
+                    // per turn on the happy path).
+                    turn_write = Some((appends, events));
                     last_assistant = Some(turn.message);
                 }
                 Err(ProviderError::ContextOverflow(message)) => {
@@ -285,12 +288,26 @@ impl Engine {
             state.pending_task_notifications = self.host.pending_task_notifications();
             if stop_hooks_needed(&state, &self.config.limits) {
                 if let Some(last) = &last_assistant {
+                    // A hook sees the turn durable.
+                    if let Some((appends, events)) = turn_write.take() {
+                        self.host.commit(appends, events).await?;
+                    }
                     state.stop_hook = self.host.stop_hooks(last).await;
                 }
             }
             match next_step(&state, &self.config.limits) {
-                Step::Terminal(terminal) => return self.finish(terminal, ledger, &state).await,
+                Step::Terminal(terminal) => {
+                    return self
+                        .finish_with(turn_write.unwrap_or_default(), terminal, ledger, &state)
+                        .await;
+                }
                 Step::Continue(next) => {
+                    if !matches!(next, ContinueReason::ToolTurn) {
+                        // The other continuations may write (compaction) or read history.
+                        if let Some((appends, events)) = turn_write.take() {
+                            self.host.commit(appends, events).await?;
+                        }
+                    }
                     let injected = self
                         .continuation(
                             &next,
@@ -301,7 +318,7 @@ impl Engine {
                             &cancel,
                         )
                         .await?;
-                    let mut appends = Vec::new();
+                    let (mut appends, mut events) = turn_write.unwrap_or_default();
                     if let Some(text) = injected {
                         let message = Message::user_text(text);
                         history.messages.push(message.clone());
@@ -310,9 +327,8 @@ impl Engine {
                             compaction_boundary: false,
                         });
                     }
-                    self.host
-                        .commit(appends, vec![RunEvent::Continue(next.clone())])
-                        .await?;
+                    events.push(RunEvent::Continue(next.clone()));
+                    self.host.commit(appends, events).await?;
                     reason = Some(next);
                 }
             }
@@ -375,13 +391,22 @@ impl Engine {
         ledger: &RunLedger,
         state: &AfterResponse,
     ) -> Result<RunOutcome, HostError> {
+        self.finish_with(Default::default(), terminal, ledger, state)
+            .await
+    }
+
+    /// Ends the run, committing the last turn's `appends` and `events` (if any) with its
+    /// `usage` and `terminal` in one transaction.
+    async fn finish_with(
+        &self,
+        (appends, mut events): (Vec<HistoryAppend>, Vec<RunEvent>),
+        terminal: TerminalReason,
+        ledger: &RunLedger,
+        state: &AfterResponse,
+    ) -> Result<RunOutcome, HostError> {
         let usage = ledger.usage();
-        self.host
-            .commit(
-                vec![],
-                vec![RunEvent::Usage(usage), RunEvent::Terminal(terminal.clone())],
-            )
-            .await?;
+        events.extend([RunEvent::Usage(usage), RunEvent::Terminal(terminal.clone())]);
+        self.host.commit(appends, events).await?;
         Ok(RunOutcome {
             terminal,
             usage,

@@ -25,6 +25,11 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// How long buffered events (text deltas, tool progress) wait for more before the flusher
+/// writes them: they reach SSE clients at most this much later, and a run's burst of events
+/// costs one transaction (or none of its own, when a durable write of the run comes first).
+pub const FLUSH_LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+
 #[derive(Default)]
 struct Pending {
     events: Vec<RunEvent>,
@@ -205,9 +210,17 @@ impl SessionWriter {
                     return;
                 }
             }
-            // Let the emitting task run on first: the events it pushes in the same burst (the
-            // deltas of one network read) join this transaction instead of each waking one.
-            tokio::task::yield_now().await;
+            // Let the emitting task run on for a moment: the events it pushes meanwhile (the
+            // rest of a model stream's deltas, a tool's progress) join this transaction, and a
+            // durable write of the run (a tool's journal, the turn's commit) takes them with it
+            // first, so most lingering flushes find nothing left to write.
+            tokio::select! {
+                () = tokio::time::sleep(FLUSH_LINGER) => {}
+                () = stop.cancelled() => {
+                    let _ = self.write(vec![], vec![]).await;
+                    return;
+                }
+            }
             if let Err(error) = self.write(vec![], vec![]).await {
                 tracing::warn!(%error, "event flush failed");
             }

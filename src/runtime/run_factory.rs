@@ -353,11 +353,12 @@ impl SessionRuntime {
             }
         }
         let unlocked = crate::tools::deferred::UnlockSet::default();
-        for name in self.store.unlocked_tools(tenant, session).await? {
-            unlocked.unlock(&name);
-        }
         let hidden = registry.deferred_tools();
         if !hidden.is_empty() {
+            // Only a session with deferred tools can have unlocked any: no read otherwise.
+            for name in self.store.unlocked_tools(tenant, session).await? {
+                unlocked.unlock(&name);
+            }
             let inner = hidden
                 .iter()
                 .filter_map(|tool| registry.lookup(&tool.name))

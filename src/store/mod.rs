@@ -11,6 +11,7 @@ pub mod postgres;
 mod postgres_limits;
 pub mod sqlite;
 mod sqlite_limits;
+mod sqlite_writer;
 pub mod storable;
 mod tool_state;
 

@@ -3,9 +3,7 @@
 //! NORMAL` gives group-commit-like throughput; every write transaction starts with a write so
 //! it takes the write lock up front.
 
-use super::postgres::{
-    build_append_result, memory_conflict, mode_override_from, parse_role, role_str,
-};
+use super::postgres::{memory_conflict, mode_override_from, parse_role};
 use super::*;
 use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
 use crate::message::ContentBlock;
@@ -19,15 +17,13 @@ use std::str::FromStr;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
-/// Rows per multi-row `INSERT` (8 columns × 100 stays under SQLite's oldest bound-parameter
-/// limit of 999).
-const ROWS_PER_INSERT: usize = 100;
-
 pub struct SqliteStore {
     /// Reads (WAL: they never wait for the writer).
     pool: SqlitePool,
     /// Writes, one connection: SQLite takes one writer at a time.
     writer: SqlitePool,
+    /// Runs' appends, committed together (see `sqlite_writer`).
+    appends: super::sqlite_writer::GroupWriter,
 }
 
 impl SqliteStore {
@@ -74,7 +70,12 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout.max(Duration::from_secs(10)))
             .connect_with(connect)
             .await?;
-        Ok(Self { pool, writer })
+        let appends = super::sqlite_writer::GroupWriter::start(writer.clone());
+        Ok(Self {
+            pool,
+            writer,
+            appends,
+        })
     }
 }
 
@@ -246,160 +247,9 @@ impl Store for SqliteStore {
         mut batch: AppendBatch,
     ) -> StoreResult<AppendResult> {
         super::storable::append_batch(&mut batch);
-        let created_at = now();
-        let created = ts(created_at);
-        let event_count = batch.events.len() as i64;
-        let message_count = batch.messages.len() as i64;
-        let mut tx = self.writer.begin().await?;
-        if let (true, Some(id)) = (batch.retry, batch.id.as_deref()) {
-            // The first attempt may have committed before its answer was lost.
-            let row = sqlx::query(
-                "SELECT last_append_id, last_event_seq, last_message_seq, updated_at \
-                 FROM sessions WHERE id = ? AND tenant_id = ?",
-            )
-            .bind(session.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-            if row
-                .try_get::<Option<String>, _>("last_append_id")?
-                .as_deref()
-                == Some(id)
-            {
-                let committed_at = parse_ts(&row.try_get::<String, _>("updated_at")?)?;
-                return Ok(build_append_result(
-                    &batch,
-                    row.try_get::<i64, _>("last_event_seq")? - event_count + 1,
-                    row.try_get::<i64, _>("last_message_seq")? - message_count + 1,
-                    committed_at,
-                ));
-            }
-        }
-        if let Some(lease) = &batch.lease {
-            let (status, terminal, ended) = match &batch.run_end {
-                Some(end) => (
-                    end.status.as_str(),
-                    Some(end.terminal.to_string()),
-                    Some(created.clone()),
-                ),
-                None => ("running", None, None),
-            };
-            // A write (even a no-op one) takes SQLite's write lock at once, so no claim can
-            // slip in between this check and the commit.
-            let held = sqlx::query(
-                "UPDATE runs SET status = ?, terminal = COALESCE(?, terminal), \
-                     ended_at = COALESCE(?, ended_at), \
-                     lease_expires_at = CASE WHEN ? = 'running' THEN lease_expires_at END \
-                 WHERE id = ? AND owner = ? AND fence = ? AND status = 'running'",
-            )
-            .bind(status)
-            .bind(terminal)
-            .bind(ended)
-            .bind(status)
-            .bind(lease.run_id.as_str())
-            .bind(&lease.owner)
-            .bind(lease.fence)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-                == 1;
-            if !held {
-                return Err(StoreError::LeaseLost);
-            }
-        }
-        let row = sqlx::query(
-            "UPDATE sessions SET last_event_seq = last_event_seq + ?, \
-                 last_message_seq = last_message_seq + ?, updated_at = ?, last_append_id = ?, \
-                 workspace_snapshot = COALESCE(?, workspace_snapshot) \
-             WHERE id = ? AND tenant_id = ? RETURNING last_event_seq, last_message_seq",
-        )
-        .bind(event_count)
-        .bind(message_count)
-        .bind(&created)
-        .bind(batch.id.as_deref())
-        .bind(batch.workspace_snapshot.as_deref())
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-        let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
-        let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
-        let result = build_append_result(&batch, first_event, first_message, created_at);
-
-        // Multi-row inserts: one statement (one hop to SQLite's worker thread) per table and
-        // chunk of rows, not one per row.
-        let payloads: Vec<String> = batch.events.iter().map(|e| e.payload.to_string()).collect();
-        let rows: Vec<_> = batch
-            .events
-            .iter()
-            .zip(&result.events)
-            .zip(&payloads)
-            .collect();
-        for chunk in rows.chunks(ROWS_PER_INSERT) {
-            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, created_at) ",
-            );
-            insert.push_values(chunk, |mut row, ((event, record), payload)| {
-                row.push_bind(session.as_str())
-                    .push_bind(record.seq)
-                    .push_bind(tenant.as_str())
-                    .push_bind(event.kind.as_str())
-                    .push_bind(payload.as_str())
-                    .push_bind(event.run_id.as_deref())
-                    .push_bind(created.as_str());
-            });
-            insert.build().execute(&mut *tx).await?;
-        }
-        let contents: Vec<String> = batch
-            .messages
-            .iter()
-            .map(|m| serde_json::to_string(&m.message.content))
-            .collect::<Result<_, _>>()
-            .map_err(|error| StoreError::Internal(error.to_string()))?;
-        let rows: Vec<_> = batch
-            .messages
-            .iter()
-            .zip(&result.messages)
-            .zip(&contents)
-            .collect();
-        for chunk in rows.chunks(ROWS_PER_INSERT) {
-            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
-                     compaction_boundary, created_at) ",
-            );
-            insert.push_values(chunk, |mut row, ((message, record), content)| {
-                row.push_bind(session.as_str())
-                    .push_bind(record.seq)
-                    .push_bind(tenant.as_str())
-                    .push_bind(role_str(message.message.role))
-                    .push_bind(content.as_str())
-                    .push_bind(message.run_id.as_deref())
-                    .push_bind(message.compaction_boundary)
-                    .push_bind(created.as_str());
-            });
-            insert.build().execute(&mut *tx).await?;
-        }
-        for output in &batch.outputs {
-            sqlx::query(
-                "INSERT INTO outputs (id, session_id, tenant_id, tool_use_id, tool_name, sha256, \
-                     size_bytes, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(output.id.as_str())
-            .bind(session.as_str())
-            .bind(tenant.as_str())
-            .bind(&output.tool_use_id)
-            .bind(&output.tool_name)
-            .bind(&output.sha256)
-            .bind(output.content.len() as i64)
-            .bind(&output.content)
-            .bind(&created)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(result)
+        self.appends
+            .append(tenant.clone(), session.clone(), batch)
+            .await
     }
 
     async fn list_events(

@@ -27,6 +27,7 @@ mod shutdown;
 mod sse;
 mod store;
 mod store_faults;
+mod store_groups;
 mod store_limits;
 mod tenant_providers;
 mod web_fetch;

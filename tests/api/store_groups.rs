@@ -1,0 +1,144 @@
+//! Appends of many sessions at once (SQLite commits them together, in one transaction): each
+//! keeps its own fence, its own numbering and its own error.
+
+use norma::ids::{RunId, SessionId, TenantId};
+use norma::limits::RunCaps;
+use norma::store::{AppendBatch, NewEvent, NewRun, NewSession, RunLease, Store, StoreError};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn session_with_run(store: &Arc<dyn Store>, tenant: &TenantId) -> (SessionId, RunLease) {
+    let session = SessionId::generate();
+    store
+        .create_session(NewSession {
+            id: session.clone(),
+            tenant: tenant.clone(),
+            config: json!({}),
+        })
+        .await
+        .unwrap();
+    let run = store
+        .create_run(
+            tenant,
+            NewRun {
+                id: RunId::generate(),
+                session: session.clone(),
+                prompt: "go".into(),
+            },
+            Some(("replica-a", Duration::from_secs(60))),
+            RunCaps::UNLIMITED,
+        )
+        .await
+        .unwrap();
+    (session, run.lease().unwrap())
+}
+
+fn batch(lease: Option<RunLease>, n: usize) -> AppendBatch {
+    AppendBatch {
+        events: (0..n)
+            .map(|i| NewEvent {
+                kind: "e".into(),
+                payload: json!({ "i": i }),
+                run_id: None,
+            })
+            .collect(),
+        lease,
+        id: Some(uuid::Uuid::new_v4().to_string()),
+        ..Default::default()
+    }
+}
+
+/// 16 sessions append 3 rounds at once, while a fenced-off writer (its run was claimed again)
+/// and a writer naming another tenant's session append among them: every good append is
+/// stored once, numbered contiguously per session, the fenced one gets `LeaseLost` and the
+/// other `NotFound`, and neither leaves anything behind nor fails anyone else.
+pub async fn appends_of_many_sessions_at_once_keep_their_own_fence_and_errors(
+    store: Arc<dyn Store>,
+) {
+    let tenant = TenantId::new("t1");
+    let mut sessions = Vec::new();
+    for _ in 0..16 {
+        sessions.push(session_with_run(&store, &tenant).await);
+    }
+    let (fenced_session, stale) = session_with_run(&store, &tenant).await;
+    store
+        .claim_run(
+            &tenant,
+            &stale.run_id,
+            "replica-a",
+            Duration::from_secs(60),
+            RunCaps::UNLIMITED,
+        )
+        .await
+        .unwrap()
+        .expect("reclaimed");
+    let (foreign_session, _) = session_with_run(&store, &TenantId::new("t2")).await;
+
+    for round in 0..3 {
+        let mut writes = Vec::new();
+        for (i, (session, lease)) in sessions.iter().enumerate() {
+            let store = store.clone();
+            let (tenant, session, lease) = (tenant.clone(), session.clone(), lease.clone());
+            writes.push(tokio::spawn(async move {
+                store
+                    .append(&tenant, &session, batch(Some(lease), 1 + i % 3))
+                    .await
+            }));
+        }
+        let fenced = {
+            let (store, tenant, session, stale) = (
+                store.clone(),
+                tenant.clone(),
+                fenced_session.clone(),
+                stale.clone(),
+            );
+            tokio::spawn(
+                async move { store.append(&tenant, &session, batch(Some(stale), 2)).await },
+            )
+        };
+        let foreign = {
+            let (store, tenant, session) = (store.clone(), tenant.clone(), foreign_session.clone());
+            tokio::spawn(async move { store.append(&tenant, &session, batch(None, 2)).await })
+        };
+        for (i, write) in writes.into_iter().enumerate() {
+            let written = write.await.unwrap().unwrap_or_else(|error| {
+                panic!("round {round}, session {i}: {error}");
+            });
+            let n = 1 + i as i64 % 3;
+            let seqs: Vec<i64> = written.events.iter().map(|e| e.seq).collect();
+            assert_eq!(
+                seqs,
+                ((round * n + 1)..=(round * n + n)).collect::<Vec<_>>()
+            );
+        }
+        let fenced = fenced.await.unwrap();
+        assert!(matches!(fenced, Err(StoreError::LeaseLost)), "{fenced:?}");
+        let foreign = foreign.await.unwrap();
+        assert!(matches!(foreign, Err(StoreError::NotFound)), "{foreign:?}");
+    }
+    for (i, (session, _)) in sessions.iter().enumerate() {
+        let stored = store.list_events(&tenant, session, 0, 100).await.unwrap();
+        let n = 3 * (1 + i % 3);
+        assert_eq!(
+            stored.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=n as i64).collect::<Vec<_>>(),
+            "session {i}"
+        );
+    }
+    assert!(
+        store
+            .list_events(&tenant, &fenced_session, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let t2 = TenantId::new("t2");
+    assert!(
+        store
+            .list_events(&t2, &foreign_session, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
