@@ -108,6 +108,9 @@ pub struct Settings {
     /// Where session workspaces live and how they follow a run to another replica
     /// (`[workspace]`, `NORMA_WORKSPACE__*`).
     pub workspace: WorkspaceSettings,
+    /// The price table (`[[prices]]`): micro-units per million tokens of each kind for a
+    /// provider's model; gives every usage ledger row a cost.
+    pub prices: Vec<crate::usage::Price>,
 }
 
 impl Settings {
@@ -175,6 +178,7 @@ impl Default for Settings {
             allow_session_scripts: false,
             shutdown_grace_seconds: 10,
             workspace: WorkspaceSettings::default(),
+            prices: Vec::new(),
         }
     }
 }
@@ -557,6 +561,7 @@ impl Settings {
             ));
         }
         self.sandbox.validate().map_err(ConfigError::Invalid)?;
+        crate::usage::prices::validate(&self.prices).map_err(ConfigError::Invalid)?;
         crate::search::SearchBackends::from_settings(&self.search).map_err(ConfigError::Invalid)?;
         if self.auth.issuer.is_empty() || self.auth.audience.is_empty() {
             return Err(ConfigError::Invalid(

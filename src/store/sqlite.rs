@@ -327,6 +327,7 @@ impl Store for SqliteStore {
         let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
         let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
         let result = build_append_result(&batch, first_event, first_message, created_at);
+        super::sqlite_usage::insert(&mut tx, tenant, session, &batch.usage, created_at).await?;
 
         // Multi-row inserts: one statement (one hop to SQLite's worker thread) per table and
         // chunk of rows, not one per row.
@@ -1356,6 +1357,22 @@ impl Store for SqliteStore {
             notes: row.try_get("notes")?,
             bytes: row.try_get("bytes")?,
         })
+    }
+
+    async fn usage_totals(
+        &self,
+        tenant: &TenantId,
+        scope: crate::usage::UsageScope<'_>,
+    ) -> StoreResult<crate::usage::UsageTotals> {
+        super::sqlite_usage::totals(&self.pool, tenant, scope).await
+    }
+
+    async fn usage_report(
+        &self,
+        tenant: &TenantId,
+        query: &crate::usage::UsageQuery,
+    ) -> StoreResult<Vec<crate::usage::UsageGroup>> {
+        super::sqlite_usage::report(&self.pool, tenant, query).await
     }
 }
 

@@ -24,6 +24,7 @@ mod store;
 mod store_faults;
 mod store_limits;
 mod tenant_providers;
+mod usage;
 mod web_fetch;
 mod web_search;
 mod webhooks;
