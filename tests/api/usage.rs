@@ -7,8 +7,7 @@ use crate::helpers::{Backend, TestApp, error_code};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-#[path = "../support/fake_llm.rs"]
-mod fake_llm;
+use crate::tenant_providers::fake_llm;
 
 #[tokio::test]
 async fn usage_is_totalled_and_priced_on_sqlite() {
@@ -209,7 +208,7 @@ async fn usage_report_parameters_are_bounded(backend: Backend) {
         "group_by=day".to_owned(),
         format!("from={from}&to=2026-01-02T00:00:00Z"),
         format!("from={from}&to=2026-01-02T00:00:00Z&group_by=week"),
-        format!("from=yesterday&to=2026-01-02T00:00:00Z&group_by=day"),
+        "from=yesterday&to=2026-01-02T00:00:00Z&group_by=day".to_owned(),
         format!("from={from}&to={from}&group_by=day"),
         format!("from=2026-01-02T00:00:00Z&to={from}&group_by=day"),
         format!("from={from}&to=2027-01-03T00:00:00Z&group_by=day"),
