@@ -232,6 +232,7 @@ impl App {
                 fetch_limits: settings.egress.fetch_limits(),
                 search: crate::search::SearchBackends::from_settings(&settings.search)
                     .map_err(crate::egress::EgressError::Config)?,
+                prices: settings.prices.clone(),
             },
             egress,
             broker,

@@ -110,6 +110,9 @@ pub struct Settings {
     pub workspace: WorkspaceSettings,
     /// Browser access: CORS origins and stream tickets (`[browser]`, `NORMA_BROWSER__*`).
     pub browser: crate::api::cors::BrowserSettings,
+    /// The price table (`[[prices]]`): micro-units per million tokens of each kind for a
+    /// provider's model; gives every usage ledger row a cost.
+    pub prices: Vec<crate::usage::Price>,
 }
 
 impl Settings {
@@ -178,6 +181,7 @@ impl Default for Settings {
             shutdown_grace_seconds: 10,
             workspace: WorkspaceSettings::default(),
             browser: Default::default(),
+            prices: Vec::new(),
         }
     }
 }
@@ -561,6 +565,7 @@ impl Settings {
         }
         self.sandbox.validate().map_err(ConfigError::Invalid)?;
         self.browser.validate().map_err(ConfigError::Invalid)?;
+        crate::usage::prices::validate(&self.prices).map_err(ConfigError::Invalid)?;
         crate::search::SearchBackends::from_settings(&self.search).map_err(ConfigError::Invalid)?;
         if self.auth.issuer.is_empty() || self.auth.audience.is_empty() {
             return Err(ConfigError::Invalid(

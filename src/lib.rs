@@ -24,5 +24,6 @@ pub mod signing;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod usage;
 pub mod workspace;
 pub mod workspace_snapshot;

@@ -11,6 +11,7 @@ pub mod outputs;
 pub mod runs;
 pub mod sessions;
 pub mod stream_tickets;
+pub mod usage;
 
 use crate::app::AppState;
 use crate::error::{ApiError, ErrorCode};
@@ -54,9 +55,10 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         approvals::answer_approval,
         approvals::list_grants,
         approvals::revoke_grant,
+        usage::get_usage,
     ),
     modifiers(&BearerAuth),
-    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "health"))
+    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -140,7 +142,8 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/sessions/{id}/grants/{grant_id}",
             axum::routing::delete(approvals::revoke_grant),
-        );
+        )
+        .route("/usage", get(usage::get_usage));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -278,22 +278,36 @@ pub async fn list_runs(
     Ok(Json(RunPage { runs, next_after }))
 }
 
-/// One run: its status, prompt, lease holder and terminal reason.
+/// A run as `GET …/runs/{run_id}` shows it: the record plus its usage.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunResponse {
+    #[serde(flatten)]
+    pub run: crate::store::RunRecord,
+    /// Sums over the run's usage ledger: every completed model call of the run, before and
+    /// after any resume, with its cost.
+    pub usage: crate::usage::UsageTotals,
+}
+
+/// One run: its status, prompt, lease holder, terminal reason and usage.
 #[utoipa::path(get, path = "/v1/sessions/{id}/runs/{run_id}", tag = "runs",
     params(("id" = String, Path, description = "Session id"), ("run_id" = String, Path, description = "Run id")),
-    responses((status = 200, body = crate::store::RunRecord), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = RunResponse), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_run(
     State(state): State<AppState>,
     principal: Principal,
     Path((id, run_id)): Path<(String, String)>,
-) -> ApiResult<Json<crate::store::RunRecord>> {
+) -> ApiResult<Json<RunResponse>> {
     principal.require(scopes::SESSIONS_READ)?;
     let session = load_owned_session(&state, &principal, id).await?;
-    state
+    let run = state
         .store
         .get_run(&principal.tenant, &session.id, &RunId::from_string(run_id))
         .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("run"))
+        .ok_or_else(|| ApiError::not_found("run"))?;
+    let usage = state
+        .store
+        .usage_totals(&principal.tenant, crate::usage::UsageScope::Run(&run.id))
+        .await?;
+    Ok(Json(RunResponse { run, usage }))
 }

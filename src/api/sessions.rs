@@ -46,6 +46,10 @@ pub struct SessionResponse {
     /// no search backend is configured for the tenant). Empty when every tool is offered.
     #[serde(default)]
     pub absent_tools: Vec<crate::runtime::AbsentTool>,
+    /// Sums over the usage ledger of the session's runs, with their cost; shown by
+    /// `GET /v1/sessions/{id}` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::UsageTotals>,
 }
 
 impl SessionResponse {
@@ -65,6 +69,7 @@ impl SessionResponse {
             last_event_seq: record.last_event_seq,
             absent_tools: state.runtime.absent_tools(&record.tenant),
             sandbox,
+            usage: None,
         })
     }
 }
@@ -264,7 +269,16 @@ pub async fn get_session(
 ) -> ApiResult<Json<SessionResponse>> {
     principal.require(scopes::SESSIONS_READ)?;
     let record = crate::api::runs::load_owned_session(&state, &principal, id).await?;
-    Ok(Json(SessionResponse::from_record(record, &state)?))
+    let usage = state
+        .store
+        .usage_totals(
+            &principal.tenant,
+            crate::usage::UsageScope::Session(record.id.as_str()),
+        )
+        .await?;
+    let mut response = SessionResponse::from_record(record, &state)?;
+    response.usage = Some(usage);
+    Ok(Json(response))
 }
 
 /// Closes a session (idempotent).

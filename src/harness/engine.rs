@@ -467,7 +467,7 @@ impl Engine {
             Ok(stream) => llm::collect(stream, |_| {}).await,
             Err(error) => Err(error),
         };
-        let summary = match summary {
+        let (summary, summary_usage) = match summary {
             Ok(turn) => {
                 ledger.record_model_call(
                     turn.usage.input_tokens
@@ -475,7 +475,7 @@ impl Engine {
                         + turn.usage.cache_write_tokens,
                     turn.usage.output_tokens,
                 );
-                text_of(&turn.message)
+                (text_of(&turn.message), turn.usage)
             }
             Err(error) => {
                 // Compaction is an optimisation: on failure the request goes out uncompacted.
@@ -511,6 +511,7 @@ impl Engine {
                     tokens_before,
                     tokens_after,
                     forced: force,
+                    usage: Some(summary_usage),
                 })],
             )
             .await

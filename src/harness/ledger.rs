@@ -136,6 +136,10 @@ pub struct RunLedger {
     pub run_id: RunId,
     /// Every recorded action, in the order recorded.
     pub entries: Vec<Entry>,
+    /// Usage recorded before this ledger started (a resumed run: its model calls before the
+    /// resume, read back from the store's usage ledger).
+    #[serde(default)]
+    pub prior: Usage,
 }
 
 impl RunLedger {
@@ -146,6 +150,7 @@ impl RunLedger {
             session_id,
             run_id,
             entries: Vec::new(),
+            prior: Usage::default(),
         }
     }
 
@@ -164,9 +169,9 @@ impl RunLedger {
         self.push(Entry::tool_call(name, ok, Utc::now()));
     }
 
-    /// This run's usage.
+    /// This run's usage: what came before ([`RunLedger::prior`]) plus the entries.
     pub fn usage(&self) -> Usage {
-        Usage::from_entries(&self.entries)
+        self.prior + Usage::from_entries(&self.entries)
     }
 }
 

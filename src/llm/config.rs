@@ -33,6 +33,17 @@ pub enum ProviderKind {
     Scripted,
 }
 
+impl ProviderKind {
+    /// The configured name (as in `provider.kind`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Anthropic => "anthropic",
+            Self::OpenAi => "openai",
+            Self::Scripted => "scripted",
+        }
+    }
+}
+
 /// How to reach one model provider.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

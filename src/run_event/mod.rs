@@ -188,6 +188,9 @@ pub struct Compaction {
     pub tokens_before: u64,
     pub tokens_after: u64,
     pub forced: bool,
+    /// Tokens of the summarising model call (absent in events of older servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TurnUsage>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

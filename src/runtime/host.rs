@@ -52,6 +52,9 @@ pub struct SessionWriter {
     wake: Notify,
     /// Set when the last write failed on a transient store error (after its retries).
     store_unavailable: std::sync::atomic::AtomicBool,
+    /// Set for a run's writer once its model is known: every `assistant_message` (and
+    /// compaction summary) it writes gets a usage ledger row in the same transaction.
+    meter: std::sync::OnceLock<crate::usage::UsageMeter>,
 }
 
 impl SessionWriter {
@@ -93,7 +96,30 @@ impl SessionWriter {
             write_lock: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
             store_unavailable: std::sync::atomic::AtomicBool::new(false),
+            meter: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Records the usage of the model calls this (run) writer commits with `meter` (the first
+    /// meter set stays).
+    pub fn meter_usage(&self, meter: crate::usage::UsageMeter) {
+        let _ = self.meter.set(meter);
+    }
+
+    /// The usage ledger rows of the model calls among `events`.
+    fn usage_rows(&self, events: &[RunEvent]) -> Vec<crate::usage::NewUsageRecord> {
+        let (Some(meter), Some(lease)) = (self.meter.get(), &self.lease) else {
+            return Vec::new();
+        };
+        events
+            .iter()
+            .filter_map(|event| match event {
+                RunEvent::AssistantMessage(message) => Some(message.usage),
+                RunEvent::Compaction(compaction) => compaction.usage,
+                _ => None,
+            })
+            .map(|usage| meter.record(lease.run_id.as_str(), usage.into()))
+            .collect()
     }
 
     fn push_event(&self, event: RunEvent) {
@@ -149,6 +175,7 @@ impl SessionWriter {
             RunEvent::ToolResult(result) => result.workspace_snapshot.clone(),
             _ => None,
         });
+        let usage = self.usage_rows(&events);
         let events: Vec<NewEvent> = events
             .into_iter()
             .map(|event| event.into_row(run_id.clone()))
@@ -162,6 +189,7 @@ impl SessionWriter {
             id: Some(uuid::Uuid::new_v4().to_string()),
             retry: false,
             workspace_snapshot,
+            usage,
         };
         if batch.events.is_empty() && batch.messages.is_empty() && batch.outputs.is_empty() {
             return Ok(());

@@ -208,6 +208,8 @@ pub struct RuntimeSettings {
     pub fetch_limits: crate::egress::FetchLimits,
     /// The WebSearch backends of the server and of tenants (checked at start-up).
     pub search: crate::search::SearchBackends,
+    /// The price table: every model call's usage ledger row is priced from it.
+    pub prices: Vec<crate::usage::Price>,
 }
 
 /// A run parked on approvals: what it takes to resume it.

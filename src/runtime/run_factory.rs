@@ -210,11 +210,13 @@ impl SessionRuntime {
             .unwrap_or(&self.settings.provider)
     }
 
-    fn provider_for(
+    /// The provider settings a session's runs use: the tenant's (or the server's) with the
+    /// session's model name and script applied.
+    fn effective_provider(
         &self,
         tenant: &TenantId,
         config: &SessionConfig,
-    ) -> Result<Arc<dyn Provider>, RuntimeError> {
+    ) -> Result<ProviderConfig, RuntimeError> {
         let mut provider = self.provider_config(tenant).clone();
         if let Some(script) = &config.model.script {
             // Checked here, when the run starts, not only at creation: the session may have
@@ -231,6 +233,29 @@ impl SessionRuntime {
         if let Some(name) = &config.model.name {
             provider.model = name.clone();
         }
+        Ok(provider)
+    }
+
+    /// The usage meter of a session's runs: provider kind, model and its price.
+    pub(super) fn usage_meter(
+        &self,
+        tenant: &TenantId,
+        config: &SessionConfig,
+    ) -> Result<crate::usage::UsageMeter, RuntimeError> {
+        let provider = self.effective_provider(tenant, config)?;
+        Ok(crate::usage::UsageMeter::new(
+            provider.kind.as_str(),
+            &provider.model,
+            &self.settings.prices,
+        ))
+    }
+
+    fn provider_for(
+        &self,
+        tenant: &TenantId,
+        config: &SessionConfig,
+    ) -> Result<Arc<dyn Provider>, RuntimeError> {
+        let provider = self.effective_provider(tenant, config)?;
         if let Some(url) = &provider.base_url {
             self.egress
                 .check_endpoint(url)
@@ -457,6 +482,7 @@ impl SessionRuntime {
                 .map(|snapshots| (snapshots, self.settings.limits.workspace_bytes)),
         });
         let provider = self.provider_for(tenant, &config)?;
+        writer.meter_usage(self.usage_meter(tenant, &config)?);
         let engine = Engine {
             provider,
             host: host.clone(),
@@ -487,6 +513,14 @@ impl SessionRuntime {
         let (messages, boundary) = history_of(&records);
         let mut history = RunHistory { messages, boundary };
         let mut ledger = RunLedger::new(tenant.clone(), session.clone(), run_id.clone());
+        if resuming {
+            // Model calls made before the resume count too (the usage ledger has them).
+            ledger.prior = self
+                .store
+                .usage_totals(tenant, crate::usage::UsageScope::Run(run_id.as_str()))
+                .await?
+                .into();
+        }
         let recovered = if resuming {
             resume::recover(
                 &resume::Resumed {

@@ -9,9 +9,11 @@ mod idempotency;
 mod models;
 pub mod postgres;
 mod postgres_limits;
+mod postgres_usage;
 pub mod sqlite;
 mod sqlite_limits;
 mod sqlite_writer;
+mod sqlite_usage;
 pub mod storable;
 mod tool_state;
 
@@ -633,6 +635,21 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many notes and bytes the tenant keeps.
     async fn memory_usage(&self, tenant: &TenantId) -> StoreResult<MemoryUsage>;
+
+    /// Sums of the usage ledger rows of one run or one session of `tenant`.
+    async fn usage_totals(
+        &self,
+        tenant: &TenantId,
+        scope: crate::usage::UsageScope<'_>,
+    ) -> StoreResult<crate::usage::UsageTotals>;
+
+    /// The tenant's usage ledger rows with `from <= created_at < to`, grouped, ordered by key,
+    /// at most `query.limit` groups.
+    async fn usage_report(
+        &self,
+        tenant: &TenantId,
+        query: &crate::usage::UsageQuery,
+    ) -> StoreResult<Vec<crate::usage::UsageGroup>>;
 }
 
 /// Opens the store named by `url` (`postgres://…` or `sqlite://…`) and applies migrations.

@@ -198,6 +198,9 @@ pub struct AppendBatch {
     /// Becomes the session's head workspace snapshot in the same transaction (the snapshot
     /// the last `tool_result` event of `events` carries).
     pub workspace_snapshot: Option<String>,
+    /// Usage ledger rows of the model calls whose events this batch commits (same
+    /// transaction).
+    pub usage: Vec<crate::usage::NewUsageRecord>,
 }
 
 /// A run's lifecycle state.

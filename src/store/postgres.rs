@@ -296,6 +296,7 @@ impl Store for PgStore {
         let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
 
         let result = build_append_result(&batch, first_event, first_message, created_at);
+        super::postgres_usage::insert(&mut tx, tenant, session, &batch.usage, created_at).await?;
 
         if !batch.events.is_empty() {
             let seqs: Vec<i64> = result.events.iter().map(|e| e.seq).collect();
@@ -1449,6 +1450,22 @@ impl Store for PgStore {
             notes: row.try_get("notes")?,
             bytes: row.try_get("bytes")?,
         })
+    }
+
+    async fn usage_totals(
+        &self,
+        tenant: &TenantId,
+        scope: crate::usage::UsageScope<'_>,
+    ) -> StoreResult<crate::usage::UsageTotals> {
+        super::postgres_usage::totals(self, tenant, scope).await
+    }
+
+    async fn usage_report(
+        &self,
+        tenant: &TenantId,
+        query: &crate::usage::UsageQuery,
+    ) -> StoreResult<Vec<crate::usage::UsageGroup>> {
+        super::postgres_usage::report(self, tenant, query).await
     }
 }
 

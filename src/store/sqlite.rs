@@ -1207,6 +1207,22 @@ impl Store for SqliteStore {
             bytes: row.try_get("bytes")?,
         })
     }
+
+    async fn usage_totals(
+        &self,
+        tenant: &TenantId,
+        scope: crate::usage::UsageScope<'_>,
+    ) -> StoreResult<crate::usage::UsageTotals> {
+        super::sqlite_usage::totals(&self.pool, tenant, scope).await
+    }
+
+    async fn usage_report(
+        &self,
+        tenant: &TenantId,
+        query: &crate::usage::UsageQuery,
+    ) -> StoreResult<Vec<crate::usage::UsageGroup>> {
+        super::sqlite_usage::report(&self.pool, tenant, query).await
+    }
 }
 
 fn sqlite_memory_note(row: &SqliteRow) -> StoreResult<MemoryNote> {

@@ -251,6 +251,7 @@ async fn append_in(
     let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
     let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
     let result = build_append_result(batch, first_event, first_message, created_at);
+    super::sqlite_usage::insert(&mut *conn, tenant, session, &batch.usage, created_at).await?;
 
     // Multi-row inserts: one statement (one hop to SQLite's worker thread) per table and
     // chunk of rows, not one per row.

@@ -30,6 +30,7 @@ mod store_faults;
 mod store_groups;
 mod store_limits;
 mod tenant_providers;
+mod usage;
 mod web_fetch;
 mod web_fetch_pdf;
 mod web_search;

@@ -38,6 +38,7 @@ on_each_store!(
     a_call_parked_on_an_approval_keeps_its_approval_answerable => super::parked_approval_survives;
     a_resumed_run_does_not_repeat_a_recorded_approval_decision => super::recorded_decision_not_repeated;
     a_run_cut_mid_model_call_reissues_the_call => super::mid_model_call_is_reissued;
+    a_resumed_run_counts_the_model_calls_made_before_the_resume => super::usage_before_resume_counts;
     a_run_held_by_a_live_replica_is_left_alone => super::live_lease_is_respected;
     queued_prompts_survive_a_restart_and_run_in_order => super::queued_prompts_survive;
 );
@@ -599,5 +600,66 @@ async fn recorded_decision_not_repeated(backend: Backend) {
         count(&events, "approval_decided"),
         1,
         "the recorded decision is not told again: {events:#?}"
+    );
+}
+
+/// The usage ledger rows the crashed replica committed count in the resumed run's totals
+/// and in its terminal `usage` event (not only the calls made after the resume).
+async fn usage_before_resume_counts(backend: Backend) {
+    let Some(prepared) = Prepared::new(backend).await else {
+        return;
+    };
+    let session = prepared
+        .session(json!({ "model": {"script": {"turns": [{"text": "the full answer"}]}} }))
+        .await;
+    let run = prepared
+        .crashed_run(&session, "hello", Duration::from_millis(1))
+        .await;
+    let lease = run.lease().unwrap();
+    // Before crashing mid-call, the old replica had committed one model call (a compaction
+    // summary) with its usage row.
+    prepared
+        .store
+        .append(
+            &TenantId::new("acme"),
+            &session,
+            AppendBatch {
+                events: vec![NewEvent {
+                    kind: "model_request".into(),
+                    payload: json!({ "request": 1 }),
+                    run_id: Some(run.id.clone()),
+                }],
+                usage: vec![norma::usage::NewUsageRecord {
+                    run_id: run.id.clone(),
+                    provider: "scripted".into(),
+                    model: String::new(),
+                    tokens: norma::usage::TokenCounts {
+                        input_tokens: 1000,
+                        output_tokens: 200,
+                        cache_read_tokens: 0,
+                        cache_write_tokens: 0,
+                    },
+                    cost_pico: None,
+                }],
+                lease: Some(lease.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (app, _store) = prepared.start().await;
+    let token = app.token("acme");
+    let record = wait_for_run(&app, &token, &session, &run.id).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(record["usage"]["model_calls"], 2, "{record}");
+    assert!(record["usage"]["input_tokens"].as_u64().unwrap() > 1000);
+    assert!(record["usage"]["output_tokens"].as_u64().unwrap() > 200);
+    let events = app.events(&token, session.as_str()).await;
+    let usage = events.iter().find(|e| e["type"] == "usage").unwrap();
+    assert_eq!(usage["payload"]["model_calls"], 2, "{usage}");
+    assert_eq!(
+        usage["payload"]["output_tokens"], record["usage"]["output_tokens"],
+        "the event and the ledger agree"
     );
 }

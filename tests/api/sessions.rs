@@ -33,12 +33,16 @@ async fn create_get_list_close(app: TestApp) {
     assert_eq!(created["config"]["metadata"]["ticket"], 42);
     assert_eq!(created["last_event_seq"], 0);
 
-    let fetched: Value = app
+    let mut fetched: Value = app
         .get(&format!("/v1/sessions/{id}"), &token)
         .await
         .json()
         .await
         .unwrap();
+    // GET of one session adds its usage totals (none yet).
+    let usage = fetched.as_object_mut().unwrap().remove("usage").unwrap();
+    assert_eq!(usage["model_calls"], 0);
+    assert_eq!(usage["cost_micros"], 0);
     assert_eq!(fetched, created);
 
     let list: Value = app.get("/v1/sessions", &token).await.json().await.unwrap();

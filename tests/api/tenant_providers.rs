@@ -6,7 +6,7 @@ use serde_json::json;
 use std::time::Duration;
 
 #[path = "../support/fake_llm.rs"]
-mod fake_llm;
+pub(crate) mod fake_llm;
 
 #[tokio::test]
 async fn each_tenant_uses_its_configured_provider() {

@@ -1,0 +1,119 @@
+//! The usage ledger on Postgres: rows written inside an append's transaction, sums read in a
+//! tenant-scoped transaction (row-level security).
+
+use super::postgres::PgStore;
+use super::*;
+use crate::usage::{
+    NewUsageRecord, RawSums, SUMS_SQL, UsageGroup, UsageGroupBy, UsageQuery, UsageScope,
+    UsageTotals,
+};
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row};
+
+fn tokens(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Writes `records` of one session (in the caller's transaction).
+pub(super) async fn insert(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    session: &SessionId,
+    records: &[NewUsageRecord],
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let day = at.format("%Y-%m-%d").to_string();
+    let mut insert = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+        "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
+         input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, day, \
+         created_at) ",
+    );
+    insert.push_values(records, |mut row, record| {
+        row.push_bind(tenant.as_str())
+            .push_bind(session.as_str())
+            .push_bind(record.run_id.as_str())
+            .push_bind(record.provider.as_str())
+            .push_bind(record.model.as_str())
+            .push_bind(tokens(record.tokens.input_tokens))
+            .push_bind(tokens(record.tokens.output_tokens))
+            .push_bind(tokens(record.tokens.cache_read_tokens))
+            .push_bind(tokens(record.tokens.cache_write_tokens))
+            .push_bind(record.cost_pico)
+            .push_bind(day.as_str())
+            .push_bind(at);
+    });
+    insert.build().execute(conn).await?;
+    Ok(())
+}
+
+fn sums(row: &PgRow) -> StoreResult<RawSums> {
+    Ok(RawSums {
+        model_calls: row.try_get("model_calls")?,
+        input_tokens: row.try_get("input_tokens")?,
+        output_tokens: row.try_get("output_tokens")?,
+        cache_read_tokens: row.try_get("cache_read_tokens")?,
+        cache_write_tokens: row.try_get("cache_write_tokens")?,
+        cost_pico: row.try_get("cost_pico")?,
+        unpriced_model_calls: row.try_get("unpriced_model_calls")?,
+    })
+}
+
+/// Totals of a run's or a session's rows.
+pub(super) async fn totals(
+    store: &PgStore,
+    tenant: &TenantId,
+    scope: UsageScope<'_>,
+) -> StoreResult<UsageTotals> {
+    let (column, id) = match scope {
+        UsageScope::Run(id) => ("run_id", id),
+        UsageScope::Session(id) => ("session_id", id),
+    };
+    let mut tx = store.tenant_tx(tenant).await?;
+    let row = sqlx::query(&format!(
+        "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = $1 AND {column} = $2"
+    ))
+    .bind(tenant.as_str())
+    .bind(id)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(sums(&row)?.into())
+}
+
+/// The tenant's rows in `[from, to)`, grouped, ordered by key, at most `limit` groups.
+pub(super) async fn report(
+    store: &PgStore,
+    tenant: &TenantId,
+    query: &UsageQuery,
+) -> StoreResult<Vec<UsageGroup>> {
+    let key = match query.group_by {
+        UsageGroupBy::Day => "day",
+        UsageGroupBy::Session => "session_id",
+        UsageGroupBy::Model => "provider || '/' || model",
+    };
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows = sqlx::query(&format!(
+        "SELECT {key} AS key, {SUMS_SQL} FROM usage_records \
+         WHERE tenant_id = $1 AND created_at >= $2 AND created_at < $3 \
+         GROUP BY 1 ORDER BY 1 LIMIT $4"
+    ))
+    .bind(tenant.as_str())
+    .bind(query.from)
+    .bind(query.to)
+    .bind(i64::from(query.limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    rows.iter()
+        .map(|row| {
+            Ok(UsageGroup {
+                key: row.try_get("key")?,
+                totals: sums(row)?.into(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,116 @@
+//! The usage ledger on SQLite: rows written inside an append's transaction, sums read from
+//! the read pool.
+
+use super::sqlite::ts;
+use super::*;
+use crate::usage::{
+    NewUsageRecord, RawSums, SUMS_SQL, UsageGroup, UsageGroupBy, UsageQuery, UsageScope,
+    UsageTotals,
+};
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, SqliteConnection, SqlitePool};
+
+fn tokens(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Writes `records` of one session (in the caller's transaction).
+pub(super) async fn insert(
+    conn: &mut SqliteConnection,
+    tenant: &TenantId,
+    session: &SessionId,
+    records: &[NewUsageRecord],
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let created = ts(at);
+    let day = at.format("%Y-%m-%d").to_string();
+    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
+         input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, day, \
+         created_at) ",
+    );
+    insert.push_values(records, |mut row, record| {
+        row.push_bind(tenant.as_str())
+            .push_bind(session.as_str())
+            .push_bind(record.run_id.as_str())
+            .push_bind(record.provider.as_str())
+            .push_bind(record.model.as_str())
+            .push_bind(tokens(record.tokens.input_tokens))
+            .push_bind(tokens(record.tokens.output_tokens))
+            .push_bind(tokens(record.tokens.cache_read_tokens))
+            .push_bind(tokens(record.tokens.cache_write_tokens))
+            .push_bind(record.cost_pico)
+            .push_bind(day.as_str())
+            .push_bind(created.as_str());
+    });
+    insert.build().execute(conn).await?;
+    Ok(())
+}
+
+fn sums(row: &SqliteRow) -> StoreResult<RawSums> {
+    Ok(RawSums {
+        model_calls: row.try_get("model_calls")?,
+        input_tokens: row.try_get("input_tokens")?,
+        output_tokens: row.try_get("output_tokens")?,
+        cache_read_tokens: row.try_get("cache_read_tokens")?,
+        cache_write_tokens: row.try_get("cache_write_tokens")?,
+        cost_pico: row.try_get("cost_pico")?,
+        unpriced_model_calls: row.try_get("unpriced_model_calls")?,
+    })
+}
+
+/// Totals of a run's or a session's rows.
+pub(super) async fn totals(
+    pool: &SqlitePool,
+    tenant: &TenantId,
+    scope: UsageScope<'_>,
+) -> StoreResult<UsageTotals> {
+    let (column, id) = match scope {
+        UsageScope::Run(id) => ("run_id", id),
+        UsageScope::Session(id) => ("session_id", id),
+    };
+    let row = sqlx::query(&format!(
+        "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = ? AND {column} = ?"
+    ))
+    .bind(tenant.as_str())
+    .bind(id)
+    .fetch_one(pool)
+    .await?;
+    Ok(sums(&row)?.into())
+}
+
+/// The tenant's rows in `[from, to)`, grouped, ordered by key, at most `limit` groups.
+pub(super) async fn report(
+    pool: &SqlitePool,
+    tenant: &TenantId,
+    query: &UsageQuery,
+) -> StoreResult<Vec<UsageGroup>> {
+    let key = match query.group_by {
+        UsageGroupBy::Day => "day",
+        UsageGroupBy::Session => "session_id",
+        UsageGroupBy::Model => "provider || '/' || model",
+    };
+    let rows = sqlx::query(&format!(
+        "SELECT {key} AS key, {SUMS_SQL} FROM usage_records \
+         WHERE tenant_id = ? AND created_at >= ? AND created_at < ? \
+         GROUP BY 1 ORDER BY 1 LIMIT ?"
+    ))
+    .bind(tenant.as_str())
+    .bind(ts(query.from))
+    .bind(ts(query.to))
+    .bind(i64::from(query.limit))
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(UsageGroup {
+                key: row.try_get("key")?,
+                totals: sums(row)?.into(),
+            })
+        })
+        .collect()
+}
