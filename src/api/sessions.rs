@@ -46,6 +46,11 @@ pub struct SessionResponse {
     /// no search backend is configured for the tenant). Empty when every tool is offered.
     #[serde(default)]
     pub absent_tools: Vec<crate::runtime::AbsentTool>,
+    /// Each MCP server of the session: `state` (`not_started`, `starting`, `ready`,
+    /// `crashed`, `failed`, `cut_off`, `stopped`), `error` when it is not ready, the registry
+    /// `tools` it offers, `skipped_tools` with reasons, `restarts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::mcp::McpServerStatus>,
 }
 
 impl SessionResponse {
@@ -55,6 +60,7 @@ impl SessionResponse {
             ApiError::new(crate::error::ErrorCode::Internal, "internal error")
         })?;
         let sandbox = state.runtime.sandbox().session_report(config.network);
+        let mcp_servers = state.runtime.mcp_statuses(&record.id, &config);
         Ok(Self {
             id: record.id.to_string(),
             status: record.status,
@@ -64,6 +70,7 @@ impl SessionResponse {
             closed_at: record.closed_at,
             last_event_seq: record.last_event_seq,
             absent_tools: state.runtime.absent_tools(&record.tenant),
+            mcp_servers,
             sandbox,
         })
     }
@@ -121,6 +128,9 @@ pub async fn create_session(
             .with_details(json!({ "field": violation.field }))
     })?;
     ensure_script_allowed(&state, config.model.script.is_some())?;
+    if config.mcp_servers.iter().any(|server| server.trusted) {
+        principal.require(crate::auth::scopes::TENANT_ADMIN)?;
+    }
     let max_hooks = state.settings.limits.hooks_per_session;
     if config.hooks.len() > max_hooks as usize {
         return Err(ApiError::invalid(format!(
