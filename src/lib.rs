@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod ids;
 pub mod limits;
 pub mod llm;
+pub mod mcp;
 pub mod message;
 pub mod permission;
 pub mod run_event;

@@ -66,6 +66,10 @@ pub struct SessionConfig {
     /// is `422 INVALID_REQUEST`.
     #[serde(default, skip_serializing_if = "is_no_network")]
     pub network: crate::sandbox::CommandNetwork,
+    /// MCP servers whose tools the session offers as `mcp__<server>__<tool>` (at most 8; see
+    /// README "MCP servers"). `trusted` needs a token with the `tenant:admin` scope.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
     /// Free-form client data kept with the session (at most 16 KiB as JSON).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schema(value_type = Object)]
@@ -233,8 +237,13 @@ pub const BUILTIN_TOOLS: [&str; 25] = [
 ];
 
 impl SessionConfig {
-    /// The configuration as clients see it: hook secrets are never returned.
+    /// The configuration as clients see it: hook secrets and MCP server environment values
+    /// are never returned.
     pub fn redacted(mut self) -> Self {
+        self.mcp_servers = std::mem::take(&mut self.mcp_servers)
+            .into_iter()
+            .map(crate::mcp::McpServerConfig::redacted)
+            .collect();
         if let Some(webhook) = &mut self.approvals.webhook {
             webhook.secret = "<redacted>".into();
         }
@@ -375,6 +384,8 @@ impl SessionConfig {
             .map_err(|(list, index, error)| {
                 ConfigViolation::new(format!("permission.{list}[{index}]"), error.to_string())
             })?;
+        crate::mcp::config::validate_servers(&self.mcp_servers)
+            .map_err(|(field, message)| ConfigViolation::new(field, message))?;
         let metadata_size = serde_json::to_vec(&self.metadata).map_or(usize::MAX, |v| v.len());
         if metadata_size > MAX_METADATA_BYTES {
             return Err(ConfigViolation::new(

@@ -50,6 +50,11 @@ pub struct SessionResponse {
     /// `GET /v1/sessions/{id}` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::usage::UsageTotals>,
+    /// Each MCP server of the session: `state` (`not_started`, `starting`, `ready`,
+    /// `crashed`, `failed`, `cut_off`, `stopped`), `error` when it is not ready, the registry
+    /// `tools` it offers, `skipped_tools` with reasons, `restarts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::mcp::McpServerStatus>,
 }
 
 impl SessionResponse {
@@ -59,6 +64,7 @@ impl SessionResponse {
             ApiError::new(crate::error::ErrorCode::Internal, "internal error")
         })?;
         let sandbox = state.runtime.sandbox().session_report(config.network);
+        let mcp_servers = state.runtime.mcp_statuses(&record.id, &config);
         Ok(Self {
             id: record.id.to_string(),
             status: record.status,
@@ -68,6 +74,7 @@ impl SessionResponse {
             closed_at: record.closed_at,
             last_event_seq: record.last_event_seq,
             absent_tools: state.runtime.absent_tools(&record.tenant),
+            mcp_servers,
             sandbox,
             usage: None,
         })
@@ -126,6 +133,9 @@ pub async fn create_session(
             .with_details(json!({ "field": violation.field }))
     })?;
     ensure_script_allowed(&state, config.model.script.is_some())?;
+    if config.mcp_servers.iter().any(|server| server.trusted) {
+        principal.require(crate::auth::scopes::TENANT_ADMIN)?;
+    }
     let max_hooks = state.settings.limits.hooks_per_session;
     if config.hooks.len() > max_hooks as usize {
         return Err(ApiError::invalid(format!(

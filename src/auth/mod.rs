@@ -17,6 +17,8 @@ pub mod scopes {
     pub const SESSIONS_READ: &str = "sessions:read";
     pub const SESSIONS_WRITE: &str = "sessions:write";
     pub const APPROVALS_WRITE: &str = "approvals:write";
+    /// A tenant's own administrator: may mark MCP servers `trusted`.
+    pub const TENANT_ADMIN: &str = "tenant:admin";
     /// Every scope a development token carries.
     pub const ALL: [&str; 3] = [SESSIONS_READ, SESSIONS_WRITE, APPROVALS_WRITE];
 }

@@ -138,6 +138,14 @@ impl FromStr for Rule {
     }
 }
 
+/// For an MCP namespace glob `mcp__<server>__*` (a trailing `*` after the server's `__`),
+/// the prefix before the `*`.
+fn mcp_namespace_glob(name: &str) -> Option<&str> {
+    let prefix = name.strip_suffix('*')?;
+    let server = prefix.strip_prefix("mcp__")?.strip_suffix("__")?;
+    (!server.is_empty() && !server.contains("__") && !server.contains('*')).then_some(prefix)
+}
+
 fn check_name(rule: &str, name: &str, allow_star: bool) -> Result<(), RuleError> {
     let bad = |problem: &str| RuleError::BadName {
         rule: rule.to_owned(),
@@ -288,6 +296,14 @@ impl Rule {
                     problem: "`)` without `(`".into(),
                 });
             }
+            if let Some(prefix) = mcp_namespace_glob(text) {
+                check_name(text, prefix, false)?;
+                return Ok(Rule {
+                    tool: rule.clone(),
+                    text: rule,
+                    spec: None,
+                });
+            }
             check_name(text, text, true)?;
             return Ok(Rule {
                 tool: rule.clone(),
@@ -296,6 +312,12 @@ impl Rule {
             });
         };
         let tool = &text[..open];
+        if mcp_namespace_glob(tool).is_some() {
+            return Err(RuleError::BadName {
+                rule,
+                problem: "an MCP namespace glob `mcp__<server>__*` takes no argument".into(),
+            });
+        }
         check_name(text, tool, false)?;
         let Some(close) = text.rfind(')').filter(|&c| c > open) else {
             return Err(RuleError::Unclosed { rule });
@@ -330,9 +352,13 @@ impl Rule {
         self.spec.is_some()
     }
 
-    /// True when the rule names this tool (or is `*`), ignoring any argument part.
+    /// True when the rule names this tool (or is `*`, or the tool is in its MCP namespace
+    /// `mcp__<server>__*`), ignoring any argument part.
     pub fn names_tool(&self, tool: &str) -> bool {
-        self.tool == "*" || self.tool == tool
+        self.tool == "*"
+            || self.tool == tool
+            || mcp_namespace_glob(&self.tool)
+                .is_some_and(|prefix| tool.len() > prefix.len() && tool.starts_with(prefix))
     }
 
     /// Checks that this rule's argument part means something for a tool with this subject.

@@ -33,6 +33,26 @@ fn valid_rules() {
 }
 
 #[test]
+fn mcp_namespace_globs_name_every_tool_of_the_server() {
+    let rule = Rule::parse("mcp__github__*").expect("rule");
+    assert!(rule.names_tool("mcp__github__get_issue"));
+    assert!(rule.names_tool("mcp__github__create_issue"));
+    assert!(!rule.names_tool("mcp__gitlab__get_issue"));
+    assert!(!rule.names_tool("mcp__github__"));
+    assert!(!rule.names_tool("Bash"));
+    for bad in [
+        "mcp__github__*(x)",
+        "mcp____*",
+        "mcp__a__b__*",
+        "mcp__git*__*",
+        "Bash*",
+        "mcp__*",
+    ] {
+        assert!(Rule::parse(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn malformed_rules_are_errors_naming_the_rule() {
     for text in [
         "Bash(",

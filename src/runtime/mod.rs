@@ -242,6 +242,8 @@ struct SessionEnv {
     notifications: Arc<Mutex<Vec<String>>>,
     /// `snapshot` storage: the workspace's snapshots.
     snapshots: Option<Arc<crate::workspace_snapshot::SessionSnapshots>>,
+    /// The session's MCP servers (started with its first run, stopped when it ends).
+    mcp: Arc<crate::mcp::SessionMcp>,
 }
 
 pub struct SessionRuntime {
@@ -283,6 +285,23 @@ pub struct AbsentTool {
 }
 
 impl SessionRuntime {
+    /// The state of each MCP server of a session (`not_started` before its first run).
+    pub fn mcp_statuses(
+        &self,
+        session: &SessionId,
+        config: &crate::session_config::SessionConfig,
+    ) -> Vec<crate::mcp::McpServerStatus> {
+        let envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
+        match envs.get(session) {
+            Some(env) => env.mcp.statuses(),
+            None => config
+                .mcp_servers
+                .iter()
+                .map(|server| crate::mcp::McpServerStatus::not_started(&server.name))
+                .collect(),
+        }
+    }
+
     /// The tools left out of `tenant`'s sessions by the server's configuration, with the
     /// reason (WebSearch without a search backend).
     pub fn absent_tools(&self, tenant: &TenantId) -> Vec<AbsentTool> {
@@ -635,14 +654,15 @@ impl SessionRuntime {
                 tracing::warn!(%error, run_id = %run, "cannot cancel a queued run");
             }
         }
-        if let Some(env) = self
+        let env = self
             .envs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(session)
-        {
+            .remove(session);
+        if let Some(env) = env {
             env.shells.tasks.shutdown();
             env.shells.shells.shutdown();
+            env.mcp.shutdown().await;
         }
         // Task output files live in a server-owned, id-derived directory; they go with the
         // session (the workspace stays: it holds what the agent produced).

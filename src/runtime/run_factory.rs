@@ -15,6 +15,7 @@ impl SessionRuntime {
             env.shells.tasks.list().is_empty()
                 && env.shells.shells.ids().is_empty()
                 && env.notifications.lock().is_ok_and(|notes| notes.is_empty())
+                && env.mcp.is_empty()
         });
         if unused {
             envs.remove(session);
@@ -59,6 +60,11 @@ impl SessionRuntime {
                     workspace.root().to_owned(),
                 ))
             }),
+            mcp: Arc::new(crate::mcp::SessionMcp::new(
+                &config.mcp_servers,
+                self.sandbox.clone(),
+                workspace.root(),
+            )),
             workspace: workspace.root().to_owned(),
             web_cache: Default::default(),
             egress_journal,
@@ -375,6 +381,25 @@ impl SessionRuntime {
                     registry.register(tool)
                 };
                 registered.map_err(|error| RuntimeError::Setup(error.to_string()))?;
+            }
+        }
+        // The session's MCP servers start here (lazily, with its first run); one that does
+        // not start only shows in its status.
+        let mcp = env.mcp.tools().await;
+        for (tool, deferred) in mcp
+            .visible
+            .into_iter()
+            .map(|tool| (tool, false))
+            .chain(mcp.deferred.into_iter().map(|tool| (tool, true)))
+        {
+            let name = tool.name().to_owned();
+            let registered = if deferred {
+                registry.register_deferred(tool)
+            } else {
+                registry.register(tool)
+            };
+            if let Err(error) = registered {
+                tracing::warn!(tool = %name, %error, "MCP tool not registered");
             }
         }
         let unlocked = crate::tools::deferred::UnlockSet::default();

@@ -48,6 +48,10 @@ pub struct LaunchOptions {
     /// The session's egress proxy socket: the command gets a loopback forwarder to it (see
     /// [`egress_forwarder`]); needs `netns` and `pidns`.
     pub egress_proxy: Option<PathBuf>,
+    /// Inherited variables passed to the program besides the allowlist: the environment a
+    /// tenant configured explicitly for its MCP server (names here, values in the
+    /// launcher's own environment, so they never appear in a command line).
+    pub pass_env: Vec<String>,
     /// Report what can be enforced instead of running a program.
     pub probe: bool,
     /// The program and its arguments.
@@ -103,6 +107,10 @@ impl LaunchOptions {
             args.push("--egress-proxy".into());
             args.push(socket.clone().into_os_string());
         }
+        for name in &self.pass_env {
+            args.push("--pass".into());
+            args.push(name.into());
+        }
         if let Some(r) = &self.rlimits {
             let limits = [
                 ("--cpu", r.cpu_seconds),
@@ -147,6 +155,11 @@ impl LaunchOptions {
                 "--mountns" => opts.mountns = true,
                 "--read" => opts.extra_read.push(PathBuf::from(value()?)),
                 "--egress-proxy" => opts.egress_proxy = Some(PathBuf::from(value()?)),
+                "--pass" => opts.pass_env.push(
+                    value()?
+                        .into_string()
+                        .map_err(|_| "--pass needs a UTF-8 name".to_string())?,
+                ),
                 "--cpu" => limits.cpu_seconds = Some(number(value()?)?),
                 "--as" => limits.address_space_bytes = Some(number(value()?)?),
                 "--nproc" => limits.max_processes = Some(number(value()?)?),
@@ -199,7 +212,7 @@ pub fn main_from_args(args: Vec<OsString>) -> ! {
         // A built-in job: runs here, confined like a command, instead of an `exec`.
         super::pdf_text::job_main();
     }
-    let mut env = allowed_env();
+    let mut env = allowed_env(&opts.pass_env);
     if opts.egress_proxy.is_some() {
         env.extend(egress_forwarder::proxy_env());
     }
@@ -217,12 +230,15 @@ fn fail(message: &str) -> ! {
 }
 
 /// The inherited environment, filtered to the allowlist (defence in depth: the server already
-/// started the launcher with a scrubbed environment).
-fn allowed_env() -> Vec<(OsString, OsString)> {
+/// started the launcher with a scrubbed environment) plus the names passed with `--pass`
+/// (variables the tenant set for its own MCP server, which may well be its own tokens).
+fn allowed_env(pass: &[String]) -> Vec<(OsString, OsString)> {
     std::env::vars_os()
         .filter(|(k, _)| {
-            k.to_str()
-                .is_some_and(|k| env::ALLOWED_VARS.contains(&k) && !env::is_secret_name(k))
+            k.to_str().is_some_and(|k| {
+                (env::ALLOWED_VARS.contains(&k) && !env::is_secret_name(k))
+                    || pass.iter().any(|name| name == k)
+            })
         })
         .collect()
 }
@@ -440,6 +456,7 @@ mod tests {
             rlimits: Some(Rlimits::default()),
             extra_read: vec!["/data/ro".into()],
             egress_proxy: Some("/run/proxy.sock".into()),
+            pass_env: vec!["GITHUB_TOKEN".into()],
             probe: false,
             program: vec!["/bin/bash".into(), "-c".into(), "echo hi".into()],
         };

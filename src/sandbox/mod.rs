@@ -109,6 +109,7 @@ impl SandboxConfig {
             }
         }
         config.require = settings.require.clone();
+        config.extra_read = settings.extra_read.clone();
         config
     }
 
@@ -319,9 +320,29 @@ impl Sandbox {
                 .then(|| self.config.rlimits.clone()),
             extra_read: self.config.extra_read.clone(),
             egress_proxy: egress_proxy.map(Path::to_path_buf),
+            pass_env: Vec::new(),
             probe: false,
             program: program.iter().map(OsString::from).collect(),
         }
+    }
+}
+
+impl LaunchSpec {
+    /// Adds `vars` to the program's environment (the launcher passes them on by name,
+    /// besides the allowlist). A name already set is replaced.
+    pub fn with_env(mut self, vars: &[(String, String)]) -> Self {
+        let Some(split) = self.args.iter().position(|arg| arg == "--") else {
+            return self;
+        };
+        let mut flags = Vec::new();
+        for (name, value) in vars {
+            self.env.retain(|(known, _)| known != name);
+            self.env.push((name.clone(), value.clone()));
+            flags.push(OsString::from("--pass"));
+            flags.push(OsString::from(name));
+        }
+        self.args.splice(split..split, flags);
+        self
     }
 }
 
@@ -342,6 +363,7 @@ fn run_probe(config: &SandboxConfig) -> Result<ProbeResult, String> {
         rlimits: config.rlimits.any().then(|| config.rlimits.clone()),
         extra_read: config.extra_read.clone(),
         egress_proxy: None,
+        pass_env: Vec::new(),
         probe: true,
         program: Vec::new(),
     };

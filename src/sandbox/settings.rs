@@ -56,6 +56,11 @@ pub struct SandboxSettings {
     /// Parts turned off (reported `disabled`); `env` cannot be turned off. A disabled part
     /// that is also required makes command tools unavailable.
     pub disable: Vec<SandboxPart>,
+    /// Extra read-only trees commands (and stdio MCP servers) see besides the system
+    /// directories, e.g. where the operator installed MCP server programs. Absolute paths;
+    /// start-up refuses a tree holding the data directory or a secret file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_read: Vec<std::path::PathBuf>,
     /// The removed `sandbox.egress_allow_private` key: kept only to refuse it with an error
     /// naming its replacement, `egress.allow_private_cidrs` (one private allow-list for all
     /// outbound traffic, commands' included).
@@ -71,6 +76,7 @@ impl Default for SandboxSettings {
         Self {
             require: SandboxPart::ALL.to_vec(),
             disable: Vec::new(),
+            extra_read: Vec::new(),
             removed_egress_allow_private: None,
         }
     }
@@ -87,6 +93,16 @@ impl SandboxSettings {
                  the blocks there"
                     .into(),
             );
+        }
+        if let Some(path) = self
+            .extra_read
+            .iter()
+            .find(|path| !path.is_absolute() || path.parent().is_none())
+        {
+            return Err(format!(
+                "sandbox.extra_read: {} must be an absolute path below /",
+                path.display()
+            ));
         }
         if self.disable.contains(&SandboxPart::Env) {
             return Err(

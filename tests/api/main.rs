@@ -15,6 +15,7 @@ mod helpers;
 mod hooks;
 mod idempotency;
 mod limits;
+mod mcp;
 mod openapi;
 mod pg_outage;
 #[path = "../support/proxy.rs"]

@@ -1,0 +1,128 @@
+//! A small MCP server over stdio, built with rmcp's server side, for the integration tests:
+//! a read-only tool (`echo`, annotated `readOnlyHint`), one that writes a file (`write_file`),
+//! an erroring one (`fail`), a slow one (`slow`), one that crashes the server (`crash`), one
+//! that prints garbage on stdout (`garbage`), one that shows its environment (`env`) and one
+//! that answers with an image and an embedded resource (`media`).
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use std::io::Write;
+
+struct Fixture;
+
+fn tools() -> Value {
+    let object = |properties: Value, required: Value| json!({"type": "object", "properties": properties, "required": required});
+    json!({"tools": [
+        {"name": "echo", "description": "Echo the text back.",
+         "inputSchema": object(json!({"text": {"type": "string"}}), json!(["text"])),
+         "annotations": {"readOnlyHint": true}},
+        {"name": "write_file", "description": "Write text to a file.",
+         "inputSchema": object(json!({"path": {"type": "string"}, "text": {"type": "string"}}), json!(["path", "text"]))},
+        {"name": "fail", "description": "Always fails.", "inputSchema": object(json!({}), json!([]))},
+        {"name": "slow", "description": "Sleeps a while.",
+         "inputSchema": object(json!({"seconds": {"type": "number"}}), json!(["seconds"]))},
+        {"name": "crash", "description": "Ends the server.", "inputSchema": object(json!({}), json!([]))},
+        {"name": "garbage", "description": "Prints garbage on stdout.", "inputSchema": object(json!({}), json!([]))},
+        {"name": "env", "description": "Shows the server's environment.",
+         "inputSchema": object(json!({}), json!([])), "annotations": {"readOnlyHint": true}},
+        {"name": "media", "description": "Answers with an image and a resource.",
+         "inputSchema": object(json!({}), json!([]))}
+    ]})
+}
+
+fn text_result(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text)])
+}
+
+impl ServerHandler for Fixture {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        serde_json::from_value(tools()).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let result = match request.name.as_ref() {
+            "echo" => {
+                let text = args["text"].as_str().unwrap_or_default().to_owned();
+                let mut result = text_result(format!("echo: {text}"));
+                result.structured_content = Some(json!({"echoed": text}));
+                result
+            }
+            "write_file" => {
+                let path = args["path"].as_str().unwrap_or_default();
+                match std::fs::write(path, args["text"].as_str().unwrap_or_default()) {
+                    Ok(()) => text_result(format!("wrote {path}")),
+                    Err(error) => CallToolResult::error(vec![ContentBlock::text(format!(
+                        "cannot write {path}: {error}"
+                    ))]),
+                }
+            }
+            "fail" => {
+                CallToolResult::error(vec![ContentBlock::text("the fixture failed on purpose")])
+            }
+            "slow" => {
+                let seconds = args["seconds"].as_f64().unwrap_or(1.0);
+                tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+                text_result(format!("slept {seconds} s"))
+            }
+            "crash" => std::process::exit(3),
+            "garbage" => {
+                {
+                    let mut out = std::io::stdout().lock();
+                    for _ in 0..1000 {
+                        let _ = out.write_all(b"this is not JSON-RPC at all\n");
+                    }
+                    let _ = out.flush();
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                text_result("still here")
+            }
+            "env" => {
+                let vars: serde_json::Map<String, Value> = std::env::vars()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                text_result(Value::Object(vars).to_string())
+            }
+            "media" => CallToolResult::success(vec![
+                ContentBlock::text("a picture:"),
+                ContentBlock::image("aGVsbG8=", "image/png"),
+                ContentBlock::embedded_text("file:///notes.txt", "the notes"),
+            ]),
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool {other}"),
+                    None,
+                ));
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let server = Fixture.serve(rmcp::transport::stdio()).await?;
+        server.waiting().await?;
+        Ok(())
+    })
+}

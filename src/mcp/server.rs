@@ -1,0 +1,400 @@
+//! One MCP server of one session: started lazily in the command sandbox, its tool list, its
+//! calls, its status, restarts with backoff after a crash, and its end.
+
+use super::config::McpServerConfig;
+use super::guard::{CutOff, GuardLimits, OutputGuard};
+use super::status::{McpServerState, McpServerStatus};
+use crate::sandbox::Sandbox;
+use rmcp::model::{CallToolRequestParams, CallToolResult, Tool as McpTool};
+use rmcp::service::{RunningService, ServiceError};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::{RoleClient, ServiceExt};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+
+/// How long the start (spawn, handshake, tool list) may take.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// At most this many tools are taken from one server.
+const MAX_TOOLS: usize = 1000;
+/// Consecutive crashes after which the server is not restarted any more.
+const MAX_CRASHES: u32 = 5;
+/// The end of the server's stderr kept for its status.
+const STDERR_TAIL_BYTES: usize = 2048;
+
+/// Why a call could not be answered by the server.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The server is not running (failed, cut off, crashed and waiting to restart, stopped).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The server ended (or was cut off) during the call.
+    #[error("{0}")]
+    Lost(String),
+    /// The server answered with a protocol error.
+    #[error("{0}")]
+    Protocol(String),
+    #[error("the call took longer than {0} s")]
+    Timeout(u64),
+    #[error("the call was cancelled")]
+    Cancelled,
+}
+
+struct Connection {
+    service: RunningService<RoleClient, ()>,
+    tools: Vec<McpTool>,
+    child: Mutex<Option<tokio::process::Child>>,
+    cut_off: CutOff,
+    stderr_tail: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Connection {
+    fn alive(&self) -> bool {
+        !self.service.peer().is_transport_closed()
+            && self
+                .cut_off
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_none()
+    }
+
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&tail).trim().to_owned()
+    }
+
+    fn kill(&self) {
+        self.service.cancellation_token().cancel();
+        if let Some(mut child) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Health {
+    state: McpServerState,
+    error: Option<String>,
+    crashes: u32,
+    restarts: u32,
+    retry_at: Option<Instant>,
+    tools: Vec<String>,
+    skipped: Vec<String>,
+}
+
+/// See the module docs.
+pub struct McpServer {
+    config: McpServerConfig,
+    sandbox: Arc<Sandbox>,
+    workspace: PathBuf,
+    limits: GuardLimits,
+    connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    health: Mutex<Health>,
+}
+
+impl McpServer {
+    pub fn new(config: McpServerConfig, sandbox: Arc<Sandbox>, workspace: PathBuf) -> Self {
+        Self {
+            config,
+            sandbox,
+            workspace,
+            limits: GuardLimits::default(),
+            connection: tokio::sync::Mutex::new(None),
+            health: Mutex::new(Health {
+                state: McpServerState::NotStarted,
+                error: None,
+                crashes: 0,
+                restarts: 0,
+                retry_at: None,
+                tools: Vec::new(),
+                skipped: Vec::new(),
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The server's status as `GET /v1/sessions/{id}` shows it.
+    pub fn status(&self) -> McpServerStatus {
+        let health = self.health();
+        McpServerStatus {
+            name: self.config.name.clone(),
+            state: health.state,
+            error: health.error.clone(),
+            tools: health.tools.clone(),
+            skipped_tools: health.skipped.clone(),
+            restarts: health.restarts,
+        }
+    }
+
+    /// Records which registry tools the session offers and which the server listed but
+    /// could not be offered (with why).
+    pub fn set_offered(&self, tools: Vec<String>, skipped: Vec<String>) {
+        let mut health = self.health();
+        health.tools = tools;
+        health.skipped = skipped;
+    }
+
+    /// The server's tools, starting it first when it is not running.
+    pub async fn tools(&self) -> Result<Vec<McpTool>, String> {
+        Ok(self.connect().await?.tools.clone())
+    }
+
+    /// A running connection: the current one, or a fresh start when the server is not
+    /// running and may (re)start.
+    async fn connect(&self) -> Result<Arc<Connection>, String> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            if connection.alive() {
+                return Ok(connection.clone());
+            }
+            let connection = slot.take().expect("checked above");
+            self.lost(&connection);
+        }
+        {
+            let health = self.health();
+            match health.state {
+                McpServerState::Failed | McpServerState::CutOff | McpServerState::Stopped => {
+                    return Err(health
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| format!("{:?}", health.state)));
+                }
+                McpServerState::Crashed => {
+                    if let Some(at) = health.retry_at.filter(|at| *at > Instant::now()) {
+                        return Err(format!(
+                            "{}; restarting in {} s",
+                            health.error.clone().unwrap_or_default(),
+                            at.saturating_duration_since(Instant::now()).as_secs() + 1
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.health().state = McpServerState::Starting;
+        match tokio::time::timeout(START_TIMEOUT, self.start()).await {
+            Ok(Ok(connection)) => {
+                let connection = Arc::new(connection);
+                {
+                    let mut health = self.health();
+                    if health.crashes > 0 {
+                        health.restarts += 1;
+                    }
+                    health.state = McpServerState::Ready;
+                    health.error = None;
+                }
+                tracing::info!(server = %self.config.name, tools = connection.tools.len(), "MCP server ready");
+                *slot = Some(connection.clone());
+                Ok(connection)
+            }
+            Ok(Err(error)) => Err(self.start_failed(error)),
+            Err(_) => Err(self.start_failed(format!(
+                "no answer to the handshake within {} s",
+                START_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    fn start_failed(&self, error: String) -> String {
+        let mut health = self.health();
+        health.state = McpServerState::Failed;
+        health.error = Some(format!("the server did not start: {error}"));
+        tracing::warn!(server = %self.config.name, %error, "MCP server did not start");
+        health.error.clone().unwrap_or_default()
+    }
+
+    /// Records the end of a connection that is no longer alive: cut off (final) or crashed
+    /// (restarted later with backoff, until too many crashes in a row).
+    fn lost(&self, connection: &Connection) -> String {
+        connection.kill();
+        let cut_off = connection
+            .cut_off
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut health = self.health();
+        if let Some(reason) = cut_off {
+            health.state = McpServerState::CutOff;
+            health.error = Some(format!("the server was cut off: {reason}"));
+        } else {
+            health.crashes += 1;
+            let tail = connection.stderr_tail();
+            let detail = if tail.is_empty() {
+                String::new()
+            } else {
+                format!(" (stderr: {tail})")
+            };
+            if health.crashes >= MAX_CRASHES {
+                health.state = McpServerState::Failed;
+                health.error = Some(format!(
+                    "the server ended {} times in a row{detail}",
+                    health.crashes
+                ));
+            } else {
+                let backoff = Duration::from_secs(1 << (health.crashes - 1).min(5));
+                health.state = McpServerState::Crashed;
+                health.retry_at = Some(Instant::now() + backoff);
+                health.error = Some(format!("the server ended{detail}"));
+            }
+        }
+        tracing::warn!(server = %self.config.name, state = ?health.state, "MCP server lost");
+        health.error.clone().unwrap_or_default()
+    }
+
+    async fn start(&self) -> Result<Connection, String> {
+        let program: Vec<&str> = std::iter::once(self.config.command.as_str())
+            .chain(self.config.args.iter().map(String::as_str))
+            .collect();
+        let env: Vec<(String, String)> = self
+            .config
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let spec = self
+            .sandbox
+            .launch_spec(&self.workspace, &program, "dumb", None)
+            .map_err(|error| format!("the command sandbox is unavailable: {error}"))?
+            .with_env(&env);
+        let mut child = tokio::process::Command::new(&spec.program)
+            .args(&spec.args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&spec.cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|error| format!("cannot start the sandbox launcher: {error}"))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err("the server's pipes are missing".into());
+        };
+        let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+        tokio::spawn(drain_stderr(stderr, stderr_tail.clone()));
+        let cut_off = CutOff::default();
+        let transport = AsyncRwTransport::new_client(
+            OutputGuard::new(stdout, self.limits, cut_off.clone()),
+            stdin,
+        )
+        .with_max_line_length(self.limits.max_line_bytes + 1);
+        let tail = |what: &str, error: String| {
+            let tail =
+                String::from_utf8_lossy(&stderr_tail.lock().unwrap_or_else(|e| e.into_inner()))
+                    .trim()
+                    .to_owned();
+            if tail.is_empty() {
+                format!("{what}: {error}")
+            } else {
+                format!("{what}: {error} (stderr: {tail})")
+            }
+        };
+        let service = match ().serve(transport).await {
+            Ok(service) => service,
+            Err(error) => {
+                // Give the stderr reader a moment to collect why the program ended.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Err(tail("handshake", error.to_string()));
+            }
+        };
+        let mut tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|error| tail("tools/list", error.to_string()))?;
+        tools.truncate(MAX_TOOLS);
+        Ok(Connection {
+            service,
+            tools,
+            child: Mutex::new(Some(child)),
+            cut_off,
+            stderr_tail,
+        })
+    }
+
+    /// Calls `tool` with `arguments`, bounded by the server's timeout and `cancel`.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        cancel: &CancellationToken,
+    ) -> Result<CallToolResult, CallError> {
+        let connection = self.connect().await.map_err(CallError::Unavailable)?;
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = Some(arguments);
+        let timeout = Duration::from_secs(self.config.timeout_seconds);
+        let peer = connection.service.peer().clone();
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(timeout, peer.call_tool(params)) => outcome,
+            () = cancel.cancelled() => return Err(CallError::Cancelled),
+        };
+        match outcome {
+            Err(_) => Err(CallError::Timeout(self.config.timeout_seconds)),
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(ServiceError::McpError(error))) => {
+                Err(CallError::Protocol(error.message.to_string()))
+            }
+            Ok(Err(error)) => {
+                // Let the transport notice the end (and the stderr reader its last words).
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let mut slot = self.connection.lock().await;
+                let current = slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &connection));
+                if connection.alive() {
+                    return Err(CallError::Protocol(error.to_string()));
+                }
+                if current {
+                    slot.take();
+                    return Err(CallError::Lost(self.lost(&connection)));
+                }
+                Err(CallError::Lost(
+                    self.health()
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| error.to_string()),
+                ))
+            }
+        }
+    }
+
+    /// Stops the server for good (session closed or expired).
+    pub async fn stop(&self) {
+        if let Some(connection) = self.connection.lock().await.take() {
+            connection.kill();
+        }
+        let mut health = self.health();
+        health.state = McpServerState::Stopped;
+        health.error = Some("the session ended".into());
+    }
+}
+
+async fn drain_stderr(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<Vec<u8>>>) {
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > STDERR_TAIL_BYTES {
+            let excess = tail.len() - STDERR_TAIL_BYTES;
+            tail.drain(..excess);
+        }
+    }
+}
