@@ -480,13 +480,12 @@ async fn fresh_pg_database() -> Option<(String, String, String)> {
 /// Drops the bench database (the server using it has exited).
 async fn drop_pg_database(admin: &str, name: &str) {
     use sqlx::Connection;
-    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
-        if let Err(error) = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await
+        && let Err(error) = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
             .execute(&mut conn)
             .await
-        {
-            println!("  (could not drop {name}: {error})");
-        }
+    {
+        println!("  (could not drop {name}: {error})");
     }
 }
 

@@ -64,7 +64,7 @@ fn generate(root: &Path, files: usize) -> std::io::Result<Expected> {
         let top = i / per_top;
         let k = i % per_top;
         let ext = ["rs", "txt", "md", "rs", "log", "rs"][i % 6];
-        let ignored_dir = k % IGNORED_EVERY == 0;
+        let ignored_dir = k.is_multiple_of(IGNORED_EVERY);
         let dir = if ignored_dir {
             root.join(format!("pkg{top:02}/target/debug"))
         } else {

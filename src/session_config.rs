@@ -287,21 +287,21 @@ impl SessionConfig {
 
     /// Range and consistency checks that types cannot express.
     pub fn validate(&self) -> Result<(), ConfigViolation> {
-        if let Some(title) = &self.title {
-            if title.chars().count() > MAX_TITLE_CHARS {
-                return Err(ConfigViolation::new(
-                    "title",
-                    format!("at most {MAX_TITLE_CHARS} characters"),
-                ));
-            }
+        if let Some(title) = &self.title
+            && title.chars().count() > MAX_TITLE_CHARS
+        {
+            return Err(ConfigViolation::new(
+                "title",
+                format!("at most {MAX_TITLE_CHARS} characters"),
+            ));
         }
-        if let Some(prompt) = &self.system_prompt {
-            if prompt.chars().count() > MAX_SYSTEM_PROMPT_CHARS {
-                return Err(ConfigViolation::new(
-                    "system_prompt",
-                    format!("at most {MAX_SYSTEM_PROMPT_CHARS} characters"),
-                ));
-            }
+        if let Some(prompt) = &self.system_prompt
+            && prompt.chars().count() > MAX_SYSTEM_PROMPT_CHARS
+        {
+            return Err(ConfigViolation::new(
+                "system_prompt",
+                format!("at most {MAX_SYSTEM_PROMPT_CHARS} characters"),
+            ));
         }
         if !(1..=1000).contains(&self.budgets.max_turns) {
             return Err(ConfigViolation::new(
@@ -353,16 +353,15 @@ impl SessionConfig {
             crate::llm::scripted::ScriptedProvider::new(Some(script))
                 .map_err(|error| ConfigViolation::new("model.script", error.to_string()))?;
         }
-        if let Some(tools) = &self.tools {
-            if let Some(unknown) = tools
+        if let Some(tools) = &self.tools
+            && let Some(unknown) = tools
                 .iter()
                 .find(|name| !BUILTIN_TOOLS.contains(&name.as_str()))
-            {
-                return Err(ConfigViolation::new(
-                    "tools",
-                    format!("unknown tool `{unknown}`"),
-                ));
-            }
+        {
+            return Err(ConfigViolation::new(
+                "tools",
+                format!("unknown tool `{unknown}`"),
+            ));
         }
         if let Some(unknown) = self
             .deferred_tools

@@ -125,7 +125,7 @@ fn mutate(config: &mut Value, steps: &[usize], key: &str, replacement: Value) {
         }
     }
     match config.pointer_mut(&pointer) {
-        Some(Value::Object(map)) if steps.len() % 2 == 0 => {
+        Some(Value::Object(map)) if steps.len().is_multiple_of(2) => {
             map.insert(key.to_owned(), replacement);
         }
         Some(other) => *other = replacement,

@@ -15,10 +15,10 @@ pub struct TelemetryGuard {
 
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
-        if let Some(provider) = self.provider.take() {
-            if let Err(error) = provider.shutdown() {
-                eprintln!("opentelemetry shutdown: {error}");
-            }
+        if let Some(provider) = self.provider.take()
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("opentelemetry shutdown: {error}");
         }
     }
 }

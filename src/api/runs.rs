@@ -129,10 +129,10 @@ pub async fn post_prompt(
         format!("prompt:{}", session.id),
         &serde_json::json!({ "text": request.text, "busy": request.busy }),
     )?;
-    if let Some(keyed) = &keyed {
-        if let Some(earlier) = keyed.earlier(&state).await? {
-            return replay_prompt(&state, &session, earlier).await;
-        }
+    if let Some(keyed) = &keyed
+        && let Some(earlier) = keyed.earlier(&state).await?
+    {
+        return replay_prompt(&state, &session, earlier).await;
     }
     let submitted = state
         .runtime

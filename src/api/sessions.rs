@@ -123,10 +123,10 @@ pub async fn create_session(
 ) -> ApiResult<Response> {
     principal.require(scopes::SESSIONS_WRITE)?;
     let keyed = Keyed::from_headers(&state, &headers, &principal.tenant, "session".into(), &body)?;
-    if let Some(keyed) = &keyed {
-        if let Some(earlier) = keyed.earlier(&state).await? {
-            return replay_session(&state, &principal, earlier).await;
-        }
+    if let Some(keyed) = &keyed
+        && let Some(earlier) = keyed.earlier(&state).await?
+    {
+        return replay_session(&state, &principal, earlier).await;
     }
     let config = SessionConfig::from_json(body).map_err(|violation| {
         ApiError::invalid(format!("invalid session config: {violation}"))

@@ -219,10 +219,8 @@ impl JwtVerifier {
             .read()
             .map(|at| at.is_none_or(|at| at.elapsed() >= self.jwks_reload_interval))
             .unwrap_or(true);
-        if due {
-            if let Err(error) = self.reload_jwks() {
-                tracing::warn!(%error, "cannot reload JWKS file");
-            }
+        if due && let Err(error) = self.reload_jwks() {
+            tracing::warn!(%error, "cannot reload JWKS file");
         }
         self.try_jwks(token, alg, kid)
             .unwrap_or(Err(AuthError::UnknownKey))

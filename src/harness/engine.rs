@@ -286,14 +286,14 @@ impl Engine {
             }
             state.tokens_used = ledger.usage().total_tokens();
             state.pending_task_notifications = self.host.pending_task_notifications();
-            if stop_hooks_needed(&state, &self.config.limits) {
-                if let Some(last) = &last_assistant {
-                    // A hook sees the turn durable.
-                    if let Some((appends, events)) = turn_write.take() {
-                        self.host.commit(appends, events).await?;
-                    }
-                    state.stop_hook = self.host.stop_hooks(last).await;
+            if stop_hooks_needed(&state, &self.config.limits)
+                && let Some(last) = &last_assistant
+            {
+                // A hook sees the turn durable.
+                if let Some((appends, events)) = turn_write.take() {
+                    self.host.commit(appends, events).await?;
                 }
+                state.stop_hook = self.host.stop_hooks(last).await;
             }
             match next_step(&state, &self.config.limits) {
                 Step::Terminal(terminal) => {

@@ -475,12 +475,11 @@ impl RunApprover {
     /// Applies a decided request: its grant goes live, the decision is recorded as an event
     /// (unless `recorded`: the transcript tells it already).
     async fn conclude(&self, record: ApprovalRecord, recorded: bool) -> ApprovalAnswer {
-        if let Some(grant) = &record.grant_id {
-            if let Ok(grants) = self.store.list_grants(&self.tenant, &self.session).await {
-                if let Some(found) = grants.iter().find(|g| &g.id == grant) {
-                    self.grants.add(&found.id, &found.rule, found.scope);
-                }
-            }
+        if let Some(grant) = &record.grant_id
+            && let Ok(grants) = self.store.list_grants(&self.tenant, &self.session).await
+            && let Some(found) = grants.iter().find(|g| &g.id == grant)
+        {
+            self.grants.add(&found.id, &found.rule, found.scope);
         }
         if !recorded {
             self.record_event(RunEvent::ApprovalDecided(run_event::ApprovalEvent {

@@ -83,10 +83,10 @@ impl Approvals {
         .await?;
         match decided {
             Some(record) => {
-                if let Some(grant) = grant {
-                    if let Some(live) = self.live_grants(session) {
-                        live.add(grant.id.as_str(), &grant.rule, grant.scope);
-                    }
+                if let Some(grant) = grant
+                    && let Some(live) = self.live_grants(session)
+                {
+                    live.add(grant.id.as_str(), &grant.rule, grant.scope);
                 }
                 self.hub.wake(&record.id);
                 tracing::info!(approval_id = %record.id, status = ?record.status,

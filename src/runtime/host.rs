@@ -571,11 +571,11 @@ impl LoopHost for StoreHost {
             }
             return outcome.result;
         }
-        if let Some((snapshots, max_bytes)) = &snapshots {
-            if let Err(error) = snapshots.take(&call.tool_use_id, *max_bytes).await {
-                tracing::warn!(%error, tool_use_id = %call.tool_use_id, "workspace snapshot failed");
-                outcome.result = unsaved(outcome.result, &error);
-            }
+        if let Some((snapshots, max_bytes)) = &snapshots
+            && let Err(error) = snapshots.take(&call.tool_use_id, *max_bytes).await
+        {
+            tracing::warn!(%error, tool_use_id = %call.tool_use_id, "workspace snapshot failed");
+            outcome.result = unsaved(outcome.result, &error);
         }
         if call.name == crate::tools::deferred::SEARCH_EXTRA_TOOLS && !outcome.result.is_error {
             // Unlocks outlive the run: they are stored before the result is.

@@ -672,10 +672,10 @@ impl SessionRuntime {
                 .files_root
                 .join("tasks")
                 .join(session.as_str());
-            if let Err(error) = std::fs::remove_dir_all(&logs) {
-                if error.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(%error, "cannot remove task output files");
-                }
+            if let Err(error) = std::fs::remove_dir_all(&logs)
+                && error.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(%error, "cannot remove task output files");
             }
         }
     }
@@ -780,10 +780,9 @@ impl SessionRuntime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get_mut(session)
+            && active.current == lease.run_id
         {
-            if active.current == lease.run_id {
-                active.ended = writer.ended();
-            }
+            active.ended = writer.ended();
         }
         writer
     }

@@ -140,11 +140,12 @@ impl SessionRuntime {
         };
         let active = self.active.lock().unwrap_or_else(|e| e.into_inner());
         for (session, run) in requested {
-            if let Some(entry) = active.get(&session) {
-                if entry.current == run && !entry.cancel.is_cancelled() {
-                    tracing::info!(session_id = %session, run_id = %run, "a cancel was recorded while its signal was lost");
-                    self.cancel_if_current(entry, &run);
-                }
+            if let Some(entry) = active.get(&session)
+                && entry.current == run
+                && !entry.cancel.is_cancelled()
+            {
+                tracing::info!(session_id = %session, run_id = %run, "a cancel was recorded while its signal was lost");
+                self.cancel_if_current(entry, &run);
             }
         }
     }

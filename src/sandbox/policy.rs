@@ -187,10 +187,10 @@ fn split(text: &str) -> Result<Vec<Vec<String>>, &'static str> {
             }
             '\\' => {
                 in_word = true;
-                if let Some(ch) = chars.next() {
-                    if ch != '\n' {
-                        word.push(ch);
-                    }
+                if let Some(ch) = chars.next()
+                    && ch != '\n'
+                {
+                    word.push(ch);
                 }
             }
             '$' if chars.peek() == Some(&'(') => {

@@ -12,8 +12,8 @@ mod postgres_limits;
 mod postgres_usage;
 pub mod sqlite;
 mod sqlite_limits;
-mod sqlite_writer;
 mod sqlite_usage;
+mod sqlite_writer;
 pub mod storable;
 mod tool_state;
 

@@ -45,12 +45,12 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        if let Some(parent) = connect.get_filename().parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent).map_err(|error| {
-                    StoreError::Internal(format!("cannot create {}: {error}", parent.display()))
-                })?;
-            }
+        if let Some(parent) = connect.get_filename().parent()
+            && !parent.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(parent).map_err(|error| {
+                StoreError::Internal(format!("cannot create {}: {error}", parent.display()))
+            })?;
         }
         // No ping before every acquire: it is one more hop to the connection's worker thread
         // per statement; a broken connection fails its statement instead (and is dropped).

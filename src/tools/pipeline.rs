@@ -309,31 +309,31 @@ impl Pipeline {
                 .has_hooks(HookEventName::PostToolUseFailure, Some(name));
         let post_input = post_hooks.then(|| input.clone());
         let quota = self.quota.as_ref().filter(|_| !tool.is_read_only(&input));
-        if let Some(quota) = quota {
-            if let Err(error) = quota.admit(name).await {
-                tracing::info!(code = error.code, "tool call over quota");
-                return CallOutcome {
-                    result: ToolResultBlock::error(&ctx.tool_use_id, error.code, error.message),
-                    spill: None,
-                    extra_messages: context_messages(context),
-                    decision,
-                };
-            }
+        if let Some(quota) = quota
+            && let Err(error) = quota.admit(name).await
+        {
+            tracing::info!(code = error.code, "tool call over quota");
+            return CallOutcome {
+                result: ToolResultBlock::error(&ctx.tool_use_id, error.code, error.message),
+                spill: None,
+                extra_messages: context_messages(context),
+                decision,
+            };
         }
-        if let Some(journal) = &self.journal {
-            if let Err(error) = journal.executing(&ctx.tool_use_id, name).await {
-                tracing::error!(%error, "cannot record the call; it does not run");
-                return CallOutcome {
-                    result: ToolResultBlock::error(
-                        &ctx.tool_use_id,
-                        codes::TOOL_FAILED,
-                        format!("the call was not run: it could not be recorded ({error})"),
-                    ),
-                    spill: None,
-                    extra_messages: context_messages(context),
-                    decision,
-                };
-            }
+        if let Some(journal) = &self.journal
+            && let Err(error) = journal.executing(&ctx.tool_use_id, name).await
+        {
+            tracing::error!(%error, "cannot record the call; it does not run");
+            return CallOutcome {
+                result: ToolResultBlock::error(
+                    &ctx.tool_use_id,
+                    codes::TOOL_FAILED,
+                    format!("the call was not run: it could not be recorded ({error})"),
+                ),
+                spill: None,
+                extra_messages: context_messages(context),
+                decision,
+            };
         }
         let called = self.invoke(tool, input, ctx).await;
         if let Some(quota) = quota {
@@ -637,10 +637,10 @@ fn context_messages(context: Vec<String>) -> Vec<Message> {
 /// The failure of a denied call: the tool's own code and reason when the tool itself denied
 /// (`COMMAND_DENIED` for a command Bash refuses), otherwise `PERMISSION_DENIED`.
 fn denial(tool: &dyn Tool, input: &Value, reason: &Reason) -> Failure {
-    if reason.stage == Stage::ToolDeny {
-        if let Some((code, message)) = tool.self_denial(input) {
-            return Failure::new(code, message);
-        }
+    if reason.stage == Stage::ToolDeny
+        && let Some((code, message)) = tool.self_denial(input)
+    {
+        return Failure::new(code, message);
     }
     Failure::new(
         codes::PERMISSION_DENIED,

@@ -173,16 +173,15 @@ impl SessionSnapshots {
                 // Written to since the walk: the snapshot holds what was uploaded.
                 state.cache.remove(path);
                 let encoded = manifest::EncodedPath::encode(path.as_os_str().as_bytes());
-                if let Some(entry) = manifest.entries.iter_mut().find(|e| e.path == encoded) {
-                    if let EntryKind::File {
+                if let Some(entry) = manifest.entries.iter_mut().find(|e| e.path == encoded)
+                    && let EntryKind::File {
                         hash: entry_hash,
                         size: entry_size,
                         ..
                     } = &mut entry.kind
-                    {
-                        *entry_hash = sent.clone();
-                        *entry_size = size;
-                    }
+                {
+                    *entry_hash = sent.clone();
+                    *entry_size = size;
                 }
             }
             state.blobs.insert(sent);
@@ -414,10 +413,10 @@ fn same_content(
     hash: &str,
     cache: &HashCache,
 ) -> bool {
-    if let Some((cached, cached_hash)) = cache.get(path) {
-        if *cached == key {
-            return cached_hash == hash;
-        }
+    if let Some((cached, cached_hash)) = cache.get(path)
+        && *cached == key
+    {
+        return cached_hash == hash;
     }
     workspace
         .open_regular(path)

@@ -424,10 +424,10 @@ async fn check_session(
 fn ids_of(events: &[Value], kind: &str) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();
     for event in events.iter().filter(|e| e["type"] == kind) {
-        if let Some(id) = event["payload"]["tool_use_id"].as_str() {
-            if !ids.iter().any(|known| known == id) {
-                ids.push(id.to_owned());
-            }
+        if let Some(id) = event["payload"]["tool_use_id"].as_str()
+            && !ids.iter().any(|known| known == id)
+        {
+            ids.push(id.to_owned());
         }
     }
     ids

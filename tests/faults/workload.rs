@@ -247,10 +247,10 @@ pub async fn drive_to_end(
             if all_final(reader, token, session).await {
                 continue;
             }
-            if let Some(approver) = approver {
-                if session.shape == Shape::Approval {
-                    allow_pending(approver, token, &session.id).await;
-                }
+            if let Some(approver) = approver
+                && session.shape == Shape::Approval
+            {
+                allow_pending(approver, token, &session.id).await;
             }
             still.push(session);
         }
@@ -269,10 +269,10 @@ pub async fn drive_to_end(
 pub async fn wait_ready(server: &ServerProcess, within: Duration) -> Option<Duration> {
     let started = Instant::now();
     while started.elapsed() < within {
-        if let Ok(response) = server.client.get(server.url("/readyz")).send().await {
-            if response.status() == 200 {
-                return Some(started.elapsed());
-            }
+        if let Ok(response) = server.client.get(server.url("/readyz")).send().await
+            && response.status() == 200
+        {
+            return Some(started.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

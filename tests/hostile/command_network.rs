@@ -219,7 +219,7 @@ async fn unlisted_destinations_need_the_sessions_rules_or_grants_not_only_the_ba
         "egress",
         json!({}),
         bash_only,
-        &[curl.clone()],
+        std::slice::from_ref(&curl),
     )
     .await;
     assert!(

@@ -46,10 +46,10 @@ impl Moto {
                 return skip_or_fail(&format!("moto exited with {status}: {log}"));
             }
             // moto does not check signatures: a plain PUT creates the bucket.
-            if let Ok(response) = client.put(moto.bucket_url()).send().await {
-                if response.status().is_success() {
-                    return Some(moto);
-                }
+            if let Ok(response) = client.put(moto.bucket_url()).send().await
+                && response.status().is_success()
+            {
+                return Some(moto);
             }
             if tokio::time::Instant::now() >= deadline {
                 let _ = moto.child.kill();

@@ -211,15 +211,14 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(read) => read,
         };
-        if let Some(listening) = &listening {
-            if buffer[..read]
+        if let Some(listening) = &listening
+            && buffer[..read]
                 .windows(6)
                 .any(|w| w.eq_ignore_ascii_case(b"LISTEN"))
-            {
-                listening.store(true, Ordering::SeqCst);
-                if state.block_listen.load(Ordering::SeqCst) {
-                    return;
-                }
+        {
+            listening.store(true, Ordering::SeqCst);
+            if state.block_listen.load(Ordering::SeqCst) {
+                return;
             }
         }
         let latency = state.latency_ms.load(Ordering::SeqCst);

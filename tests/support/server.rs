@@ -146,10 +146,10 @@ impl ServerProcess {
                     self.logs()
                 );
             }
-            if let Ok(response) = self.client.get(self.url("/readyz")).send().await {
-                if response.status() == 200 {
-                    return;
-                }
+            if let Ok(response) = self.client.get(self.url("/readyz")).send().await
+                && response.status() == 200
+            {
+                return;
             }
             if Instant::now() >= deadline {
                 panic!(

@@ -629,23 +629,24 @@ const TAR: Model = Model {
 /// (`tar xIf prog a.tar`), and an archive on a remote host (`-f host:file` runs rsh).
 fn tar(words: &[Word], risks: &mut Vec<Risk>) {
     let mut words_as_options: Vec<Word> = words.to_vec();
-    if let Some(Word::Literal(first)) = words.get(1) {
-        if !first.starts_with('-') && first.chars().all(|c| c.is_ascii_alphabetic()) {
-            words_as_options[1] = Word::Literal(format!("-{first}"));
-            // Old style: each letter that takes a value takes the next word, in order.
-            let mut next = 2;
-            for letter in first.chars() {
-                if TAR.short_value.contains(letter) {
-                    if TAR.exec_short.contains(letter) {
-                        risks.push(exec_risk(1, "an option that runs a program"));
-                    } else if TAR.risky_short.contains(letter) {
-                        risks.push(risk(1, "an option that writes a file"));
-                    }
-                    if letter == 'f' {
-                        check_remote_archive(words, next, risks);
-                    }
-                    next += 1;
+    if let Some(Word::Literal(first)) = words.get(1)
+        && !first.starts_with('-')
+        && first.chars().all(|c| c.is_ascii_alphabetic())
+    {
+        words_as_options[1] = Word::Literal(format!("-{first}"));
+        // Old style: each letter that takes a value takes the next word, in order.
+        let mut next = 2;
+        for letter in first.chars() {
+            if TAR.short_value.contains(letter) {
+                if TAR.exec_short.contains(letter) {
+                    risks.push(exec_risk(1, "an option that runs a program"));
+                } else if TAR.risky_short.contains(letter) {
+                    risks.push(risk(1, "an option that writes a file"));
                 }
+                if letter == 'f' {
+                    check_remote_archive(words, next, risks);
+                }
+                next += 1;
             }
         }
     }
@@ -675,13 +676,14 @@ fn has_force_local(words: &[Word]) -> bool {
 }
 
 fn check_remote_archive(words: &[Word], index: usize, risks: &mut Vec<Risk>) {
-    if let Some(Word::Literal(value)) = words.get(index) {
-        if value.contains(':') && !has_force_local(words) {
-            risks.push(risk(
-                index,
-                "an archive on another host runs a remote shell",
-            ));
-        }
+    if let Some(Word::Literal(value)) = words.get(index)
+        && value.contains(':')
+        && !has_force_local(words)
+    {
+        risks.push(risk(
+            index,
+            "an archive on another host runs a remote shell",
+        ));
     }
 }
 

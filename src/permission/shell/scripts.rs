@@ -38,19 +38,20 @@ pub(super) fn sed(words: &[Word], risks: &mut Vec<Risk>) {
                 scripts.push((i + 1, value.to_owned()));
             }
             i += 1;
-        } else if text.starts_with('-') && !text.starts_with("--") {
-            if let Some(at) = text.find('e') {
-                let attached = &text[at + 1..];
-                let before = &text[1..at];
-                if !before.contains(['f', 'l', 'i']) {
-                    if attached.is_empty() {
-                        if let Some(value) = words.get(i + 1).and_then(Word::literal) {
-                            scripts.push((i + 1, value.to_owned()));
-                        }
-                        i += 1;
-                    } else {
-                        scripts.push((i, attached.to_owned()));
+        } else if text.starts_with('-')
+            && !text.starts_with("--")
+            && let Some(at) = text.find('e')
+        {
+            let attached = &text[at + 1..];
+            let before = &text[1..at];
+            if !before.contains(['f', 'l', 'i']) {
+                if attached.is_empty() {
+                    if let Some(value) = words.get(i + 1).and_then(Word::literal) {
+                        scripts.push((i + 1, value.to_owned()));
                     }
+                    i += 1;
+                } else {
+                    scripts.push((i, attached.to_owned()));
                 }
             }
         }
@@ -64,12 +65,11 @@ pub(super) fn sed(words: &[Word], risks: &mut Vec<Risk>) {
                 || t.starts_with("--file")
         })
     });
-    if !has_script_option {
-        if let Some(&first) = operands.first() {
-            if let Some(script) = words[first].literal() {
-                scripts.push((first, script.to_owned()));
-            }
-        }
+    if !has_script_option
+        && let Some(&first) = operands.first()
+        && let Some(script) = words[first].literal()
+    {
+        scripts.push((first, script.to_owned()));
     }
     if !sandbox {
         for (index, script) in scripts {
@@ -290,12 +290,11 @@ pub(super) fn awk(words: &[Word], risks: &mut Vec<Risk>) {
         }
         i += 1;
     }
-    if !program_given {
-        if let Some(&first) = operands.first() {
-            if let Some(text) = words[first].literal() {
-                risks.extend(script_risk(awk_program_effect(text), first, AWK_RISK));
-            }
-        }
+    if !program_given
+        && let Some(&first) = operands.first()
+        && let Some(text) = words[first].literal()
+    {
+        risks.extend(script_risk(awk_program_effect(text), first, AWK_RISK));
     }
 }
 

@@ -527,14 +527,13 @@ fn unescape_backquoted(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
-        if c == '\\' {
-            if let Some(&next) = chars.peek() {
-                if matches!(next, '$' | '`' | '\\') {
-                    out.push(next);
-                    chars.next();
-                    continue;
-                }
-            }
+        if c == '\\'
+            && let Some(&next) = chars.peek()
+            && matches!(next, '$' | '`' | '\\')
+        {
+            out.push(next);
+            chars.next();
+            continue;
         }
         out.push(c);
     }
