@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `model_request` | `STEP_FINISHED` (previous turn) + `STEP_STARTED` `turn-<n>` |
 //! | `assistant_delta` | `TEXT_MESSAGE_START` (first) + `TEXT_MESSAGE_CONTENT` |
-//! | `assistant_message` | `TEXT_MESSAGE_END` (or START/CONTENT/END when nothing streamed) |
+//! | `assistant_message` | `TEXT_MESSAGE_END` (or START/CONTENT/END when nothing streamed and its `model_request` was in this run) |
 //! | `tool_call` | `TOOL_CALL_START` + `TOOL_CALL_ARGS` (the input as JSON) + `TOOL_CALL_END` |
 //! | `tool_result` | (`TOOL_CALL_START/END` for a call this run did not start) `TOOL_CALL_RESULT` (+ `STATE_DELTA` `/planMode` for EnterPlanMode / ExitPlanMode) |
 //! | `tool_progress` `{"kind": "todos"}` | `STATE_DELTA` `/todos` |
@@ -94,7 +94,9 @@ impl Mapper {
             }
             RunEvent::AssistantDelta(_) => {}
             RunEvent::AssistantMessage(message) => {
-                if self.open_text.is_none() {
+                // A message whose model request came before this AG-UI run (a turn resumed
+                // after its approval) was streamed by the earlier run: not repeated.
+                if self.open_text.is_none() && self.open_step.is_some() {
                     let text: String = message
                         .message
                         .content

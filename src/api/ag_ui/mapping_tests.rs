@@ -69,13 +69,19 @@ fn the_mapping_table() {
         (
             "a response that was not streamed",
             vec![
+                ev(
+                    "model_request",
+                    json!({"request": 1, "main_turn": 1, "reason": null, "messages": 1}),
+                ),
                 ev("assistant_message", assistant("whole")),
                 ev("terminal", json!({"reason": "max_turns"})),
             ],
             vec![
+                "STEP_STARTED",
                 "TEXT_MESSAGE_START",
                 "TEXT_MESSAGE_CONTENT",
                 "TEXT_MESSAGE_END",
+                "STEP_FINISHED",
                 "RUN_FINISHED",
             ],
         ),
@@ -332,4 +338,22 @@ fn pending_approvals_end_the_run_with_one_interrupt_each() {
     );
     // Nothing pending: no interrupt.
     assert!(Mapper::new("s1", "r1").interrupt(&[]).is_empty());
+}
+
+#[test]
+fn a_resumed_turns_message_is_not_repeated_by_the_next_run() {
+    // The next AG-UI run starts after the approval: the turn's text was streamed before.
+    let mut mapper = Mapper::new("s1", "r2");
+    let out = mapper.map(7, &ev("assistant_message", assistant("Writing the file.")));
+    assert!(types(&out).is_empty(), "{out:?}");
+    // A turn of this run without deltas still shows its text.
+    let mut out = mapper.map(
+        8,
+        &ev(
+            "model_request",
+            json!({"request": 2, "main_turn": 2, "reason": "tool_turn", "messages": 3}),
+        ),
+    );
+    out.extend(mapper.map(9, &ev("assistant_message", assistant("Done."))));
+    assert!(types(&out).contains(&"TEXT_MESSAGE_CONTENT"), "{out:?}");
 }
