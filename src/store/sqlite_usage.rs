@@ -8,8 +8,7 @@ use crate::usage::{
     UsageTotals,
 };
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{FromRow, Row, SqliteConnection, SqlitePool};
 
 fn tokens(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
@@ -51,18 +50,6 @@ pub(super) async fn insert(
     Ok(())
 }
 
-fn sums(row: &SqliteRow) -> StoreResult<RawSums> {
-    Ok(RawSums {
-        model_calls: row.try_get("model_calls")?,
-        input_tokens: row.try_get("input_tokens")?,
-        output_tokens: row.try_get("output_tokens")?,
-        cache_read_tokens: row.try_get("cache_read_tokens")?,
-        cache_write_tokens: row.try_get("cache_write_tokens")?,
-        cost_pico: row.try_get("cost_pico")?,
-        unpriced_model_calls: row.try_get("unpriced_model_calls")?,
-    })
-}
-
 /// Totals of a run's or a session's rows.
 pub(super) async fn totals(
     pool: &SqlitePool,
@@ -80,7 +67,7 @@ pub(super) async fn totals(
     .bind(id)
     .fetch_one(pool)
     .await?;
-    Ok(sums(&row)?.into())
+    Ok(RawSums::from_row(&row)?.into())
 }
 
 /// The tenant's rows in `[from, to)`, grouped, ordered by key, at most `limit` groups.
@@ -109,7 +96,7 @@ pub(super) async fn report(
         .map(|row| {
             Ok(UsageGroup {
                 key: row.try_get("key")?,
-                totals: sums(row)?.into(),
+                totals: RawSums::from_row(row)?.into(),
             })
         })
         .collect()

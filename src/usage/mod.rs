@@ -151,8 +151,9 @@ pub struct UsageQuery {
     pub limit: u32,
 }
 
-/// Raw sums as read from the store (signed: what SQL returns).
-#[derive(Clone, Copy, Debug, Default)]
+/// Raw sums as read from the store (signed: what SQL returns); one row model for both
+/// backends (the columns of [`SUMS_SQL`]).
+#[derive(Clone, Copy, Debug, Default, sqlx::FromRow)]
 pub struct RawSums {
     pub model_calls: i64,
     pub input_tokens: i64,
