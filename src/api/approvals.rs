@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalFilter {
     /// Only approvals in this state (e.g. `pending`).

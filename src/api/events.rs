@@ -23,6 +23,7 @@ use tokio::sync::broadcast::error::RecvError;
 use utoipa::{IntoParams, ToSchema};
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PageParams {
     /// Return items with `seq` greater than this (default 0).
@@ -106,6 +107,7 @@ pub async fn list_messages(
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct StreamParams {
     /// Replay events after this `seq` (the `Last-Event-ID` header wins when present).

@@ -233,6 +233,7 @@ pub async fn cancel_run(
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RunPageParams {
     /// Return runs submitted after this run id.

@@ -90,6 +90,7 @@ pub struct SessionList {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     /// Page size, 1..=100 (default 20).

@@ -19,6 +19,7 @@ pub const MAX_GROUPS: u32 = 1000;
 pub const DEFAULT_GROUPS: u32 = 100;
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UsageParams {
     /// Start of the range (RFC 3339, inclusive).
     pub from: DateTime<Utc>,
