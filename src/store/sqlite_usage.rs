@@ -4,15 +4,10 @@
 use super::sqlite::ts;
 use super::*;
 use crate::usage::{
-    NewUsageRecord, RawSums, SUMS_SQL, UsageGroup, UsageGroupBy, UsageQuery, UsageScope,
-    UsageTotals,
+    NewUsageRecord, RawSums, SUMS_SQL, UsageGroup, UsageQuery, UsageScope, UsageTotals, sql_count,
 };
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, Row, SqliteConnection, SqlitePool};
-
-fn tokens(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
 
 /// Writes `records` of one session (in the caller's transaction).
 pub(super) async fn insert(
@@ -38,10 +33,10 @@ pub(super) async fn insert(
             .push_bind(record.run_id.as_str())
             .push_bind(record.provider.as_str())
             .push_bind(record.model.as_str())
-            .push_bind(tokens(record.tokens.input_tokens))
-            .push_bind(tokens(record.tokens.output_tokens))
-            .push_bind(tokens(record.tokens.cache_read_tokens))
-            .push_bind(tokens(record.tokens.cache_write_tokens))
+            .push_bind(sql_count(record.tokens.input_tokens))
+            .push_bind(sql_count(record.tokens.output_tokens))
+            .push_bind(sql_count(record.tokens.cache_read_tokens))
+            .push_bind(sql_count(record.tokens.cache_write_tokens))
             .push_bind(record.cost_pico)
             .push_bind(day.as_str())
             .push_bind(created.as_str());
@@ -56,10 +51,7 @@ pub(super) async fn totals(
     tenant: &TenantId,
     scope: UsageScope<'_>,
 ) -> StoreResult<UsageTotals> {
-    let (column, id) = match scope {
-        UsageScope::Run(id) => ("run_id", id),
-        UsageScope::Session(id) => ("session_id", id),
-    };
+    let (column, id) = scope.column_and_id();
     let row = sqlx::query(&format!(
         "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = ? AND {column} = ?"
     ))
@@ -76,11 +68,7 @@ pub(super) async fn report(
     tenant: &TenantId,
     query: &UsageQuery,
 ) -> StoreResult<Vec<UsageGroup>> {
-    let key = match query.group_by {
-        UsageGroupBy::Day => "day",
-        UsageGroupBy::Session => "session_id",
-        UsageGroupBy::Model => "provider || '/' || model",
-    };
+    let key = query.group_by.key_sql();
     let rows = sqlx::query(&format!(
         "SELECT {key} AS key, {SUMS_SQL} FROM usage_records \
          WHERE tenant_id = ? AND created_at >= ? AND created_at < ? \

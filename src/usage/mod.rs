@@ -132,6 +132,17 @@ pub enum UsageGroupBy {
     Model,
 }
 
+impl UsageGroupBy {
+    /// The SQL expression of the group key (the same on both stores).
+    pub fn key_sql(self) -> &'static str {
+        match self {
+            Self::Day => "day",
+            Self::Session => "session_id",
+            Self::Model => "provider || '/' || model",
+        }
+    }
+}
+
 /// One group of a usage report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsageGroup {
@@ -195,4 +206,19 @@ pub const SUMS_SQL: &str = "CAST(COUNT(*) AS BIGINT) AS model_calls, \
 pub enum UsageScope<'a> {
     Run(&'a str),
     Session(&'a str),
+}
+
+impl<'a> UsageScope<'a> {
+    /// The column the scope filters on and its value.
+    pub fn column_and_id(self) -> (&'static str, &'a str) {
+        match self {
+            Self::Run(id) => ("run_id", id),
+            Self::Session(id) => ("session_id", id),
+        }
+    }
+}
+
+/// A token count as an SQL `BIGINT` (saturating).
+pub fn sql_count(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
 }
