@@ -36,7 +36,8 @@
 //! `NORMA_BENCH_INFLIGHT` (`1,16,64`), `NORMA_BENCH_APPROVALS` (100 per phase, 0 skips),
 //! `NORMA_BENCH_APPROVAL_INFLIGHT` (`1,16`), `NORMA_BENCH_WARMUP` (20),
 //! `NORMA_BENCH_LOG_FILTER` (the server's log filter, default `info` like a default server;
-//! logs go to a file). `NORMA_BENCH_RUNS=100 NORMA_BENCH_INFLIGHT=16 NORMA_BENCH_APPROVALS=0`
+//! logs go to a file), `NORMA_BENCH_SERVER_PRELOAD` (an `LD_PRELOAD` for the server only: an
+//! allocator trial such as `/usr/lib/x86_64-linux-gnu/libmimalloc.so.2` without a rebuild). `NORMA_BENCH_RUNS=100 NORMA_BENCH_INFLIGHT=16 NORMA_BENCH_APPROVALS=0`
 //! is a quick check.
 
 #[path = "../tests/support/fake_llm.rs"]
@@ -761,6 +762,10 @@ fn main() {
             .env("NORMA_PROVIDER__API_KEY", "sk-bench-not-secret")
             .env("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]")
             .env("NORMA_LOG__FILTER", log_filter.clone());
+        if let Ok(preload) = std::env::var("NORMA_BENCH_SERVER_PRELOAD") {
+            // An allocator trial without a rebuild (e.g. Debian's libmimalloc.so.2).
+            server = server.env("LD_PRELOAD", preload);
+        }
         server.start().await;
         let pid = server.pid().expect("server pid");
         let token = server.token(TENANT);

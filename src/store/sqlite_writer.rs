@@ -200,43 +200,44 @@ async fn append_in(
             ));
         }
     }
+    // The run's end is written with the fence check; any other append of a leased run checks
+    // its fence inside the session's sequence update (one statement, not two).
+    let mut fenced_in_update = None;
     if let Some(lease) = &batch.lease {
-        let (status, terminal, ended) = match &batch.run_end {
-            Some(end) => (
-                end.status.as_str(),
-                Some(end.terminal.to_string()),
-                Some(created.clone()),
-            ),
-            None => ("running", None, None),
-        };
-        // A write (even a no-op one) takes SQLite's write lock at once, so no claim can
-        // slip in between this check and the commit.
-        let held = sqlx::query(
-            "UPDATE runs SET status = ?, terminal = COALESCE(?, terminal), \
-                 ended_at = COALESCE(?, ended_at), \
-                 lease_expires_at = CASE WHEN ? = 'running' THEN lease_expires_at END \
-             WHERE id = ? AND owner = ? AND fence = ? AND status = 'running'",
-        )
-        .bind(status)
-        .bind(terminal)
-        .bind(ended)
-        .bind(status)
-        .bind(lease.run_id.as_str())
-        .bind(&lease.owner)
-        .bind(lease.fence)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-            == 1;
-        if !held {
-            return Err(StoreError::LeaseLost);
+        match &batch.run_end {
+            Some(end) => {
+                // A write (even a no-op one) takes SQLite's write lock at once, so no claim
+                // can slip in between this check and the commit.
+                let held = sqlx::query(
+                    "UPDATE runs SET status = ?, terminal = ?, ended_at = ?, \
+                         lease_expires_at = NULL \
+                     WHERE id = ? AND owner = ? AND fence = ? AND status = 'running'",
+                )
+                .bind(end.status.as_str())
+                .bind(end.terminal.to_string())
+                .bind(&created)
+                .bind(lease.run_id.as_str())
+                .bind(&lease.owner)
+                .bind(lease.fence)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected()
+                    == 1;
+                if !held {
+                    return Err(StoreError::LeaseLost);
+                }
+            }
+            None => fenced_in_update = Some(lease),
         }
     }
     let row = sqlx::query(
         "UPDATE sessions SET last_event_seq = last_event_seq + ?, \
              last_message_seq = last_message_seq + ?, updated_at = ?, last_append_id = ?, \
              workspace_snapshot = COALESCE(?, workspace_snapshot) \
-         WHERE id = ? AND tenant_id = ? RETURNING last_event_seq, last_message_seq",
+         WHERE id = ? AND tenant_id = ? \
+           AND (? IS NULL OR EXISTS (SELECT 1 FROM runs WHERE id = ? AND owner = ? \
+                AND fence = ? AND status = 'running')) \
+         RETURNING last_event_seq, last_message_seq",
     )
     .bind(event_count)
     .bind(message_count)
@@ -245,9 +246,30 @@ async fn append_in(
     .bind(batch.workspace_snapshot.as_deref())
     .bind(session.as_str())
     .bind(tenant.as_str())
+    .bind(fenced_in_update.map(|lease| lease.run_id.as_str()))
+    .bind(fenced_in_update.map(|lease| lease.run_id.as_str()))
+    .bind(fenced_in_update.map(|lease| lease.owner.as_str()))
+    .bind(fenced_in_update.map(|lease| lease.fence))
     .fetch_optional(&mut *conn)
-    .await?
-    .ok_or(StoreError::NotFound)?;
+    .await?;
+    let row = match row {
+        Some(row) => row,
+        // Nothing was written: the session is gone, or the run's lease is another claim's.
+        None if fenced_in_update.is_some() => {
+            let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")
+                .bind(session.as_str())
+                .bind(tenant.as_str())
+                .fetch_optional(&mut *conn)
+                .await?
+                .is_some();
+            return Err(if exists {
+                StoreError::LeaseLost
+            } else {
+                StoreError::NotFound
+            });
+        }
+        None => return Err(StoreError::NotFound),
+    };
     let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
     let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
     let result = build_append_result(batch, first_event, first_message, created_at);
