@@ -20,6 +20,7 @@ pub mod approvals;
 pub mod bus;
 pub mod decisions;
 mod expiry;
+pub mod outbox;
 pub mod fencing;
 pub mod handoff;
 pub mod host;
@@ -362,6 +363,11 @@ impl SessionRuntime {
 
     pub fn bus(&self) -> &Arc<EventBus> {
         &self.bus
+    }
+
+    /// The shared outbound client (address checks, no proxies or redirects, bounds).
+    pub fn egress(&self) -> &EgressClient {
+        &self.egress
     }
 
     pub fn sandbox(&self) -> &Arc<Sandbox> {
