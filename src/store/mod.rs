@@ -722,6 +722,22 @@ pub trait Store: Send + Sync + 'static {
     fn webhook_wakeup(&self) -> Arc<tokio::sync::Notify>;
 }
 
+/// The events of an append as the webhook notices read them.
+pub(super) fn event_views<'a>(
+    events: &'a [NewEvent],
+    records: &'a [EventRecord],
+) -> impl Iterator<Item = crate::webhooks::EventView<'a>> {
+    events
+        .iter()
+        .zip(records)
+        .map(|(event, record)| crate::webhooks::EventView {
+            kind: &event.kind,
+            payload: &event.payload,
+            run_id: event.run_id.as_deref(),
+            seq: record.seq,
+        })
+}
+
 /// Opens the store named by `url` (`postgres://…` or `sqlite://…`) and applies migrations.
 pub async fn connect(url: &str, options: &ConnectOptions) -> StoreResult<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {

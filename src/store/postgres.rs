@@ -315,8 +315,11 @@ impl Store for PgStore {
                 batch.events.iter().map(|e| e.payload.to_string()).collect();
             let runs: Vec<Option<&str>> =
                 batch.events.iter().map(|e| e.run_id.as_deref()).collect();
-            let notices =
-                crate::webhooks::notices(session.as_str(), &batch.events, &seqs, created_at);
+            let notices = crate::webhooks::notices(
+                session.as_str(),
+                super::event_views(&batch.events, &result.events),
+                created_at,
+            );
             notified = super::postgres_webhooks::insert_events(
                 &mut tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices,
             )

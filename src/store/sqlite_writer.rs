@@ -281,8 +281,11 @@ async fn append_in(
         });
         insert.build().execute(&mut *conn).await?;
     }
-    let seqs: Vec<i64> = result.events.iter().map(|e| e.seq).collect();
-    let notices = crate::webhooks::notices(session.as_str(), &batch.events, &seqs, created_at);
+    let notices = crate::webhooks::notices(
+        session.as_str(),
+        super::event_views(&batch.events, &result.events),
+        created_at,
+    );
     outbox
         .insert(&mut *conn, tenant, session, &created, &notices)
         .await?;

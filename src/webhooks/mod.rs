@@ -94,22 +94,30 @@ pub fn body(event: WebhookEvent, at: chrono::DateTime<chrono::Utc>, data: Value)
     .to_string()
 }
 
+/// A transcript event about to be committed, as [`notices`] reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct EventView<'a> {
+    /// The event type (`terminal`, `run_parked`, …).
+    pub kind: &'a str,
+    pub payload: &'a Value,
+    pub run_id: Option<&'a str>,
+    /// The sequence number it gets.
+    pub seq: i64,
+}
+
 /// The notifications of transcript events about to be committed: `terminal` (run.completed
-/// or run.failed), `run_parked` and `approval_requested`; `seqs[i]` is the sequence number
-/// event `i` gets. Every other event notifies nobody.
-pub fn notices(
+/// or run.failed), `run_parked` and `approval_requested`. Every other event notifies nobody.
+pub fn notices<'a>(
     session: &str,
-    events: &[crate::store::NewEvent],
-    seqs: &[i64],
+    events: impl IntoIterator<Item = EventView<'a>>,
     at: chrono::DateTime<chrono::Utc>,
 ) -> Vec<Notice> {
     events
-        .iter()
-        .zip(seqs)
+        .into_iter()
         .enumerate()
-        .filter_map(|(index, (event, seq))| {
-            let run_id = event.run_id.as_deref();
-            let (kind, data) = match event.kind.as_str() {
+        .filter_map(|(index, event)| {
+            let (run_id, seq) = (event.run_id, event.seq);
+            let (kind, data) = match event.kind {
                 "terminal" => {
                     let status = match event.payload["reason"].as_str() {
                         Some("error") => "failed",
@@ -173,28 +181,25 @@ pub fn delivery_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::NewEvent;
-
-    fn event(kind: &str, payload: Value) -> NewEvent {
-        NewEvent {
-            kind: kind.into(),
-            payload,
-            run_id: Some("run_1".into()),
-        }
-    }
 
     #[test]
     fn only_reported_events_notify_and_terminal_status_picks_the_event() {
         let at = chrono::Utc::now();
         let events = [
-            event("assistant_delta", json!({"text": "x"})),
-            event("terminal", json!({"reason": "end_turn"})),
-            event("terminal", json!({"reason": "error", "code": "X", "message": "m"})),
-            event("terminal", json!({"reason": "cancelled"})),
-            event("run_parked", json!({"run_id": "run_1", "approval_ids": ["a"]})),
-            event("approval_requested", json!({"approval": {"id": "a"}})),
+            ("assistant_delta", json!({"text": "x"})),
+            ("terminal", json!({"reason": "end_turn"})),
+            ("terminal", json!({"reason": "error", "code": "X", "message": "m"})),
+            ("terminal", json!({"reason": "cancelled"})),
+            ("run_parked", json!({"run_id": "run_1", "approval_ids": ["a"]})),
+            ("approval_requested", json!({"approval": {"id": "a"}})),
         ];
-        let found = notices("ses_1", &events, &[1, 2, 3, 4, 5, 6], at);
+        let views = events.iter().zip(1..).map(|((kind, payload), seq)| EventView {
+            kind,
+            payload,
+            run_id: Some("run_1"),
+            seq,
+        });
+        let found = notices("ses_1", views, at);
         let kinds: Vec<_> = found.iter().map(|n| (n.event, n.event_index)).collect();
         assert_eq!(
             kinds,

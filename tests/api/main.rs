@@ -17,6 +17,7 @@ mod idempotency;
 mod limits;
 mod mcp;
 mod openapi;
+mod outbound_webhooks;
 mod pg_outage;
 #[path = "../support/proxy.rs"]
 mod proxy;
@@ -36,3 +37,5 @@ mod web_fetch;
 mod web_fetch_pdf;
 mod web_search;
 mod webhooks;
+#[path = "../support/webhook_receiver.rs"]
+mod webhook_receiver;
