@@ -32,8 +32,15 @@ async fn postgres() {
 }
 
 /// A listener that accepts connections and never answers; counts them.
-async fn hanging_listener(port: u16) -> (tokio::task::JoinHandle<()>, tokio::sync::watch::Receiver<usize>) {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+async fn hanging_listener(
+    port: u16,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::watch::Receiver<usize>,
+) {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
     let (count, seen) = tokio::sync::watch::channel(0usize);
     let task = tokio::spawn(async move {
         let mut held = Vec::new();
@@ -77,7 +84,11 @@ async fn outbox_survives_kill(database_url: Option<String>) {
     let webhook = created["id"].as_str().unwrap().to_owned();
     let secret = created["secret"].as_str().unwrap().to_owned();
     let (status, accepted) = server
-        .post(&format!("/v1/sessions/{id}/prompts"), &token, &json!({"text": "go"}))
+        .post(
+            &format!("/v1/sessions/{id}/prompts"),
+            &token,
+            &json!({"text": "go"}),
+        )
         .await;
     assert_eq!(status, 202, "{accepted}");
     server
@@ -108,7 +119,10 @@ async fn outbox_survives_kill(database_url: Option<String>) {
     let received = receiver
         .wait_for(Duration::from_secs(60), |r| !r.is_empty())
         .await;
-    assert_eq!(received[0].id, delivery_id, "the same webhook-id after the crash");
+    assert_eq!(
+        received[0].id, delivery_id,
+        "the same webhook-id after the crash"
+    );
     let verified = verify_with_standardwebhooks(&secret, &received[..1]);
     assert_eq!(verified[0]["type"], "run.completed");
     assert_eq!(verified[0]["data"]["session_id"], id.as_str());

@@ -107,9 +107,10 @@ pub async fn create_webhook(
 ) -> ApiResult<(StatusCode, Json<CreatedWebhook>)> {
     require_write(&principal, request.session_id.as_deref())?;
     let policy = state.runtime.egress().policy();
-    let (events, secret) = check_request(&request.url, &request.events, policy).map_err(|error| {
-        ApiError::invalid(error.to_string()).with_details(json!({ "field": error.field }))
-    })?;
+    let (events, secret) =
+        check_request(&request.url, &request.events, policy).map_err(|error| {
+            ApiError::invalid(error.to_string()).with_details(json!({ "field": error.field }))
+        })?;
     let session = match request.session_id {
         Some(id) => {
             let record = crate::api::runs::load_owned_session(&state, &principal, id).await?;
@@ -180,7 +181,11 @@ pub async fn list_webhooks(
     Ok(Json(WebhookList { webhooks }))
 }
 
-async fn load_webhook(state: &AppState, principal: &Principal, id: &str) -> ApiResult<WebhookRecord> {
+async fn load_webhook(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> ApiResult<WebhookRecord> {
     state
         .store
         .get_webhook(&principal.tenant, id)

@@ -54,8 +54,7 @@ pub async fn run(
     let mut in_flight: JoinSet<()> = JoinSet::new();
     let mut last_purge: Option<tokio::time::Instant> = None;
     loop {
-        if settings.retention_hours > 0 && last_purge.is_none_or(|at| at.elapsed() >= PURGE_EVERY)
-        {
+        if settings.retention_hours > 0 && last_purge.is_none_or(|at| at.elapsed() >= PURGE_EVERY) {
             last_purge = Some(tokio::time::Instant::now());
             purge(&store, settings.retention_hours).await;
         }
@@ -85,7 +84,9 @@ pub async fn run(
         if !full {
             match store.next_webhook_due().await {
                 Ok(Some(due)) => {
-                    let until = (due - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
+                    let until = (due - chrono::Utc::now())
+                        .to_std()
+                        .unwrap_or(Duration::ZERO);
                     wait = wait.min(until.max(Duration::from_millis(20)));
                 }
                 Ok(None) => {}
@@ -246,8 +247,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_refused_address_fails_at_once_and_a_dead_port_is_retried_until_the_last_attempt()
-    {
+    async fn a_refused_address_fails_at_once_and_a_dead_port_is_retried_until_the_last_attempt() {
         let public = EgressClient::new(crate::egress::AddressPolicy::PublicOnly).unwrap();
         let settings = WebhookSettings::default();
         let refused = attempt(&public, &settings, &due(1, "http://127.0.0.1:9/in")).await;

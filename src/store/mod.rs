@@ -19,13 +19,13 @@ mod sqlite_writer;
 pub mod storable;
 mod tool_state;
 
-pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey};
-pub use models::*;
-pub use tool_state::*;
 pub use crate::webhooks::{
     AttemptResult, DeliveryRecord, DueDelivery, NewWebhook, WebhookCapReached, WebhookCaps,
     WebhookRecord,
 };
+pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey};
+pub use models::*;
+pub use tool_state::*;
 
 use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
 use crate::limits::{HoldCaps, HoldKind, NewHold, RunCaps};
@@ -677,8 +677,7 @@ pub trait Store: Send + Sync + 'static {
         session: Option<&SessionId>,
     ) -> StoreResult<Vec<WebhookRecord>>;
 
-    async fn get_webhook(&self, tenant: &TenantId, id: &str)
-    -> StoreResult<Option<WebhookRecord>>;
+    async fn get_webhook(&self, tenant: &TenantId, id: &str) -> StoreResult<Option<WebhookRecord>>;
 
     /// Deletes a subscription and its deliveries (pending ones are not sent); false when it
     /// did not exist.

@@ -198,13 +198,15 @@ impl Store for PgStore {
         let at = now();
         let mut tx = self.tenant_tx(tenant).await?;
         // The close and its `session.closed` outbox rows, in one statement.
-        let row = sqlx::query(&super::postgres_webhooks::close_session_sql(SESSION_COLUMNS))
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .bind(at)
-            .bind(crate::webhooks::session_closed(id.as_str(), at).body)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let row = sqlx::query(&super::postgres_webhooks::close_session_sql(
+            SESSION_COLUMNS,
+        ))
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(at)
+        .bind(crate::webhooks::session_closed(id.as_str(), at).body)
+        .fetch_optional(&mut *tx)
+        .await?;
         tx.commit().await?;
         if let Some(row) = &row
             && row.try_get::<i64, _>("notified")? > 0
@@ -1492,11 +1494,7 @@ impl Store for PgStore {
         self.list_webhooks_tx(tenant, session).await
     }
 
-    async fn get_webhook(
-        &self,
-        tenant: &TenantId,
-        id: &str,
-    ) -> StoreResult<Option<WebhookRecord>> {
+    async fn get_webhook(&self, tenant: &TenantId, id: &str) -> StoreResult<Option<WebhookRecord>> {
         self.get_webhook_tx(tenant, id).await
     }
 
@@ -1511,7 +1509,8 @@ impl Store for PgStore {
         before: Option<i64>,
         limit: u32,
     ) -> StoreResult<Vec<DeliveryRecord>> {
-        self.list_deliveries_tx(tenant, webhook, before, limit).await
+        self.list_deliveries_tx(tenant, webhook, before, limit)
+            .await
     }
 
     async fn claim_webhook_deliveries(

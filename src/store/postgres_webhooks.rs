@@ -244,12 +244,13 @@ impl PgStore {
 
     pub(super) async fn delete_webhook_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<bool> {
         let mut tx = self.tenant_tx(tenant).await?;
-        let deleted = sqlx::query("DELETE FROM webhook_subscriptions WHERE id = $1 AND tenant_id = $2")
-            .bind(id)
-            .bind(tenant.as_str())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let deleted =
+            sqlx::query("DELETE FROM webhook_subscriptions WHERE id = $1 AND tenant_id = $2")
+                .bind(id)
+                .bind(tenant.as_str())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
         tx.commit().await?;
         Ok(deleted == 1)
     }

@@ -1264,11 +1264,7 @@ impl Store for SqliteStore {
         self.list_webhooks_tx(tenant, session).await
     }
 
-    async fn get_webhook(
-        &self,
-        tenant: &TenantId,
-        id: &str,
-    ) -> StoreResult<Option<WebhookRecord>> {
+    async fn get_webhook(&self, tenant: &TenantId, id: &str) -> StoreResult<Option<WebhookRecord>> {
         self.get_webhook_tx(tenant, id).await
     }
 
@@ -1283,7 +1279,8 @@ impl Store for SqliteStore {
         before: Option<i64>,
         limit: u32,
     ) -> StoreResult<Vec<DeliveryRecord>> {
-        self.list_deliveries_tx(tenant, webhook, before, limit).await
+        self.list_deliveries_tx(tenant, webhook, before, limit)
+            .await
     }
 
     async fn claim_webhook_deliveries(

@@ -142,7 +142,9 @@ fn delivery_from_row(row: &SqliteRow) -> StoreResult<DeliveryRecord> {
         attempts: row.try_get::<i64, _>("attempts")?.max(0) as u32,
         created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
         next_attempt_at: match status {
-            DeliveryStatus::Pending => Some(parse_ts(&row.try_get::<String, _>("next_attempt_at")?)?),
+            DeliveryStatus::Pending => {
+                Some(parse_ts(&row.try_get::<String, _>("next_attempt_at")?)?)
+            }
             DeliveryStatus::Delivered | DeliveryStatus::Failed => None,
         },
         delivered_at: row
@@ -267,12 +269,13 @@ impl SqliteStore {
 
     pub(super) async fn delete_webhook_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<bool> {
         let mut tx = self.writer().begin().await?;
-        let deleted = sqlx::query("DELETE FROM webhook_subscriptions WHERE id = ? AND tenant_id = ?")
-            .bind(id)
-            .bind(tenant.as_str())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let deleted =
+            sqlx::query("DELETE FROM webhook_subscriptions WHERE id = ? AND tenant_id = ?")
+                .bind(id)
+                .bind(tenant.as_str())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
         tx.commit().await?;
         if deleted == 1 {
             self.outbox().adjust(tenant, false);

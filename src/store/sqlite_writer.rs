@@ -22,11 +22,11 @@
 use super::postgres::{build_append_result, role_str};
 use super::sqlite::{parse_ts, ts};
 use super::sqlite_webhooks::Outbox;
-use std::sync::Arc;
 use super::{AppendBatch, AppendResult, StoreError, StoreResult};
 use crate::ids::{SessionId, TenantId};
 use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::{Row, SqliteConnection, SqlitePool};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 /// Appends waiting for the writer at most; more wait to be queued.

@@ -116,7 +116,8 @@ pub fn notices<'a>(
         .into_iter()
         .enumerate()
         .filter_map(|(index, event)| {
-            let (run_id, seq) = (event.run_id, event.seq);
+            let run_id = event.run_id.or_else(|| event.payload["run_id"].as_str());
+            let seq = event.seq;
             let (kind, data) = match event.kind {
                 "terminal" => {
                     let status = match event.payload["reason"].as_str() {
@@ -188,17 +189,26 @@ mod tests {
         let events = [
             ("assistant_delta", json!({"text": "x"})),
             ("terminal", json!({"reason": "end_turn"})),
-            ("terminal", json!({"reason": "error", "code": "X", "message": "m"})),
+            (
+                "terminal",
+                json!({"reason": "error", "code": "X", "message": "m"}),
+            ),
             ("terminal", json!({"reason": "cancelled"})),
-            ("run_parked", json!({"run_id": "run_1", "approval_ids": ["a"]})),
+            (
+                "run_parked",
+                json!({"run_id": "run_1", "approval_ids": ["a"]}),
+            ),
             ("approval_requested", json!({"approval": {"id": "a"}})),
         ];
-        let views = events.iter().zip(1..).map(|((kind, payload), seq)| EventView {
-            kind,
-            payload,
-            run_id: Some("run_1"),
-            seq,
-        });
+        let views = events
+            .iter()
+            .zip(1..)
+            .map(|((kind, payload), seq)| EventView {
+                kind,
+                payload,
+                run_id: Some("run_1"),
+                seq,
+            });
         let found = notices("ses_1", views, at);
         let kinds: Vec<_> = found.iter().map(|n| (n.event, n.event_index)).collect();
         assert_eq!(

@@ -206,13 +206,19 @@ mod tests {
     #[test]
     fn requests_are_bounded_and_checked() {
         let public = &AddressPolicy::PublicOnly;
-        let (parsed, secret) =
-            check_request("https://hooks.example/in", &events(&["run.completed"]), public).unwrap();
+        let (parsed, secret) = check_request(
+            "https://hooks.example/in",
+            &events(&["run.completed"]),
+            public,
+        )
+        .unwrap();
         assert_eq!(parsed, [WebhookEvent::RunCompleted]);
         assert!(crate::signing::WebhookSecret::parse(&secret).is_ok());
         assert!(secret.starts_with("whsec_"));
         let field = |url: &str, names: &[&str]| {
-            check_request(url, &events(names), public).unwrap_err().field
+            check_request(url, &events(names), public)
+                .unwrap_err()
+                .field
         };
         assert_eq!(field("http://127.0.0.1:9/in", &["run.completed"]), "url");
         assert_eq!(field("http://10.1.2.3/in", &["run.completed"]), "url");

@@ -36,6 +36,6 @@ mod usage;
 mod web_fetch;
 mod web_fetch_pdf;
 mod web_search;
-mod webhooks;
 #[path = "../support/webhook_receiver.rs"]
 mod webhook_receiver;
+mod webhooks;

@@ -4,9 +4,7 @@
 //! refused for addresses the server does not allow, and bounded per tenant.
 
 use crate::helpers::{Backend, TestApp, count, error_code};
-use crate::webhook_receiver::{
-    Receiver, tampered_is_refused, types, verify_with_standardwebhooks,
-};
+use crate::webhook_receiver::{Receiver, tampered_is_refused, types, verify_with_standardwebhooks};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -59,7 +57,12 @@ async fn app_on(backend: Backend) -> Option<TestApp> {
 fn admin(app: &TestApp, tenant: &str) -> String {
     app.token_with_scopes(
         tenant,
-        &["sessions:read", "sessions:write", "approvals:write", "tenant:admin"],
+        &[
+            "sessions:read",
+            "sessions:write",
+            "approvals:write",
+            "tenant:admin",
+        ],
     )
 }
 
@@ -134,7 +137,8 @@ async fn signed_notifications(backend: Backend) {
     receiver
         .wait_for(WITHIN, |r| {
             let kinds = types(r);
-            kinds.iter().any(|k| k == "approval.requested") && kinds.iter().any(|k| k == "run.parked")
+            kinds.iter().any(|k| k == "approval.requested")
+                && kinds.iter().any(|k| k == "run.parked")
         })
         .await;
     let answered = app
@@ -143,12 +147,20 @@ async fn signed_notifications(backend: Backend) {
     assert_eq!(answered.status(), 200);
     app.wait_for_events(&token, &id, |e| count(e, "terminal") == 1)
         .await;
-    assert_eq!(app.delete(&format!("/v1/sessions/{id}"), &token).await.status(), 200);
-    let received = receiver
-        .wait_for(WITHIN, |r| types(r).len() >= 4)
-        .await;
+    assert_eq!(
+        app.delete(&format!("/v1/sessions/{id}"), &token)
+            .await
+            .status(),
+        200
+    );
+    let received = receiver.wait_for(WITHIN, |r| types(r).len() >= 4).await;
     // Nothing more than one of each (a second close notifies nobody).
-    assert_eq!(app.delete(&format!("/v1/sessions/{id}"), &token).await.status(), 200);
+    assert_eq!(
+        app.delete(&format!("/v1/sessions/{id}"), &token)
+            .await
+            .status(),
+        200
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let received_after = receiver.received();
     assert_eq!(received_after.len(), 4, "{:?}", types(&received_after));
@@ -162,7 +174,12 @@ async fn signed_notifications(backend: Backend) {
     kinds.sort();
     assert_eq!(
         kinds,
-        ["approval.requested", "run.completed", "run.parked", "session.closed"]
+        [
+            "approval.requested",
+            "run.completed",
+            "run.parked",
+            "session.closed"
+        ]
     );
     for payload in &verified {
         assert_eq!(payload["data"]["session_id"], id.as_str(), "{payload}");
@@ -188,12 +205,16 @@ async fn signed_notifications(backend: Backend) {
         assert_eq!(delivery["status"], "delivered", "{delivery}");
         assert_eq!(delivery["attempts"], 1, "{delivery}");
         assert_eq!(delivery["attempt_log"][0]["status_code"], 200, "{delivery}");
-        assert!(ids.contains(&delivery["id"].as_str().unwrap()), "{delivery}");
+        assert!(
+            ids.contains(&delivery["id"].as_str().unwrap()),
+            "{delivery}"
+        );
     }
 
     // Another tenant sees none of it.
     let other = admin(&app, "globex");
-    let (status, code) = error_code(app.get(&format!("/v1/webhooks/{webhook}"), &other).await).await;
+    let (status, code) =
+        error_code(app.get(&format!("/v1/webhooks/{webhook}"), &other).await).await;
     assert_eq!((status, code.as_str()), (404, "NOT_FOUND"));
     let (status, _) = error_code(
         app.get(&format!("/v1/webhooks/{webhook}/deliveries"), &other)
@@ -205,9 +226,17 @@ async fn signed_notifications(backend: Backend) {
     assert_eq!(listed["webhooks"], json!([]));
 
     // Deleting the subscription stops its notifications.
-    assert_eq!(app.delete(&format!("/v1/webhooks/{webhook}"), &token).await.status(), 204);
+    assert_eq!(
+        app.delete(&format!("/v1/webhooks/{webhook}"), &token)
+            .await
+            .status(),
+        204
+    );
     let again = app
-        .create_session("acme", &json!({"model": {"script": {"turns": [{"text": "quiet"}]}}}))
+        .create_session(
+            "acme",
+            &json!({"model": {"script": {"turns": [{"text": "quiet"}]}}}),
+        )
         .await;
     app.prompt(&token, &again, "go").await;
     app.wait_for_events(&token, &again, |e| count(e, "terminal") == 1)
@@ -225,10 +254,16 @@ async fn retried_with_the_same_id(backend: Backend) {
     let token = app.token("acme");
     // A session's own subscription (no `tenant:admin` needed), to its session's events only.
     let id = app
-        .create_session("acme", &json!({"model": {"script": {"turns": [{"text": "hello"}]}}}))
+        .create_session(
+            "acme",
+            &json!({"model": {"script": {"turns": [{"text": "hello"}]}}}),
+        )
         .await;
     let quiet = app
-        .create_session("acme", &json!({"model": {"script": {"turns": [{"text": "other"}]}}}))
+        .create_session(
+            "acme",
+            &json!({"model": {"script": {"turns": [{"text": "other"}]}}}),
+        )
         .await;
     let created = subscribe(
         &app,
@@ -248,9 +283,15 @@ async fn retried_with_the_same_id(backend: Backend) {
         received.iter().map(|r| r.answered).collect::<Vec<_>>(),
         [500, 503, 200]
     );
-    assert!(received.iter().all(|r| r.id == received[0].id), "one webhook-id");
+    assert!(
+        received.iter().all(|r| r.id == received[0].id),
+        "one webhook-id"
+    );
     let verified = verify_with_standardwebhooks(&secret, &received);
-    assert!(verified.iter().all(|p| p == &verified[0]), "the same body each time");
+    assert!(
+        verified.iter().all(|p| p == &verified[0]),
+        "the same body each time"
+    );
     assert_eq!(verified[0]["data"]["session_id"], id.as_str());
 
     let log = deliveries(&app, &token, &webhook).await;
@@ -263,7 +304,11 @@ async fn retried_with_the_same_id(backend: Backend) {
     assert_eq!(
         attempts
             .iter()
-            .map(|a| (a["attempt"].clone(), a["status_code"].clone(), a["error"].clone()))
+            .map(|a| (
+                a["attempt"].clone(),
+                a["status_code"].clone(),
+                a["error"].clone()
+            ))
             .collect::<Vec<_>>(),
         [
             (json!(1), json!(500), json!("WEBHOOK_HTTP_STATUS")),
@@ -286,19 +331,41 @@ async fn hostile_subscriptions(backend: Backend) {
             let response = app.post_json("/v1/webhooks", &token, &body).await;
             let status = response.status().as_u16();
             let body: Value = response.json().await.unwrap();
-            (status, body["code"].as_str().unwrap().to_owned(), body["details"]["field"].clone())
+            (
+                status,
+                body["code"].as_str().unwrap().to_owned(),
+                body["details"]["field"].clone(),
+            )
         }
     };
     let url = "https://hooks.example/in";
     for (body, field) in [
-        (json!({"url": "not a url", "events": ["run.completed"]}), "url"),
-        (json!({"url": "ftp://hooks.example/", "events": ["run.completed"]}), "url"),
-        (json!({"url": "https://u:p@hooks.example/", "events": ["run.completed"]}), "url"),
-        (json!({"url": format!("{url}/{}", "a".repeat(3000)), "events": ["run.completed"]}), "url"),
-        (json!({"url": "http://169.254.169.254/latest", "events": ["run.completed"]}), "url"),
+        (
+            json!({"url": "not a url", "events": ["run.completed"]}),
+            "url",
+        ),
+        (
+            json!({"url": "ftp://hooks.example/", "events": ["run.completed"]}),
+            "url",
+        ),
+        (
+            json!({"url": "https://u:p@hooks.example/", "events": ["run.completed"]}),
+            "url",
+        ),
+        (
+            json!({"url": format!("{url}/{}", "a".repeat(3000)), "events": ["run.completed"]}),
+            "url",
+        ),
+        (
+            json!({"url": "http://169.254.169.254/latest", "events": ["run.completed"]}),
+            "url",
+        ),
         (json!({"url": url, "events": []}), "events"),
         (json!({"url": url, "events": ["run.exploded"]}), "events"),
-        (json!({"url": url, "events": ["run.failed", "run.failed"]}), "events"),
+        (
+            json!({"url": url, "events": ["run.failed", "run.failed"]}),
+            "events",
+        ),
     ] {
         assert_eq!(
             refused(body.clone()).await,
@@ -307,27 +374,45 @@ async fn hostile_subscriptions(backend: Backend) {
         );
     }
     // Unknown fields and wrong types are refused too.
-    let (status, _, _) = refused(json!({"url": url, "events": ["run.completed"], "extra": 1})).await;
+    let (status, _, _) =
+        refused(json!({"url": url, "events": ["run.completed"], "extra": 1})).await;
     assert_eq!(status, 422);
     // Tenant-wide needs tenant:admin.
     let plain = app.token("acme");
     let (status, code) = error_code(
-        app.post_json("/v1/webhooks", &plain, &json!({"url": url, "events": ["run.completed"]}))
-            .await,
+        app.post_json(
+            "/v1/webhooks",
+            &plain,
+            &json!({"url": url, "events": ["run.completed"]}),
+        )
+        .await,
     )
     .await;
     assert_eq!((status, code.as_str()), (403, "FORBIDDEN_SCOPE"));
     // At most `max_per_tenant` (3 here).
     for _ in 0..3 {
-        subscribe(&app, &token, &json!({"url": url, "events": ["run.completed"]})).await;
+        subscribe(
+            &app,
+            &token,
+            &json!({"url": url, "events": ["run.completed"]}),
+        )
+        .await;
     }
     let (status, code, _) = refused(json!({"url": url, "events": ["run.completed"]})).await;
     assert_eq!((status, code.as_str()), (422, "WEBHOOK_LIMIT"));
     // At most `max_per_session` (1) per session; another tenant's session is not found.
     let id = app
-        .create_session("acme", &json!({"model": {"script": {"turns": [{"text": "x"}]}}}))
+        .create_session(
+            "acme",
+            &json!({"model": {"script": {"turns": [{"text": "x"}]}}}),
+        )
         .await;
-    subscribe(&app, &plain, &json!({"url": url, "events": ["session.closed"], "session_id": id})).await;
+    subscribe(
+        &app,
+        &plain,
+        &json!({"url": url, "events": ["session.closed"], "session_id": id}),
+    )
+    .await;
     let (status, code) = error_code(
         app.post_json(
             "/v1/webhooks",
@@ -349,16 +434,27 @@ async fn hostile_subscriptions(backend: Backend) {
     )
     .await;
     assert_eq!((status, code.as_str()), (404, "NOT_FOUND"));
-    let (status, _) =
-        error_code(app.get("/v1/webhooks/wh_0/deliveries?limit=1000", &token).await).await;
+    let (status, _) = error_code(
+        app.get("/v1/webhooks/wh_0/deliveries?limit=1000", &token)
+            .await,
+    )
+    .await;
     assert!(status == 404 || status == 422);
 
     // Another tenant is still served: it subscribes and gets its run's notification.
     let receiver = Receiver::start().await;
     let other = admin(&app, "globex");
-    let created = subscribe(&app, &other, &json!({"url": receiver.url, "events": ["run.completed"]})).await;
+    let created = subscribe(
+        &app,
+        &other,
+        &json!({"url": receiver.url, "events": ["run.completed"]}),
+    )
+    .await;
     let session = app
-        .create_session("globex", &json!({"model": {"script": {"turns": [{"text": "served"}]}}}))
+        .create_session(
+            "globex",
+            &json!({"model": {"script": {"turns": [{"text": "served"}]}}}),
+        )
         .await;
     app.prompt(&other, &session, "go").await;
     let received = receiver.wait_for(WITHIN, |r| !r.is_empty()).await;
@@ -374,11 +470,20 @@ async fn a_name_resolving_to_a_private_address_is_refused_at_delivery() {
     let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
     let receiver = Receiver::start().await;
     let token = admin(&app, "acme");
-    let port = receiver.url.rsplit(':').next().unwrap().trim_end_matches("/hook");
+    let port = receiver
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/hook");
     // An IP literal is refused at creation.
     let (status, code) = error_code(
-        app.post_json("/v1/webhooks", &token, &json!({"url": receiver.url, "events": ["run.completed"]}))
-            .await,
+        app.post_json(
+            "/v1/webhooks",
+            &token,
+            &json!({"url": receiver.url, "events": ["run.completed"]}),
+        )
+        .await,
     )
     .await;
     assert_eq!((status, code.as_str()), (422, "INVALID_REQUEST"));
@@ -390,7 +495,10 @@ async fn a_name_resolving_to_a_private_address_is_refused_at_delivery() {
     .await;
     let webhook = created["id"].as_str().unwrap();
     let id = app
-        .create_session("acme", &json!({"model": {"script": {"turns": [{"text": "x"}]}}}))
+        .create_session(
+            "acme",
+            &json!({"model": {"script": {"turns": [{"text": "x"}]}}}),
+        )
         .await;
     app.prompt(&token, &id, "go").await;
     let deadline = tokio::time::Instant::now() + WITHIN;
@@ -399,12 +507,21 @@ async fn a_name_resolving_to_a_private_address_is_refused_at_delivery() {
         if let Some(done) = log.into_iter().find(|d| d["status"] != "pending") {
             break done;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no attempt recorded");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no attempt recorded"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(delivery["status"], "failed", "{delivery}");
     assert_eq!(delivery["attempts"], 1, "{delivery}");
-    assert_eq!(delivery["attempt_log"][0]["error"], "WEBHOOK_FAILED", "{delivery}");
-    assert!(delivery["attempt_log"][0].get("status_code").is_none(), "{delivery}");
+    assert_eq!(
+        delivery["attempt_log"][0]["error"], "WEBHOOK_FAILED",
+        "{delivery}"
+    );
+    assert!(
+        delivery["attempt_log"][0].get("status_code").is_none(),
+        "{delivery}"
+    );
     assert!(receiver.received().is_empty());
 }

@@ -83,7 +83,11 @@ impl Receiver {
     }
 
     /// Waits (at most `within`) until `done` holds for what was received, and returns it.
-    pub async fn wait_for(&self, within: Duration, done: impl Fn(&[Received]) -> bool) -> Vec<Received> {
+    pub async fn wait_for(
+        &self,
+        within: Duration,
+        done: impl Fn(&[Received]) -> bool,
+    ) -> Vec<Received> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let seen = self.received();
