@@ -270,9 +270,10 @@ pub async fn list_deliveries(
         .store
         .list_webhook_deliveries(&principal.tenant, &id, params.before, limit)
         .await?;
-    let next_before = (deliveries.len() == limit as usize)
-        .then(|| deliveries.last().map(|d| d.position))
-        .flatten();
+    let next_before = deliveries
+        .last()
+        .filter(|_| deliveries.len() == limit as usize)
+        .map(|d| d.position);
     Ok(Json(DeliveryList {
         deliveries,
         next_before,
