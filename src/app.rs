@@ -344,6 +344,12 @@ impl App {
         let runs_stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(self.state.runtime.clone().maintain_runs(runs_stop.clone()));
         tokio::spawn(self.state.runtime.clone().follow_signals(runs_stop.clone()));
+        tokio::spawn(crate::runtime::outbox::run(
+            self.state.store.clone(),
+            self.state.runtime.egress().clone(),
+            self.state.settings.webhooks.clone(),
+            runs_stop.clone(),
+        ));
         let _stop_on_exit = runs_stop.clone().drop_guard();
         let runtime = self.state.runtime.clone();
         let grace = std::time::Duration::from_secs(self.state.settings.shutdown_grace_seconds);

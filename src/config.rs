@@ -113,6 +113,9 @@ pub struct Settings {
     /// The price table (`[[prices]]`): micro-units per million tokens of each kind for a
     /// provider's model; gives every usage ledger row a cost.
     pub prices: Vec<crate::usage::Price>,
+    /// Outbound event webhooks: subscription caps, retries, delivery concurrency
+    /// (`[webhooks]`, `NORMA_WEBHOOKS__*`).
+    pub webhooks: crate::webhooks::WebhookSettings,
 }
 
 impl Settings {
@@ -182,6 +185,7 @@ impl Default for Settings {
             workspace: WorkspaceSettings::default(),
             browser: Default::default(),
             prices: Vec::new(),
+            webhooks: crate::webhooks::WebhookSettings::default(),
         }
     }
 }
@@ -566,6 +570,7 @@ impl Settings {
         self.sandbox.validate().map_err(ConfigError::Invalid)?;
         self.browser.validate().map_err(ConfigError::Invalid)?;
         crate::usage::prices::validate(&self.prices).map_err(ConfigError::Invalid)?;
+        self.webhooks.validate().map_err(ConfigError::Invalid)?;
         crate::search::SearchBackends::from_settings(&self.search).map_err(ConfigError::Invalid)?;
         if self.auth.issuer.is_empty() || self.auth.audience.is_empty() {
             return Err(ConfigError::Invalid(

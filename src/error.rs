@@ -58,6 +58,8 @@ pub enum ErrorCode {
     HookBlocked,
     /// A per-tenant limit (open sessions, concurrent runs) is reached.
     TenantLimit,
+    /// The tenant (or the session) already has as many webhook subscriptions as allowed.
+    WebhookLimit,
     /// An `Idempotency-Key` already used for a different request (another body, or another
     /// session for prompts): the key names the first request's outcome only.
     IdempotencyKeyReused,
@@ -90,7 +92,9 @@ impl ErrorCode {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::TenantLimit => StatusCode::TOO_MANY_REQUESTS,
-            Self::HookBlocked | Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::HookBlocked | Self::IdempotencyKeyReused | Self::WebhookLimit => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             Self::IdempotencyKeyInUse => StatusCode::CONFLICT,
             Self::Conflict
             | Self::SessionBusy
@@ -130,6 +134,7 @@ impl ErrorCode {
             Self::ApprovalPending => "APPROVAL_PENDING",
             Self::TenantLimit => "TENANT_LIMIT",
             Self::HookBlocked => "HOOK_BLOCKED",
+            Self::WebhookLimit => "WEBHOOK_LIMIT",
             Self::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             Self::IdempotencyKeyInUse => "IDEMPOTENCY_KEY_IN_USE",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",

@@ -26,5 +26,6 @@ pub mod store;
 pub mod telemetry;
 pub mod tools;
 pub mod usage;
+pub mod webhooks;
 pub mod workspace;
 pub mod workspace_snapshot;

@@ -12,6 +12,7 @@ pub mod runs;
 pub mod sessions;
 pub mod stream_tickets;
 pub mod usage;
+pub mod webhooks;
 
 use crate::app::AppState;
 use crate::error::{ApiError, ErrorCode};
@@ -56,9 +57,14 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         approvals::list_grants,
         approvals::revoke_grant,
         usage::get_usage,
+        webhooks::create_webhook,
+        webhooks::list_webhooks,
+        webhooks::get_webhook,
+        webhooks::delete_webhook,
+        webhooks::list_deliveries,
     ),
     modifiers(&BearerAuth),
-    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "health"))
+    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "webhooks"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -143,7 +149,16 @@ pub fn router(state: AppState) -> Router {
             "/sessions/{id}/grants/{grant_id}",
             axum::routing::delete(approvals::revoke_grant),
         )
-        .route("/usage", get(usage::get_usage));
+        .route("/usage", get(usage::get_usage))
+        .route(
+            "/webhooks",
+            get(webhooks::list_webhooks).post(webhooks::create_webhook),
+        )
+        .route(
+            "/webhooks/{id}",
+            get(webhooks::get_webhook).delete(webhooks::delete_webhook),
+        )
+        .route("/webhooks/{id}/deliveries", get(webhooks::list_deliveries));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

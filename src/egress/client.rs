@@ -36,6 +36,8 @@ pub enum Purpose {
     RemoteHook,
     /// A session's approval webhook (policy service).
     ApprovalWebhook,
+    /// An event notification to a tenant's webhook subscription.
+    EventWebhook,
 }
 
 impl Purpose {
@@ -43,6 +45,7 @@ impl Purpose {
         match self {
             Self::RemoteHook => "remote_hook",
             Self::ApprovalWebhook => "approval_webhook",
+            Self::EventWebhook => "event_webhook",
         }
     }
 }

@@ -23,6 +23,7 @@ mod expiry;
 pub mod fencing;
 pub mod handoff;
 pub mod host;
+pub mod outbox;
 mod parking;
 mod reconcile;
 mod replicas;
@@ -362,6 +363,11 @@ impl SessionRuntime {
 
     pub fn bus(&self) -> &Arc<EventBus> {
         &self.bus
+    }
+
+    /// The shared outbound client (address checks, no proxies or redirects, bounds).
+    pub fn egress(&self) -> &EgressClient {
+        &self.egress
     }
 
     pub fn sandbox(&self) -> &Arc<Sandbox> {

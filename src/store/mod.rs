@@ -10,13 +10,19 @@ mod models;
 pub mod postgres;
 mod postgres_limits;
 mod postgres_usage;
+mod postgres_webhooks;
 pub mod sqlite;
 mod sqlite_limits;
 mod sqlite_usage;
+mod sqlite_webhooks;
 mod sqlite_writer;
 pub mod storable;
 mod tool_state;
 
+pub use crate::webhooks::{
+    AttemptResult, DeliveryRecord, DueDelivery, NewWebhook, WebhookCapReached, WebhookCaps,
+    WebhookRecord,
+};
 pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey};
 pub use models::*;
 pub use tool_state::*;
@@ -650,6 +656,85 @@ pub trait Store: Send + Sync + 'static {
         tenant: &TenantId,
         query: &crate::usage::UsageQuery,
     ) -> StoreResult<Vec<crate::usage::UsageGroup>>;
+
+    // --- outbound webhooks (subscriptions and the outbox) ---
+
+    /// Records a subscription when the tenant has fewer than `caps.per_tenant` tenant-wide
+    /// ones (or its session fewer than `caps.per_session`), checked in the same transaction
+    /// and serialized per tenant; `Ok(Err(_))` otherwise (nothing written). `NotFound` when
+    /// the session is not `tenant`'s.
+    async fn create_webhook(
+        &self,
+        tenant: &TenantId,
+        webhook: NewWebhook,
+        caps: WebhookCaps,
+    ) -> StoreResult<Result<WebhookRecord, WebhookCapReached>>;
+
+    /// The tenant's tenant-wide subscriptions (`session`: that session's), oldest first.
+    async fn list_webhooks(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> StoreResult<Vec<WebhookRecord>>;
+
+    async fn get_webhook(&self, tenant: &TenantId, id: &str) -> StoreResult<Option<WebhookRecord>>;
+
+    /// Deletes a subscription and its deliveries (pending ones are not sent); false when it
+    /// did not exist.
+    async fn delete_webhook(&self, tenant: &TenantId, id: &str) -> StoreResult<bool>;
+
+    /// A subscription's deliveries, newest first, at most `limit`, with `position < before`
+    /// when given.
+    async fn list_webhook_deliveries(
+        &self,
+        tenant: &TenantId,
+        webhook: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>>;
+
+    /// System-level: claims at most `limit` due deliveries of every tenant for one attempt
+    /// each (attempt count bumped, reserved for `lease`), oldest due first; replicas sharing
+    /// the store never claim the same one while its lease lives.
+    async fn claim_webhook_deliveries(
+        &self,
+        lease: Duration,
+        limit: u32,
+    ) -> StoreResult<Vec<DueDelivery>>;
+
+    /// System-level: records an attempt's outcome (the attempt is appended to the log); a
+    /// result for an attempt that is not the delivery's latest any more is ignored.
+    async fn finish_webhook_attempt(&self, result: &AttemptResult) -> StoreResult<()>;
+
+    /// System-level: when the earliest pending delivery is due (a claimed one: when its
+    /// lease ends); `None` when nothing is pending.
+    async fn next_webhook_due(&self) -> StoreResult<Option<chrono::DateTime<chrono::Utc>>>;
+
+    /// System-level: deletes delivered and failed deliveries created before `before`.
+    async fn purge_webhook_deliveries(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<u64>;
+
+    /// Notified after a commit that wrote outbox rows (this process's writes only; other
+    /// replicas find them at their sweep or when their own writes wake them).
+    fn webhook_wakeup(&self) -> Arc<tokio::sync::Notify>;
+}
+
+/// The events of an append as the webhook notices read them.
+pub(super) fn event_views<'a>(
+    events: &'a [NewEvent],
+    records: &'a [EventRecord],
+) -> impl Iterator<Item = crate::webhooks::EventView<'a>> {
+    events
+        .iter()
+        .zip(records)
+        .map(|(event, record)| crate::webhooks::EventView {
+            kind: &event.kind,
+            payload: &event.payload,
+            run_id: event.run_id.as_deref(),
+            seq: record.seq,
+        })
 }
 
 /// Opens the store named by `url` (`postgres://…` or `sqlite://…`) and applies migrations.

@@ -20,6 +20,8 @@ pub const TENANT_ROLE: &str = "norma_app";
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// Notified after a commit that wrote outbox rows.
+    webhook_wakeup: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl PgStore {
@@ -38,7 +40,10 @@ impl PgStore {
             .connect_with(connect)
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            webhook_wakeup: Default::default(),
+        })
     }
 
     /// Begins a transaction that sees only `tenant`'s rows (row-level security).
@@ -190,18 +195,24 @@ impl Store for PgStore {
         tenant: &TenantId,
         id: &SessionId,
     ) -> StoreResult<Option<SessionRecord>> {
+        let at = now();
         let mut tx = self.tenant_tx(tenant).await?;
-        let row = sqlx::query(&format!(
-            "UPDATE sessions SET status = 'closed', \
-                 closed_at = COALESCE(closed_at, $3), updated_at = $3 \
-             WHERE id = $1 AND tenant_id = $2 RETURNING {SESSION_COLUMNS}"
+        // The close and its `session.closed` outbox rows, in one statement.
+        let row = sqlx::query(&super::postgres_webhooks::close_session_sql(
+            SESSION_COLUMNS,
         ))
         .bind(id.as_str())
         .bind(tenant.as_str())
-        .bind(now())
+        .bind(at)
+        .bind(crate::webhooks::session_closed(id.as_str(), at).body)
         .fetch_optional(&mut *tx)
         .await?;
         tx.commit().await?;
+        if let Some(row) = &row
+            && row.try_get::<i64, _>("notified")? > 0
+        {
+            self.webhook_wakeup.notify_one();
+        }
         row.as_ref().map(session_from_row).transpose()
     }
 
@@ -298,6 +309,7 @@ impl Store for PgStore {
         let result = build_append_result(&batch, first_event, first_message, created_at);
         super::postgres_usage::insert(&mut tx, tenant, session, &batch.usage, created_at).await?;
 
+        let mut notified = 0;
         if !batch.events.is_empty() {
             let seqs: Vec<i64> = result.events.iter().map(|e| e.seq).collect();
             let kinds: Vec<&str> = batch.events.iter().map(|e| e.kind.as_str()).collect();
@@ -305,20 +317,14 @@ impl Store for PgStore {
                 batch.events.iter().map(|e| e.payload.to_string()).collect();
             let runs: Vec<Option<&str>> =
                 batch.events.iter().map(|e| e.run_id.as_deref()).collect();
-            sqlx::query(
-                "INSERT INTO events (session_id, tenant_id, created_at, seq, kind, payload, run_id) \
-                 SELECT $1, $2, $3, seq, kind, payload::jsonb, run_id \
-                 FROM UNNEST($4::bigint[], $5::text[], $6::text[], $7::text[]) \
-                     AS t(seq, kind, payload, run_id)",
+            let notices = crate::webhooks::notices(
+                session.as_str(),
+                super::event_views(&batch.events, &result.events),
+                created_at,
+            );
+            notified = super::postgres_webhooks::insert_events(
+                &mut tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices,
             )
-            .bind(session.as_str())
-            .bind(tenant.as_str())
-            .bind(created_at)
-            .bind(&seqs)
-            .bind(&kinds)
-            .bind(&payloads)
-            .bind(&runs)
-            .execute(&mut *tx)
             .await?;
         }
         if !batch.messages.is_empty() {
@@ -391,6 +397,9 @@ impl Store for PgStore {
             .await?;
         }
         tx.commit().await?;
+        if notified > 0 {
+            self.webhook_wakeup.notify_one();
+        }
         Ok(result)
     }
 
@@ -1466,6 +1475,66 @@ impl Store for PgStore {
         query: &crate::usage::UsageQuery,
     ) -> StoreResult<Vec<crate::usage::UsageGroup>> {
         super::postgres_usage::report(self, tenant, query).await
+    }
+
+    async fn create_webhook(
+        &self,
+        tenant: &TenantId,
+        webhook: NewWebhook,
+        caps: WebhookCaps,
+    ) -> StoreResult<Result<WebhookRecord, WebhookCapReached>> {
+        self.create_webhook_tx(tenant, webhook, caps).await
+    }
+
+    async fn list_webhooks(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> StoreResult<Vec<WebhookRecord>> {
+        self.list_webhooks_tx(tenant, session).await
+    }
+
+    async fn get_webhook(&self, tenant: &TenantId, id: &str) -> StoreResult<Option<WebhookRecord>> {
+        self.get_webhook_tx(tenant, id).await
+    }
+
+    async fn delete_webhook(&self, tenant: &TenantId, id: &str) -> StoreResult<bool> {
+        self.delete_webhook_tx(tenant, id).await
+    }
+
+    async fn list_webhook_deliveries(
+        &self,
+        tenant: &TenantId,
+        webhook: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        self.list_deliveries_tx(tenant, webhook, before, limit)
+            .await
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        lease: Duration,
+        limit: u32,
+    ) -> StoreResult<Vec<DueDelivery>> {
+        self.claim_deliveries(lease, limit).await
+    }
+
+    async fn finish_webhook_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
+        self.finish_attempt(result).await
+    }
+
+    async fn next_webhook_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
+        self.next_due().await
+    }
+
+    async fn purge_webhook_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        self.purge_deliveries(before).await
+    }
+
+    fn webhook_wakeup(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.webhook_wakeup.clone()
     }
 }
 

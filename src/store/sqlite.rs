@@ -24,6 +24,8 @@ pub struct SqliteStore {
     writer: SqlitePool,
     /// Runs' appends, committed together (see `sqlite_writer`).
     appends: super::sqlite_writer::GroupWriter,
+    /// Which tenants have webhook subscriptions, and the outbox worker's wake-up.
+    outbox: Arc<super::sqlite_webhooks::Outbox>,
 }
 
 impl SqliteStore {
@@ -35,6 +37,11 @@ impl SqliteStore {
     /// The read pool.
     pub(super) fn reader(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// The outbox's in-memory state.
+    pub(super) fn outbox(&self) -> &super::sqlite_webhooks::Outbox {
+        &self.outbox
     }
 
     pub async fn connect(url: &str, options: &ConnectOptions) -> StoreResult<Self> {
@@ -70,11 +77,13 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout.max(Duration::from_secs(10)))
             .connect_with(connect)
             .await?;
-        let appends = super::sqlite_writer::GroupWriter::start(writer.clone());
+        let outbox = Arc::new(super::sqlite_webhooks::Outbox::load(&pool).await?);
+        let appends = super::sqlite_writer::GroupWriter::start(writer.clone(), outbox.clone());
         Ok(Self {
             pool,
             writer,
             appends,
+            outbox,
         })
     }
 }
@@ -222,7 +231,8 @@ impl Store for SqliteStore {
         tenant: &TenantId,
         id: &SessionId,
     ) -> StoreResult<Option<SessionRecord>> {
-        let at = ts(now());
+        let closed_at = now();
+        let at = ts(closed_at);
         // Explicit transaction: see `create_session`.
         let mut tx = self.writer.begin().await?;
         let row = sqlx::query(&format!(
@@ -236,8 +246,21 @@ impl Store for SqliteStore {
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
         .await?;
+        let record = row.as_ref().map(session_from_row).transpose()?;
+        // This close closed it (an earlier one kept its own `closed_at`): notify, in the
+        // same transaction.
+        if record
+            .as_ref()
+            .is_some_and(|record| record.closed_at == Some(closed_at))
+        {
+            let notice = crate::webhooks::session_closed(id.as_str(), closed_at);
+            self.outbox
+                .insert(&mut tx, tenant, id, &at, std::slice::from_ref(&notice))
+                .await?;
+        }
         tx.commit().await?;
-        row.as_ref().map(session_from_row).transpose()
+        self.outbox.wake_if_written();
+        Ok(record)
     }
 
     async fn append(
@@ -1222,6 +1245,66 @@ impl Store for SqliteStore {
         query: &crate::usage::UsageQuery,
     ) -> StoreResult<Vec<crate::usage::UsageGroup>> {
         super::sqlite_usage::report(&self.pool, tenant, query).await
+    }
+
+    async fn create_webhook(
+        &self,
+        tenant: &TenantId,
+        webhook: NewWebhook,
+        caps: WebhookCaps,
+    ) -> StoreResult<Result<WebhookRecord, WebhookCapReached>> {
+        self.create_webhook_tx(tenant, webhook, caps).await
+    }
+
+    async fn list_webhooks(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> StoreResult<Vec<WebhookRecord>> {
+        self.list_webhooks_tx(tenant, session).await
+    }
+
+    async fn get_webhook(&self, tenant: &TenantId, id: &str) -> StoreResult<Option<WebhookRecord>> {
+        self.get_webhook_tx(tenant, id).await
+    }
+
+    async fn delete_webhook(&self, tenant: &TenantId, id: &str) -> StoreResult<bool> {
+        self.delete_webhook_tx(tenant, id).await
+    }
+
+    async fn list_webhook_deliveries(
+        &self,
+        tenant: &TenantId,
+        webhook: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        self.list_deliveries_tx(tenant, webhook, before, limit)
+            .await
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        lease: Duration,
+        limit: u32,
+    ) -> StoreResult<Vec<DueDelivery>> {
+        self.claim_deliveries(lease, limit).await
+    }
+
+    async fn finish_webhook_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
+        self.finish_attempt(result).await
+    }
+
+    async fn next_webhook_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
+        self.next_due().await
+    }
+
+    async fn purge_webhook_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        self.purge_deliveries(before).await
+    }
+
+    fn webhook_wakeup(&self) -> Arc<tokio::sync::Notify> {
+        self.outbox.wakeup.clone()
     }
 }
 

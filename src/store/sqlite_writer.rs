@@ -21,10 +21,12 @@
 
 use super::postgres::{build_append_result, role_str};
 use super::sqlite::{parse_ts, ts};
+use super::sqlite_webhooks::Outbox;
 use super::{AppendBatch, AppendResult, StoreError, StoreResult};
 use crate::ids::{SessionId, TenantId};
 use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::{Row, SqliteConnection, SqlitePool};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 /// Appends waiting for the writer at most; more wait to be queued.
@@ -51,9 +53,9 @@ pub(super) struct GroupWriter {
 
 impl GroupWriter {
     /// Starts the writer task on the current runtime; it writes through `writer`.
-    pub(super) fn start(writer: SqlitePool) -> Self {
+    pub(super) fn start(writer: SqlitePool, outbox: Arc<Outbox>) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
-        tokio::spawn(run(writer, queue));
+        tokio::spawn(run(writer, queue, outbox));
         Self { jobs }
     }
 
@@ -80,17 +82,18 @@ impl GroupWriter {
     }
 }
 
-async fn run(pool: SqlitePool, mut queue: mpsc::Receiver<AppendJob>) {
+async fn run(pool: SqlitePool, mut queue: mpsc::Receiver<AppendJob>, outbox: Arc<Outbox>) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
-        write_group(&pool, std::mem::take(&mut group)).await;
+        write_group(&pool, &outbox, std::mem::take(&mut group)).await;
+        outbox.wake_if_written();
     }
 }
 
 /// Writes `jobs` in one transaction, or each alone when the group failed.
-async fn write_group(pool: &SqlitePool, jobs: Vec<AppendJob>) {
+async fn write_group(pool: &SqlitePool, outbox: &Outbox, jobs: Vec<AppendJob>) {
     if jobs.len() > 1 {
-        match together(pool, &jobs).await {
+        match together(pool, outbox, &jobs).await {
             Group::Committed(results) => {
                 for (job, result) in jobs.into_iter().zip(results) {
                     let _ = job.reply.send(result);
@@ -107,7 +110,7 @@ async fn write_group(pool: &SqlitePool, jobs: Vec<AppendJob>) {
         }
     }
     for job in jobs {
-        let result = alone(pool, &job).await;
+        let result = alone(pool, outbox, &job).await;
         let _ = job.reply.send(result);
     }
 }
@@ -121,7 +124,7 @@ enum Group {
     Replay,
 }
 
-async fn together(pool: &SqlitePool, jobs: &[AppendJob]) -> Group {
+async fn together(pool: &SqlitePool, outbox: &Outbox, jobs: &[AppendJob]) -> Group {
     let mut tx = match pool.begin().await {
         Ok(tx) => tx,
         Err(error) => {
@@ -133,7 +136,7 @@ async fn together(pool: &SqlitePool, jobs: &[AppendJob]) -> Group {
     };
     let mut results = Vec::with_capacity(jobs.len());
     for job in jobs {
-        match append_in(&mut tx, &job.tenant, &job.session, &job.batch).await {
+        match append_in(&mut tx, outbox, &job.tenant, &job.session, &job.batch).await {
             // Refused at its fence check, its first write: it wrote nothing.
             Err(StoreError::LeaseLost) => results.push(Err(StoreError::LeaseLost)),
             Err(error) => {
@@ -152,9 +155,9 @@ async fn together(pool: &SqlitePool, jobs: &[AppendJob]) -> Group {
     }
 }
 
-async fn alone(pool: &SqlitePool, job: &AppendJob) -> StoreResult<AppendResult> {
+async fn alone(pool: &SqlitePool, outbox: &Outbox, job: &AppendJob) -> StoreResult<AppendResult> {
     let mut tx = pool.begin().await?;
-    let result = append_in(&mut tx, &job.tenant, &job.session, &job.batch).await?;
+    let result = append_in(&mut tx, outbox, &job.tenant, &job.session, &job.batch).await?;
     tx.commit().await?;
     Ok(result)
 }
@@ -167,6 +170,7 @@ fn now() -> DateTime<Utc> {
 /// `LeaseLost` leaves the transaction as it found it.
 async fn append_in(
     conn: &mut SqliteConnection,
+    outbox: &Outbox,
     tenant: &TenantId,
     session: &SessionId,
     batch: &AppendBatch,
@@ -299,6 +303,14 @@ async fn append_in(
         });
         insert.build().execute(&mut *conn).await?;
     }
+    let notices = crate::webhooks::notices(
+        session.as_str(),
+        super::event_views(&batch.events, &result.events),
+        created_at,
+    );
+    outbox
+        .insert(&mut *conn, tenant, session, &created, &notices)
+        .await?;
     let contents: Vec<String> = batch
         .messages
         .iter()

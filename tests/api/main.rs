@@ -17,6 +17,7 @@ mod idempotency;
 mod limits;
 mod mcp;
 mod openapi;
+mod outbound_webhooks;
 mod pg_outage;
 #[path = "../support/proxy.rs"]
 mod proxy;
@@ -35,4 +36,6 @@ mod usage;
 mod web_fetch;
 mod web_fetch_pdf;
 mod web_search;
+#[path = "../support/webhook_receiver.rs"]
+mod webhook_receiver;
 mod webhooks;

@@ -1,0 +1,358 @@
+//! Outbound webhooks on Postgres: subscriptions and deliveries under row-level security for
+//! tenant work; the worker's claims are system-level and use `FOR UPDATE SKIP LOCKED` plus a
+//! lease column, so several replicas on one database share the outbox without sending one
+//! attempt twice. The outbox rows of an append are written by the statement that inserts its
+//! events (see [`insert_events`]): an append notifying nobody costs nothing more.
+
+use super::postgres::PgStore;
+use super::*;
+use crate::webhooks::{DeliveryAttempt, DeliveryStatus, Notice, WebhookEvent};
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgRow;
+use sqlx::types::Json;
+use sqlx::{PgConnection, Row};
+
+/// A fresh `webhook-id`, made by the database inside the inserting statement.
+const NEW_DELIVERY_ID: &str = "'msg_' || replace(gen_random_uuid()::text, '-', '')";
+
+/// Inserts the events of an append (`seqs`, `kinds`, `payloads`, `runs`: one entry per
+/// event) and, in the same statement, one outbox row per notice and subscription of the
+/// tenant (or of the session) to the notice's event. Returns the outbox rows written.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn insert_events(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    session: &SessionId,
+    at: DateTime<Utc>,
+    seqs: &[i64],
+    kinds: &[&str],
+    payloads: &[String],
+    runs: &[Option<&str>],
+    notices: &[Notice],
+) -> StoreResult<u64> {
+    const EVENTS: &str = "INSERT INTO events (session_id, tenant_id, created_at, seq, kind, \
+         payload, run_id) \
+         SELECT $1, $2, $3, seq, kind, payload::jsonb, run_id \
+         FROM UNNEST($4::bigint[], $5::text[], $6::text[], $7::text[]) \
+             AS t(seq, kind, payload, run_id)";
+    let query = if notices.is_empty() {
+        EVENTS.to_owned()
+    } else {
+        // A data-modifying WITH runs to completion whatever the main statement reads.
+        format!(
+            "WITH inserted AS ({EVENTS}) \
+             INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, session_id, event_type, \
+                 body, next_attempt_at, created_at) \
+             SELECT {NEW_DELIVERY_ID}, $2, s.id, $1, n.event_type, n.body, $3, $3 \
+             FROM UNNEST($8::text[], $9::text[]) AS n(event_type, body) \
+             JOIN webhook_subscriptions s ON s.tenant_id = $2 \
+                 AND (s.session_id IS NULL OR s.session_id = $1) \
+                 AND n.event_type = ANY(s.events)"
+        )
+    };
+    let mut statement = sqlx::query(&query)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(at)
+        .bind(seqs)
+        .bind(kinds)
+        .bind(payloads)
+        .bind(runs);
+    if !notices.is_empty() {
+        let events: Vec<&str> = notices.iter().map(|n| n.event.as_str()).collect();
+        let bodies: Vec<&str> = notices.iter().map(|n| n.body.as_str()).collect();
+        statement = statement.bind(events).bind(bodies);
+    }
+    let done = statement.execute(conn).await?;
+    Ok(if notices.is_empty() {
+        0
+    } else {
+        done.rows_affected()
+    })
+}
+
+/// The `UPDATE` of a session close that also writes the `session.closed` outbox rows when
+/// this close is the one that closed it (`$1` session, `$2` tenant, `$3` now, `$4` body).
+/// Returns the session columns plus `notified` (outbox rows written).
+pub(super) fn close_session_sql(session_columns: &str) -> String {
+    format!(
+        "WITH closed AS ( \
+             UPDATE sessions SET status = 'closed', \
+                 closed_at = COALESCE(closed_at, $3), updated_at = $3 \
+             WHERE id = $1 AND tenant_id = $2 \
+             RETURNING {session_columns}, closed_at = $3 AS newly), \
+         notified AS ( \
+             INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, session_id, event_type, \
+                 body, next_attempt_at, created_at) \
+             SELECT {NEW_DELIVERY_ID}, $2, s.id, $1, 'session.closed', $4, $3, $3 \
+             FROM closed JOIN webhook_subscriptions s ON closed.newly AND s.tenant_id = $2 \
+                 AND (s.session_id IS NULL OR s.session_id = $1) \
+                 AND 'session.closed' = ANY(s.events) \
+             RETURNING 1) \
+         SELECT closed.*, (SELECT count(*) FROM notified) AS notified FROM closed"
+    )
+}
+
+const WEBHOOK_COLUMNS: &str = "id, session_id, url, events, created_at";
+
+fn webhook_from_row(row: &PgRow) -> StoreResult<WebhookRecord> {
+    let names: Vec<String> = row.try_get("events")?;
+    Ok(WebhookRecord {
+        id: row.try_get("id")?,
+        session_id: row.try_get("session_id")?,
+        url: row.try_get("url")?,
+        events: names
+            .iter()
+            .filter_map(|name| WebhookEvent::parse(name))
+            .collect(),
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+const DELIVERY_COLUMNS: &str = "position, id, webhook_id, session_id, event_type, status, \
+     attempts, created_at, next_attempt_at, delivered_at, attempt_log";
+
+fn delivery_from_row(row: &PgRow) -> StoreResult<DeliveryRecord> {
+    let status: String = row.try_get("status")?;
+    let status = DeliveryStatus::parse(&status)
+        .ok_or_else(|| StoreError::Internal(format!("unknown delivery status {status}")))?;
+    Ok(DeliveryRecord {
+        id: row.try_get("id")?,
+        position: row.try_get("position")?,
+        webhook_id: row.try_get("webhook_id")?,
+        session_id: row.try_get("session_id")?,
+        event_type: row.try_get("event_type")?,
+        status,
+        attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
+        created_at: row.try_get("created_at")?,
+        next_attempt_at: (status == DeliveryStatus::Pending)
+            .then(|| row.try_get("next_attempt_at"))
+            .transpose()?,
+        delivered_at: row.try_get("delivered_at")?,
+        attempt_log: row
+            .try_get::<Json<Vec<DeliveryAttempt>>, _>("attempt_log")?
+            .0,
+    })
+}
+
+impl PgStore {
+    pub(super) async fn create_webhook_tx(
+        &self,
+        tenant: &TenantId,
+        webhook: NewWebhook,
+        caps: WebhookCaps,
+    ) -> StoreResult<Result<WebhookRecord, WebhookCapReached>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        super::postgres_limits::lock_tenant(&mut tx, tenant).await?;
+        let (count, cap) = match &webhook.session {
+            Some(session) => {
+                sqlx::query("SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2")
+                    .bind(session.as_str())
+                    .bind(tenant.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                let count: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM webhook_subscriptions \
+                     WHERE tenant_id = $1 AND session_id = $2",
+                )
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+                (
+                    count,
+                    WebhookCapReached {
+                        max: caps.per_session,
+                        scope: "per session",
+                    },
+                )
+            }
+            None => {
+                let count: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM webhook_subscriptions \
+                     WHERE tenant_id = $1 AND session_id IS NULL",
+                )
+                .bind(tenant.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+                (
+                    count,
+                    WebhookCapReached {
+                        max: caps.per_tenant,
+                        scope: "per tenant",
+                    },
+                )
+            }
+        };
+        if count >= i64::from(cap.max) {
+            return Ok(Err(cap));
+        }
+        let events: Vec<&str> = webhook.events.iter().map(|e| e.as_str()).collect();
+        let row = sqlx::query(&format!(
+            "INSERT INTO webhook_subscriptions (id, tenant_id, session_id, url, events, secret, \
+                 created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {WEBHOOK_COLUMNS}"
+        ))
+        .bind(&webhook.id)
+        .bind(tenant.as_str())
+        .bind(webhook.session.as_ref().map(|s| s.as_str()))
+        .bind(&webhook.url)
+        .bind(&events)
+        .bind(&webhook.secret)
+        .bind(Utc::now())
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Ok(webhook_from_row(&row)?))
+    }
+
+    pub(super) async fn list_webhooks_tx(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> StoreResult<Vec<WebhookRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhook_subscriptions \
+             WHERE tenant_id = $1 AND session_id IS NOT DISTINCT FROM $2 \
+             ORDER BY created_at, id"
+        ))
+        .bind(tenant.as_str())
+        .bind(session.map(|s| s.as_str()))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(webhook_from_row).collect()
+    }
+
+    pub(super) async fn get_webhook_tx(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> StoreResult<Option<WebhookRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row = sqlx::query(&format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhook_subscriptions WHERE id = $1 AND tenant_id = $2"
+        ))
+        .bind(id)
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        row.as_ref().map(webhook_from_row).transpose()
+    }
+
+    pub(super) async fn delete_webhook_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<bool> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let deleted =
+            sqlx::query("DELETE FROM webhook_subscriptions WHERE id = $1 AND tenant_id = $2")
+                .bind(id)
+                .bind(tenant.as_str())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        tx.commit().await?;
+        Ok(deleted == 1)
+    }
+
+    pub(super) async fn list_deliveries_tx(
+        &self,
+        tenant: &TenantId,
+        webhook: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries \
+             WHERE tenant_id = $1 AND webhook_id = $2 AND position < $3 \
+             ORDER BY position DESC LIMIT $4"
+        ))
+        .bind(tenant.as_str())
+        .bind(webhook)
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(delivery_from_row).collect()
+    }
+
+    pub(super) async fn claim_deliveries(
+        &self,
+        lease: Duration,
+        limit: u32,
+    ) -> StoreResult<Vec<DueDelivery>> {
+        let now = Utc::now();
+        let rows = sqlx::query(
+            "UPDATE webhook_deliveries d SET attempts = d.attempts + 1, lease_until = $1 \
+             FROM webhook_subscriptions s \
+             WHERE s.id = d.webhook_id AND d.position IN ( \
+                 SELECT position FROM webhook_deliveries \
+                 WHERE status = 'pending' AND next_attempt_at <= $2 \
+                     AND (lease_until IS NULL OR lease_until <= $2) \
+                 ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+             RETURNING d.id, d.tenant_id, d.webhook_id, d.session_id, d.event_type, d.body, \
+                 d.attempts, d.created_at, s.url, s.secret",
+        )
+        .bind(now + super::lease_span(lease))
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(DueDelivery {
+                    id: row.try_get("id")?,
+                    tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
+                    webhook_id: row.try_get("webhook_id")?,
+                    session_id: row.try_get("session_id")?,
+                    event_type: row.try_get("event_type")?,
+                    body: row.try_get("body")?,
+                    attempt: row.try_get::<i32, _>("attempts")?.max(0) as u32,
+                    created_at: row.try_get("created_at")?,
+                    url: row.try_get("url")?,
+                    secret: row.try_get("secret")?,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn finish_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE webhook_deliveries SET status = $2, \
+                 next_attempt_at = COALESCE($3, next_attempt_at), lease_until = NULL, \
+                 delivered_at = CASE WHEN $2 = 'delivered' THEN $4 END, \
+                 attempt_log = attempt_log || $5 \
+             WHERE id = $1 AND attempts = $6 AND status = 'pending'",
+        )
+        .bind(&result.delivery_id)
+        .bind(result.status.as_str())
+        .bind(result.next_attempt_at)
+        .bind(result.log.at)
+        .bind(Json(vec![&result.log]))
+        .bind(result.log.attempt as i32)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
+        Ok(sqlx::query_scalar(
+            "SELECT min(GREATEST(next_attempt_at, lease_until)) FROM webhook_deliveries \
+             WHERE status = 'pending'",
+        )
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    pub(super) async fn purge_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        Ok(sqlx::query(
+            "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND created_at < $1",
+        )
+        .bind(before)
+        .execute(self.pool())
+        .await?
+        .rows_affected())
+    }
+}
