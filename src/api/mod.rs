@@ -7,6 +7,7 @@ pub mod events;
 pub mod extract;
 pub mod health;
 pub mod idempotency;
+pub mod mcp_servers;
 pub mod outputs;
 pub mod runs;
 pub mod sessions;
@@ -56,9 +57,14 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         approvals::list_grants,
         approvals::revoke_grant,
         usage::get_usage,
+        mcp_servers::create_server,
+        mcp_servers::list_servers,
+        mcp_servers::get_server,
+        mcp_servers::replace_server,
+        mcp_servers::delete_server,
     ),
     modifiers(&BearerAuth),
-    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "health"))
+    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "mcp-servers"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -143,7 +149,17 @@ pub fn router(state: AppState) -> Router {
             "/sessions/{id}/grants/{grant_id}",
             axum::routing::delete(approvals::revoke_grant),
         )
-        .route("/usage", get(usage::get_usage));
+        .route("/usage", get(usage::get_usage))
+        .route(
+            "/mcp-servers",
+            get(mcp_servers::list_servers).post(mcp_servers::create_server),
+        )
+        .route(
+            "/mcp-servers/{name}",
+            get(mcp_servers::get_server)
+                .put(mcp_servers::replace_server)
+                .delete(mcp_servers::delete_server),
+        );
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
