@@ -203,7 +203,7 @@ async fn error_text(response: reqwest::Response) -> String {
 
 /// The events of an event stream, each at most `max` bytes.
 fn events(response: reqwest::Response, max: usize) -> BoxStream<'static, Result<Sse, SseError>> {
-    SseStream::from_byte_stream(EventBound {
+    SseStream::from_bytes_stream(EventBound {
         inner: response.bytes_stream().boxed(),
         max,
         event_bytes: 0,
