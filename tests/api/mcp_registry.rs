@@ -135,7 +135,12 @@ async fn crud_scopes_and_secrets(app: TestApp) {
     assert!(!text.contains("stdio-s3cret"), "{text}");
     let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["server"]["env"]["FIXTURE_TOKEN"], "<redacted>");
-    let created = register(&app, &root, &http_entry("hx", &fixture.url("127.0.0.1"), "tok-123")).await;
+    let created = register(
+        &app,
+        &root,
+        &http_entry("hx", &fixture.url("127.0.0.1"), "tok-123"),
+    )
+    .await;
     assert_eq!(created.status(), 201);
     let again = register(&app, &root, &stdio_entry("fx")).await;
     assert_eq!(error_code(again).await, (409, "CONFLICT".into()));
@@ -177,10 +182,10 @@ async fn crud_scopes_and_secrets(app: TestApp) {
         .create_session(
             "acme",
             &json!({"use_mcp_servers": ["hx"], "permission": {"mode": "bypass"},
-                    "model": {"script": calls(&[
-                        ("SearchExtraTools", json!({"query": "echo"})),
-                        ("ExecuteExtraTool", json!({"name": "mcp__hx__echo", "input": {"text": "kept"}})),
-                    ])}}),
+            "model": {"script": calls(&[
+                ("SearchExtraTools", json!({"query": "echo"})),
+                ("ExecuteExtraTool", json!({"name": "mcp__hx__echo", "input": {"text": "kept"}})),
+            ])}}),
         )
         .await;
     app.prompt(&user, &id, "go").await;
@@ -188,7 +193,10 @@ async fn crud_scopes_and_secrets(app: TestApp) {
         .await;
     let results = tool_results(&app.messages(&user, &id).await);
     assert!(
-        results[1]["content"].as_str().unwrap().starts_with("echo: kept"),
+        results[1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("echo: kept"),
         "{results:?}"
     );
     // Deleting needs tenant:admin too.
@@ -212,27 +220,49 @@ async fn hostile_entries_are_refused_with_their_field() {
     .unwrap();
     let root = admin(&app, "acme");
     let http = |extra: Value| {
-        let mut entry = json!({"name": "h", "transport": "http", "url": "https://mcp.example.com/mcp"});
-        entry.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let mut entry =
+            json!({"name": "h", "transport": "http", "url": "https://mcp.example.com/mcp"});
+        entry
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         entry
     };
     let cases = [
         (json!({"name": "a__b", "command": "x"}), "name"),
         (json!({"name": "", "command": "x"}), "name"),
         (json!({"name": "a", "command": "x", "bogus": 1}), "(root)"),
-        (json!({"name": "a", "command": "x", "transport": "pigeon"}), "transport"),
-        (json!({"name": "a", "command": "x", "url": "https://x.example"}), "url"),
-        (json!({"name": "a", "command": "x", "args": ["a".repeat(70_000)]}), "(root)"),
-        (json!({"name": "a", "command": "x", "env": {"K": "<redacted>"}}), "env"),
+        (
+            json!({"name": "a", "command": "x", "transport": "pigeon"}),
+            "transport",
+        ),
+        (
+            json!({"name": "a", "command": "x", "url": "https://x.example"}),
+            "url",
+        ),
+        (
+            json!({"name": "a", "command": "x", "args": ["a".repeat(70_000)]}),
+            "(root)",
+        ),
+        (
+            json!({"name": "a", "command": "x", "env": {"K": "<redacted>"}}),
+            "env",
+        ),
         (http(json!({"url": "ftp://x.example/"})), "url"),
         (http(json!({"url": "https://user:pw@x.example/"})), "url"),
         (http(json!({"url": "http://127.0.0.1:9/mcp"})), "url"),
         (http(json!({"url": "http://[::1]:9/mcp"})), "url"),
         (http(json!({"url": "http://169.254.169.254/"})), "url"),
         (http(json!({"command": "x"})), "command"),
-        (http(json!({"headers": {"Authorization": "Basic x"}})), "headers"),
+        (
+            http(json!({"headers": {"Authorization": "Basic x"}})),
+            "headers",
+        ),
         (http(json!({"headers": {"Bad Name": "x"}})), "headers"),
-        (http(json!({"headers": {"X-A": "line\r\nbreak"}})), "headers"),
+        (
+            http(json!({"headers": {"X-A": "line\r\nbreak"}})),
+            "headers",
+        ),
         (http(json!({"bearer_token": ""})), "bearer_token"),
         (http(json!({"bearer_token": "<redacted>"})), "bearer_token"),
         (json!({"name": "h", "transport": "http"}), "url"),
@@ -245,7 +275,10 @@ async fn hostile_entries_are_refused_with_their_field() {
     }
     // Too many servers for the tenant: 429 naming the limit, nothing written.
     for name in ["a", "b"] {
-        assert_eq!(register(&app, &root, &stdio_entry(name)).await.status(), 201);
+        assert_eq!(
+            register(&app, &root, &stdio_entry(name)).await.status(),
+            201
+        );
     }
     let over = register(&app, &root, &stdio_entry("c")).await;
     assert_eq!(over.status(), 429);
@@ -270,7 +303,10 @@ async fn hostile_entries_are_refused_with_their_field() {
     }
     // The server still serves another tenant.
     let other = admin(&app, "globex");
-    assert_eq!(register(&app, &other, &stdio_entry("a")).await.status(), 201);
+    assert_eq!(
+        register(&app, &other, &stdio_entry("a")).await.status(),
+        201
+    );
     app.create_session("globex", &json!({"use_mcp_servers": ["a"]}))
         .await;
 }
@@ -281,7 +317,10 @@ async fn sessions_call_registered_stdio_and_http_tools(backend: Backend) {
     };
     let fixture = HttpFixture::start(Some("tok-123"));
     let root = admin(&app, "acme");
-    assert_eq!(register(&app, &root, &stdio_entry("fx")).await.status(), 201);
+    assert_eq!(
+        register(&app, &root, &stdio_entry("fx")).await.status(),
+        201
+    );
     let entry = http_entry("hx", &fixture.url("localhost"), "tok-123");
     assert_eq!(register(&app, &root, &entry).await.status(), 201);
     let user = app.token("acme");
@@ -307,16 +346,26 @@ async fn sessions_call_registered_stdio_and_http_tools(backend: Backend) {
     let events = app
         .wait_for_events(&user, &id, |e| count(e, "terminal") >= 1)
         .await;
-    assert_eq!(count(&events, "approval_requested"), 1, "the rule allows mcp__hx__*");
+    assert_eq!(
+        count(&events, "approval_requested"),
+        1,
+        "the rule allows mcp__hx__*"
+    );
     let executing: Vec<&str> = events
         .iter()
         .filter(|e| e["type"] == "tool_executing")
         .map(|e| e["payload"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(executing, ["mcp__fx__env", "mcp__hx__echo", "mcp__hx__fail"]);
+    assert_eq!(
+        executing,
+        ["mcp__fx__env", "mcp__hx__echo", "mcp__hx__fail"]
+    );
     let results = tool_results(&app.messages(&user, &id).await);
     let env: Value = serde_json::from_str(results[0]["content"].as_str().unwrap()).unwrap();
-    assert_eq!(env["FIXTURE_TOKEN"], "stdio-s3cret", "the registered env reaches the server");
+    assert_eq!(
+        env["FIXTURE_TOKEN"], "stdio-s3cret",
+        "the registered env reaches the server"
+    );
     assert!(
         results[1]["content"]
             .as_str()
@@ -431,7 +480,10 @@ async fn an_http_server_on_a_non_public_address_is_refused_by_egress() {
     // The tenant admin's registration of an IP literal is refused at once.
     let root = admin(&app, "acme");
     let entry = json!({"name": "local", "transport": "http", "url": fixture.url("127.0.0.1")});
-    assert_eq!(invalid_field(register(&app, &root, &entry).await).await, "url");
+    assert_eq!(
+        invalid_field(register(&app, &root, &entry).await).await,
+        "url"
+    );
 }
 
 #[tokio::test]
@@ -439,24 +491,35 @@ async fn registrations_and_sessions_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = test_settings(dir.path());
     configure(&mut settings, false);
-    let app = TestApp::start(settings.clone(), Backend::Sqlite, tempfile::tempdir().unwrap()).await;
+    let app = TestApp::start(
+        settings.clone(),
+        Backend::Sqlite,
+        tempfile::tempdir().unwrap(),
+    )
+    .await;
     let root = admin(&app, "acme");
-    assert_eq!(register(&app, &root, &stdio_entry("fx")).await.status(), 201);
+    assert_eq!(
+        register(&app, &root, &stdio_entry("fx")).await.status(),
+        201
+    );
     let user = app.token("acme");
     let id = app
         .create_session(
             "acme",
             &json!({"use_mcp_servers": ["fx"], "permission": {"mode": "bypass"},
-                    "model": {"script": {"per_prompt": true, "turns": [
-                        {"tool_calls": [{"name": "mcp__fx__echo", "input": {"text": "again"}}]},
-                        {"text": "done"}
-                    ]}}}),
+            "model": {"script": {"per_prompt": true, "turns": [
+                {"tool_calls": [{"name": "mcp__fx__echo", "input": {"text": "again"}}]},
+                {"text": "done"}
+            ]}}}),
         )
         .await;
     app.prompt(&user, &id, "go").await;
     app.wait_for_events(&user, &id, |e| count(e, "terminal") >= 1)
         .await;
-    assert_eq!(state_of(&session(&app, &user, &id).await, "fx")["state"], "ready");
+    assert_eq!(
+        state_of(&session(&app, &user, &id).await, "fx")["state"],
+        "ready"
+    );
     drop(app);
     let app = TestApp::start(settings, Backend::Sqlite, tempfile::tempdir().unwrap()).await;
     let user = app.token("acme");
@@ -473,10 +536,16 @@ async fn registrations_and_sessions_survive_a_restart() {
     let results = tool_results(&app.messages(&user, &id).await);
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(
-        results[1]["content"].as_str().unwrap().starts_with("echo: again"),
+        results[1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("echo: again"),
         "{results:?}"
     );
-    assert_eq!(state_of(&session(&app, &user, &id).await, "fx")["state"], "ready");
+    assert_eq!(
+        state_of(&session(&app, &user, &id).await, "fx")["state"],
+        "ready"
+    );
 }
 
 /// A replica died while an MCP call was executing (its `tool_executing` is the last event):
@@ -576,5 +645,8 @@ async fn an_mcp_call_cut_by_a_crash_is_interrupted_and_not_rerun() {
         .join("workspaces/acme")
         .join(session.as_str())
         .join("marker");
-    assert!(!marker.exists(), "the interrupted MCP call ran a second time");
+    assert!(
+        !marker.exists(),
+        "the interrupted MCP call ran a second time"
+    );
 }
