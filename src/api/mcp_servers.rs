@@ -36,7 +36,10 @@ fn parse_entry(body: Value) -> ApiResult<McpServerConfig> {
     }
     let size = serde_json::to_vec(&body).map_or(usize::MAX, |bytes| bytes.len());
     if size > MAX_ENTRY_BYTES {
-        return Err(invalid("(root)", format!("at most {MAX_ENTRY_BYTES} bytes as JSON")));
+        return Err(invalid(
+            "(root)",
+            format!("at most {MAX_ENTRY_BYTES} bytes as JSON"),
+        ));
     }
     let entry: McpServerConfig = serde_path_to_error::deserialize(body).map_err(|error| {
         let path = error.path().to_string();
@@ -187,7 +190,10 @@ pub async fn replace_server(
     principal.require(scopes::TENANT_ADMIN)?;
     let entry = parse_entry(body)?;
     if entry.name != name {
-        return Err(invalid("name", "must be the name in the path (delete and create to rename)"));
+        return Err(invalid(
+            "name",
+            "must be the name in the path (delete and create to rename)",
+        ));
     }
     let current = state
         .store
@@ -196,7 +202,12 @@ pub async fn replace_server(
         .ok_or_else(|| ApiError::not_found("MCP server"))?;
     let entry = entry
         .keep_secrets_of(&registry::entry(&current)?)
-        .map_err(|field| invalid(&field, "`<redacted>` but no value is stored: send the value"))?;
+        .map_err(|field| {
+            invalid(
+                &field,
+                "`<redacted>` but no value is stored: send the value",
+            )
+        })?;
     check_entry(&state, &entry)?;
     let record = state
         .store
@@ -220,7 +231,11 @@ pub async fn delete_server(
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     principal.require(scopes::TENANT_ADMIN)?;
-    if !state.store.delete_mcp_server(&principal.tenant, &name).await? {
+    if !state
+        .store
+        .delete_mcp_server(&principal.tenant, &name)
+        .await?
+    {
         return Err(ApiError::not_found("MCP server"));
     }
     tracing::info!(server = %name, "MCP server deleted");

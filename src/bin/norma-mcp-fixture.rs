@@ -150,29 +150,30 @@ async fn serve_http(addr: &str, token: Option<String>) -> Result<(), Box<dyn std
         StreamableHttpServerConfig::default(),
     );
     let expected = token.map(|token| format!("Bearer {token}"));
-    let router = axum::Router::new()
-        .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn(
-            move |request: axum::extract::Request, next: axum::middleware::Next| {
-                let expected = expected.clone();
-                async move {
-                    let given = request
-                        .headers()
-                        .get(axum::http::header::AUTHORIZATION)
-                        .and_then(|value| value.to_str().ok());
-                    match &expected {
-                        Some(expected) if given != Some(expected.as_str()) => {
-                            axum::response::IntoResponse::into_response((
-                                axum::http::StatusCode::UNAUTHORIZED,
-                                [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-                                "a bearer token is required",
-                            ))
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let expected = expected.clone();
+                    async move {
+                        let given = request
+                            .headers()
+                            .get(axum::http::header::AUTHORIZATION)
+                            .and_then(|value| value.to_str().ok());
+                        match &expected {
+                            Some(expected) if given != Some(expected.as_str()) => {
+                                axum::response::IntoResponse::into_response((
+                                    axum::http::StatusCode::UNAUTHORIZED,
+                                    [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+                                    "a bearer token is required",
+                                ))
+                            }
+                            _ => next.run(request).await,
                         }
-                        _ => next.run(request).await,
                     }
-                }
-            },
-        ));
+                },
+            ));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     {
         let mut out = std::io::stdout().lock();

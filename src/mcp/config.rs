@@ -287,7 +287,11 @@ impl McpServerConfig {
         if self.headers.values().any(McpSecret::is_placeholder) {
             return err("headers", placeholder());
         }
-        if self.bearer_token.as_ref().is_some_and(McpSecret::is_placeholder) {
+        if self
+            .bearer_token
+            .as_ref()
+            .is_some_and(McpSecret::is_placeholder)
+        {
             return err("bearer_token", placeholder());
         }
         if let Some(tools) = &self.tools {
@@ -330,7 +334,11 @@ impl McpServerConfig {
     pub fn keep_secrets_of(mut self, stored: &Self) -> Result<Self, String> {
         for (name, value) in &mut self.env {
             if value == super::secret::REDACTED {
-                *value = stored.env.get(name).cloned().ok_or_else(|| "env".to_owned())?;
+                *value = stored
+                    .env
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| "env".to_owned())?;
             }
         }
         for (name, value) in &mut self.headers {
@@ -342,7 +350,11 @@ impl McpServerConfig {
                     .ok_or_else(|| "headers".to_owned())?;
             }
         }
-        if self.bearer_token.as_ref().is_some_and(McpSecret::is_placeholder) {
+        if self
+            .bearer_token
+            .as_ref()
+            .is_some_and(McpSecret::is_placeholder)
+        {
             self.bearer_token = Some(
                 stored
                     .bearer_token
@@ -472,12 +484,19 @@ mod tests {
         let mut without = server.clone();
         without.bearer_token = None;
         assert_eq!(
-            server.clone().redacted().keep_secrets_of(&without).unwrap_err(),
+            server
+                .clone()
+                .redacted()
+                .keep_secrets_of(&without)
+                .unwrap_err(),
             "bearer_token"
         );
         let with = |extra: serde_json::Value| {
             let mut value = ok.clone();
-            value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            value
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
             entry(value)
         };
         for (extra, field) in [
@@ -489,9 +508,14 @@ mod tests {
             (json!({"headers": {"X-A": "a\nb"}}), "headers"),
             (json!({"bearer_token": "<redacted>"}), "bearer_token"),
         ] {
-            assert_eq!(with(extra.clone()).validate().unwrap_err().0, field, "{extra}");
+            assert_eq!(
+                with(extra.clone()).validate().unwrap_err().0,
+                field,
+                "{extra}"
+            );
         }
-        let stdio_with_url = entry(json!({"name": "s", "command": "x", "url": "https://x.example"}));
+        let stdio_with_url =
+            entry(json!({"name": "s", "command": "x", "url": "https://x.example"}));
         assert_eq!(stdio_with_url.validate().unwrap_err().0, "url");
     }
 }

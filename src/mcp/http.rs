@@ -98,8 +98,9 @@ impl EgressHttp {
         auth: Option<String>,
         headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(url::Url, reqwest::RequestBuilder), Error> {
-        let url = url::Url::parse(uri)
-            .map_err(|error| StreamableHttpError::Client(HttpError::Transport(error.to_string())))?;
+        let url = url::Url::parse(uri).map_err(|error| {
+            StreamableHttpError::Client(HttpError::Transport(error.to_string()))
+        })?;
         self.egress
             .check_endpoint(uri)
             .map_err(|error| StreamableHttpError::Client(HttpError::from_egress(error)))?;
@@ -131,10 +132,13 @@ impl EgressHttp {
 
 fn media_type(headers: &HeaderMap) -> Option<String> {
     headers.get(CONTENT_TYPE).and_then(|value| {
-        value
-            .to_str()
-            .ok()
-            .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+        value.to_str().ok().map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        })
     })
 }
 
@@ -156,7 +160,11 @@ fn refusal(response: &reqwest::Response) -> Option<Error> {
             AuthRequiredError::new(challenge()),
         )),
         StatusCode::FORBIDDEN => Some(StreamableHttpError::UnexpectedServerResponse(
-            format!("HTTP 403: the server refuses the credentials ({})", challenge()).into(),
+            format!(
+                "HTTP 403: the server refuses the credentials ({})",
+                challenge()
+            )
+            .into(),
         )),
         StatusCode::TOO_MANY_REQUESTS => Some(HttpStatusError::new(status.as_u16(), None).into()),
         status if status.is_server_error() => {
@@ -168,7 +176,10 @@ fn refusal(response: &reqwest::Response) -> Option<Error> {
 
 /// The body of `response`, at most `cap` bytes (`TooLarge` past it).
 async fn read_capped(response: reqwest::Response, cap: usize) -> Result<Vec<u8>, Error> {
-    if response.content_length().is_some_and(|len| len > cap as u64) {
+    if response
+        .content_length()
+        .is_some_and(|len| len > cap as u64)
+    {
         return Err(StreamableHttpError::ResponseBodyTooLarge { max_size: cap });
     }
     let mut body = Vec::new();
@@ -332,8 +343,8 @@ impl StreamableHttpClient for EgressHttp {
                 {
                     return Ok(StreamableHttpPostResponse::Json(message, new_session));
                 }
-                let text = String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BYTES)])
-                    .into_owned();
+                let text =
+                    String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BYTES)]).into_owned();
                 return Err(StreamableHttpError::UnexpectedServerResponse(
                     format!("HTTP {status}: {text}").into(),
                 ));
@@ -485,9 +496,11 @@ mod tests {
     use super::*;
 
     async fn collect(chunks: Vec<&'static [u8]>, max: usize) -> Vec<Result<Bytes, String>> {
-        let stream = futures::stream::iter(chunks.into_iter().map(|c| {
-            Ok::<_, std::io::Error>(Bytes::from_static(c))
-        }));
+        let stream = futures::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c))),
+        );
         let bound = EventBound {
             inner: stream.boxed(),
             max,
@@ -503,6 +516,12 @@ mod tests {
         let ok = collect(vec![b"data: abc\n\n", b"data: def\n\n"], 9).await;
         assert!(ok.iter().all(Result::is_ok));
         let cut = collect(vec![b"data: abc\n", b"data: defghij\n\n"], 12).await;
-        assert!(cut.last().unwrap().as_ref().unwrap_err().contains("larger than 12"));
+        assert!(
+            cut.last()
+                .unwrap()
+                .as_ref()
+                .unwrap_err()
+                .contains("larger than 12")
+        );
     }
 }

@@ -343,10 +343,7 @@ impl McpServer {
     /// Connects to an `http` server through the egress client (see `super::http`).
     async fn start_http(&self) -> Result<Connection, String> {
         let transport = super::http::transport(&self.config, &self.egress)?;
-        let service = ()
-            .serve(transport)
-            .await
-            .map_err(|error| format!("handshake: {error}"))?;
+        let service = ().serve(transport).await.map_err(|error| format!("handshake: {error}"))?;
         let mut tools = service
             .peer()
             .list_all_tools()
