@@ -59,6 +59,8 @@ pub struct TenantLimits {
     pub workspace_bytes: u64,
     /// `Idempotency-Key`s remembered at once (each lives 24 hours after its request).
     pub idempotency_keys: u32,
+    /// MCP servers registered for the tenant (`/v1/mcp-servers`).
+    pub mcp_servers: u32,
 }
 
 impl Default for TenantLimits {
@@ -77,6 +79,7 @@ impl Default for TenantLimits {
             pending_approvals: 256,
             workspace_bytes: 10 * 1024 * 1024 * 1024,
             idempotency_keys: 10_000,
+            mcp_servers: 32,
         }
     }
 }
@@ -97,6 +100,7 @@ pub enum Limit {
     PendingApprovals,
     WorkspaceBytes,
     IdempotencyKeys,
+    McpServers,
 }
 
 impl Limit {
@@ -116,6 +120,7 @@ impl Limit {
             Self::PendingApprovals => "pending_approvals",
             Self::WorkspaceBytes => "workspace_bytes",
             Self::IdempotencyKeys => "idempotency_keys",
+            Self::McpServers => "mcp_servers",
         }
     }
 
@@ -135,6 +140,7 @@ impl Limit {
             Self::PendingApprovals => "pending approval requests",
             Self::WorkspaceBytes => "workspace bytes",
             Self::IdempotencyKeys => "idempotency keys remembered",
+            Self::McpServers => "registered MCP servers",
         }
     }
 }
@@ -187,6 +193,7 @@ impl TenantLimits {
             Limit::PendingApprovals => self.pending_approvals,
             Limit::WorkspaceBytes => u32::try_from(self.workspace_bytes).unwrap_or(u32::MAX),
             Limit::IdempotencyKeys => self.idempotency_keys,
+            Limit::McpServers => self.mcp_servers,
         }
     }
 

@@ -70,6 +70,12 @@ pub struct SessionConfig {
     /// README "MCP servers"). `trusted` needs a token with the `tenant:admin` scope.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
+    /// Names of MCP servers the tenant registered (`/v1/mcp-servers`) that the session uses.
+    /// At creation each one's entry is copied into `mcp_servers` (so the stored and shown
+    /// configuration lists it there); an unknown name, or one `mcp_servers` also declares,
+    /// is `422` naming `use_mcp_servers[i]`. At most 8 servers in all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub use_mcp_servers: Vec<String>,
     /// Free-form client data kept with the session (at most 16 KiB as JSON).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schema(value_type = Object)]
@@ -384,6 +390,8 @@ impl SessionConfig {
                 ConfigViolation::new(format!("permission.{list}[{index}]"), error.to_string())
             })?;
         crate::mcp::config::validate_servers(&self.mcp_servers)
+            .map_err(|(field, message)| ConfigViolation::new(field, message))?;
+        crate::mcp::registry::validate_uses(&self.use_mcp_servers)
             .map_err(|(field, message)| ConfigViolation::new(field, message))?;
         let metadata_size = serde_json::to_vec(&self.metadata).map_or(usize::MAX, |v| v.len());
         if metadata_size > MAX_METADATA_BYTES {

@@ -7,6 +7,7 @@ pub mod events;
 pub mod extract;
 pub mod health;
 pub mod idempotency;
+pub mod mcp_servers;
 pub mod outputs;
 pub mod runs;
 pub mod sessions;
@@ -62,9 +63,14 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         webhooks::get_webhook,
         webhooks::delete_webhook,
         webhooks::list_deliveries,
+        mcp_servers::create_server,
+        mcp_servers::list_servers,
+        mcp_servers::get_server,
+        mcp_servers::replace_server,
+        mcp_servers::delete_server,
     ),
     modifiers(&BearerAuth),
-    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "webhooks"), (name = "health"))
+    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "webhooks"), (name = "mcp-servers"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -158,7 +164,17 @@ pub fn router(state: AppState) -> Router {
             "/webhooks/{id}",
             get(webhooks::get_webhook).delete(webhooks::delete_webhook),
         )
-        .route("/webhooks/{id}/deliveries", get(webhooks::list_deliveries));
+        .route("/webhooks/{id}/deliveries", get(webhooks::list_deliveries))
+        .route(
+            "/mcp-servers",
+            get(mcp_servers::list_servers).post(mcp_servers::create_server),
+        )
+        .route(
+            "/mcp-servers/{name}",
+            get(mcp_servers::get_server)
+                .put(mcp_servers::replace_server)
+                .delete(mcp_servers::delete_server),
+        );
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

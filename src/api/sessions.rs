@@ -129,7 +129,7 @@ pub async fn create_session(
     {
         return replay_session(&state, &principal, earlier).await;
     }
-    let config = SessionConfig::from_json(body).map_err(|violation| {
+    let mut config = SessionConfig::from_json(body).map_err(|violation| {
         ApiError::invalid(format!("invalid session config: {violation}"))
             .with_details(json!({ "field": violation.field }))
     })?;
@@ -137,6 +137,22 @@ pub async fn create_session(
     if config.mcp_servers.iter().any(|server| server.trusted) {
         principal.require(crate::auth::scopes::TENANT_ADMIN)?;
     }
+    // Registered servers were checked (and marked trusted, if so) by a tenant admin.
+    crate::mcp::registry::resolve(
+        state.store.as_ref(),
+        &principal.tenant,
+        &config.use_mcp_servers,
+        &mut config.mcp_servers,
+    )
+    .await
+    .map_err(|error| match error {
+        crate::mcp::registry::ResolveError::Invalid { field, message } => {
+            ApiError::invalid(format!("invalid session config: {field}: {message}"))
+                .with_details(json!({ "field": field }))
+        }
+        crate::mcp::registry::ResolveError::Store(error) => error.into(),
+        crate::mcp::registry::ResolveError::BadRecord(error) => error.into(),
+    })?;
     let max_hooks = state.settings.limits.hooks_per_session;
     if config.hooks.len() > max_hooks as usize {
         return Err(ApiError::invalid(format!(

@@ -3,6 +3,10 @@
 //! an erroring one (`fail`), a slow one (`slow`), one that crashes the server (`crash`), one
 //! that prints garbage on stdout (`garbage`), one that shows its environment (`env`) and one
 //! that answers with an image and an embedded resource (`media`).
+//!
+//! `--http ADDR` serves the same tools over Streamable HTTP (rmcp's server side on axum) at
+//! `http://ADDR/mcp` instead of stdio, printing the bound address on its first line of
+//! stdout; `--token T` then refuses requests without `Authorization: Bearer T` (401).
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
@@ -117,12 +121,65 @@ impl ServerHandler for Fixture {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|arg| arg == name)
+            .and_then(|at| args.get(at + 1).cloned())
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        if let Some(addr) = flag("--http") {
+            return serve_http(&addr, flag("--token")).await;
+        }
         let server = Fixture.serve(rmcp::transport::stdio()).await?;
         server.waiting().await?;
         Ok(())
     })
+}
+
+/// Serves the tools over Streamable HTTP at `http://ADDR/mcp` (see the module docs).
+async fn serve_http(addr: &str, token: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let service = StreamableHttpService::new(
+        || Ok(Fixture),
+        std::sync::Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let expected = token.map(|token| format!("Bearer {token}"));
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let expected = expected.clone();
+                    async move {
+                        let given = request
+                            .headers()
+                            .get(axum::http::header::AUTHORIZATION)
+                            .and_then(|value| value.to_str().ok());
+                        match &expected {
+                            Some(expected) if given != Some(expected.as_str()) => {
+                                axum::response::IntoResponse::into_response((
+                                    axum::http::StatusCode::UNAUTHORIZED,
+                                    [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+                                    "a bearer token is required",
+                                ))
+                            }
+                            _ => next.run(request).await,
+                        }
+                    }
+                },
+            ));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", listener.local_addr()?)?;
+        out.flush()?;
+    }
+    axum::serve(listener, router).await?;
+    Ok(())
 }

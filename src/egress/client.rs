@@ -189,6 +189,15 @@ impl EgressClient {
         self.streaming.clone()
     }
 
+    /// The checked client (same resolver, pool, no proxies, no redirects) without a deadline
+    /// of its own, for a caller that bounds each exchange itself: MCP over Streamable HTTP
+    /// (each call has its server's timeout; event streams live as long as the connection).
+    /// An IP-literal URL never reaches the resolver: check it with
+    /// [`EgressClient::check_endpoint`] before each request.
+    pub fn self_bounded_http(&self) -> reqwest::Client {
+        self.http.clone()
+    }
+
     /// Refuses an endpoint URL the policy refuses when its host is an IP literal (a host
     /// name is checked when it is resolved), or that is not `http(s)` with a host.
     pub fn check_endpoint(&self, url: &str) -> Result<(), EgressError> {
@@ -353,6 +362,12 @@ async fn read_answer(
         body.extend_from_slice(&chunk);
     }
     Ok(Answer { status, body })
+}
+
+/// What a failed request of [`EgressClient::self_bounded_http`] was: an address the policy
+/// refuses, a name that does not resolve, or another transport failure.
+pub fn classify_error(url: &url::Url, error: &reqwest::Error) -> EgressError {
+    classify(url, error)
 }
 
 /// Turns a `reqwest` error into an [`EgressError`], recognising the resolver's refusals.

@@ -6,10 +6,16 @@
 //! writable tree, no network), one process per session and server, started with the
 //! session's first run, kept between runs, stopped when the session closes or expires, and
 //! restarted with backoff after a crash. Its stdout passes an [`guard::OutputGuard`] that cuts
-//! the server off on garbage, oversized messages or floods. Built on the `rmcp` SDK.
+//! the server off on garbage, oversized messages or floods. An `http` server is reached over
+//! Streamable HTTP through the egress client ([`http`]). A tenant admin registers servers
+//! once for the tenant ([`registry`], `/v1/mcp-servers`); a session takes the ones it names
+//! in `use_mcp_servers`. Built on the `rmcp` SDK.
 
 pub mod config;
 pub mod guard;
+pub mod http;
+pub mod registry;
+pub mod secret;
 pub mod server;
 pub mod status;
 pub mod tools;
@@ -38,7 +44,14 @@ pub struct McpTools {
 }
 
 impl SessionMcp {
-    pub fn new(configs: &[McpServerConfig], sandbox: Arc<Sandbox>, workspace: &Path) -> Self {
+    /// The servers of `configs`: `stdio` ones run in `sandbox` in `workspace`, `http` ones
+    /// are reached through `egress`.
+    pub fn new(
+        configs: &[McpServerConfig],
+        sandbox: Arc<Sandbox>,
+        workspace: &Path,
+        egress: &crate::egress::EgressClient,
+    ) -> Self {
         Self {
             servers: configs
                 .iter()
@@ -47,6 +60,7 @@ impl SessionMcp {
                         config.clone(),
                         sandbox.clone(),
                         workspace.to_owned(),
+                        egress.clone(),
                     ))
                 })
                 .collect(),

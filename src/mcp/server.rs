@@ -1,7 +1,7 @@
 //! One MCP server of one session: started lazily in the command sandbox, its tool list, its
 //! calls, its status, restarts with backoff after a crash, and its end.
 
-use super::config::McpServerConfig;
+use super::config::{McpServerConfig, McpTransport};
 use super::guard::{CutOff, GuardLimits, OutputGuard};
 use super::status::{McpServerState, McpServerStatus};
 use crate::sandbox::Sandbox;
@@ -95,17 +95,25 @@ pub struct McpServer {
     config: McpServerConfig,
     sandbox: Arc<Sandbox>,
     workspace: PathBuf,
+    /// The outbound client of `http` servers.
+    egress: crate::egress::EgressClient,
     limits: GuardLimits,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
     health: Mutex<Health>,
 }
 
 impl McpServer {
-    pub fn new(config: McpServerConfig, sandbox: Arc<Sandbox>, workspace: PathBuf) -> Self {
+    pub fn new(
+        config: McpServerConfig,
+        sandbox: Arc<Sandbox>,
+        workspace: PathBuf,
+        egress: crate::egress::EgressClient,
+    ) -> Self {
         Self {
             config,
             sandbox,
             workspace,
+            egress,
             limits: GuardLimits::default(),
             connection: tokio::sync::Mutex::new(None),
             health: Mutex::new(Health {
@@ -257,6 +265,9 @@ impl McpServer {
     }
 
     async fn start(&self) -> Result<Connection, String> {
+        if self.config.transport == McpTransport::Http {
+            return self.start_http().await;
+        }
         let program: Vec<&str> = std::iter::once(self.config.command.as_str())
             .chain(self.config.args.iter().map(String::as_str))
             .collect();
@@ -326,6 +337,25 @@ impl McpServer {
             child: Mutex::new(Some(child)),
             cut_off,
             stderr_tail,
+        })
+    }
+
+    /// Connects to an `http` server through the egress client (see `super::http`).
+    async fn start_http(&self) -> Result<Connection, String> {
+        let transport = super::http::transport(&self.config, &self.egress)?;
+        let service = ().serve(transport).await.map_err(|error| format!("handshake: {error}"))?;
+        let mut tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|error| format!("tools/list: {error}"))?;
+        tools.truncate(MAX_TOOLS);
+        Ok(Connection {
+            service,
+            tools,
+            child: Mutex::new(None),
+            cut_off: CutOff::default(),
+            stderr_tail: Arc::default(),
         })
     }
 

@@ -64,6 +64,7 @@ impl SessionRuntime {
                 &config.mcp_servers,
                 self.sandbox.clone(),
                 workspace.root(),
+                &self.egress,
             )),
             workspace: workspace.root().to_owned(),
             web_cache: Default::default(),

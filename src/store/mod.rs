@@ -6,13 +6,16 @@
 //! explicitly.
 
 mod idempotency;
+mod mcp_servers;
 mod models;
 pub mod postgres;
 mod postgres_limits;
+mod postgres_mcp;
 mod postgres_usage;
 mod postgres_webhooks;
 pub mod sqlite;
 mod sqlite_limits;
+mod sqlite_mcp;
 mod sqlite_usage;
 mod sqlite_webhooks;
 mod sqlite_writer;
@@ -24,6 +27,7 @@ pub use crate::webhooks::{
     WebhookRecord,
 };
 pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey};
+pub use mcp_servers::McpServerRecord;
 pub use models::*;
 pub use tool_state::*;
 
@@ -641,6 +645,43 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many notes and bytes the tenant keeps.
     async fn memory_usage(&self, tenant: &TenantId) -> StoreResult<MemoryUsage>;
+
+    // --- the tenant's MCP server registry ---
+
+    /// Registers an MCP server when the tenant has fewer than `max` (checked in the same
+    /// transaction, serialized per tenant); `Conflict` when the name is taken, `TenantLimit`
+    /// at the limit (nothing written either way).
+    async fn create_mcp_server(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        config: &serde_json::Value,
+        max: u32,
+    ) -> StoreResult<McpServerRecord>;
+
+    /// Replaces a registered server's entry; `None` when the tenant has no server `name`.
+    async fn replace_mcp_server(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        config: &serde_json::Value,
+    ) -> StoreResult<Option<McpServerRecord>>;
+
+    async fn get_mcp_server(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+    ) -> StoreResult<Option<McpServerRecord>>;
+
+    /// The tenant's registered servers by name, at most `limit`.
+    async fn list_mcp_servers(
+        &self,
+        tenant: &TenantId,
+        limit: u32,
+    ) -> StoreResult<Vec<McpServerRecord>>;
+
+    /// Deletes a registered server; false when there was none.
+    async fn delete_mcp_server(&self, tenant: &TenantId, name: &str) -> StoreResult<bool>;
 
     /// Sums of the usage ledger rows of one run or one session of `tenant`.
     async fn usage_totals(

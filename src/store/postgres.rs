@@ -1461,6 +1461,45 @@ impl Store for PgStore {
         })
     }
 
+    async fn create_mcp_server(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        config: &serde_json::Value,
+        max: u32,
+    ) -> StoreResult<McpServerRecord> {
+        super::postgres_mcp::create(self, tenant, name, config, max).await
+    }
+
+    async fn replace_mcp_server(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        config: &serde_json::Value,
+    ) -> StoreResult<Option<McpServerRecord>> {
+        super::postgres_mcp::replace(self, tenant, name, config).await
+    }
+
+    async fn get_mcp_server(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+    ) -> StoreResult<Option<McpServerRecord>> {
+        super::postgres_mcp::get(self, tenant, name).await
+    }
+
+    async fn list_mcp_servers(
+        &self,
+        tenant: &TenantId,
+        limit: u32,
+    ) -> StoreResult<Vec<McpServerRecord>> {
+        super::postgres_mcp::list(self, tenant, limit).await
+    }
+
+    async fn delete_mcp_server(&self, tenant: &TenantId, name: &str) -> StoreResult<bool> {
+        super::postgres_mcp::delete(self, tenant, name).await
+    }
+
     async fn usage_totals(
         &self,
         tenant: &TenantId,

@@ -16,6 +16,7 @@ mod hooks;
 mod idempotency;
 mod limits;
 mod mcp;
+mod mcp_registry;
 mod openapi;
 mod outbound_webhooks;
 mod pg_outage;
