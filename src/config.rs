@@ -113,6 +113,8 @@ pub struct Settings {
     /// The price table (`[[prices]]`): micro-units per million tokens of each kind for a
     /// provider's model; gives every usage ledger row a cost.
     pub prices: Vec<crate::usage::Price>,
+    /// MCP servers of sessions (`[mcp]`, `NORMA_MCP__*`): when an unused stdio server stops.
+    pub mcp: crate::mcp::McpSettings,
 }
 
 impl Settings {
@@ -182,6 +184,7 @@ impl Default for Settings {
             workspace: WorkspaceSettings::default(),
             browser: Default::default(),
             prices: Vec::new(),
+            mcp: Default::default(),
         }
     }
 }
