@@ -5,7 +5,7 @@
 //! that answers with an image and an embedded resource (`media`); and tools that make the
 //! server ask the client: an elicitation (`ask`), progress notifications (`progress`), a
 //! tool list change (`grow`: adds the tool `extra`), sampling (`sample`), and one that tells
-//! its process id (`pid`).
+//! which process answers (`pid`: its id and start time).
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitationAction,
@@ -18,6 +18,19 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 struct Fixture;
+
+/// This process's identity (its PID is 1 in its own PID namespace): the start time.
+fn instance() -> String {
+    static START: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    START
+        .get_or_init(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            format!("{}-{}", std::process::id(), now.as_nanos())
+        })
+        .clone()
+}
 
 /// Set by `grow`: the tool list then has `extra`.
 static GROWN: AtomicBool = AtomicBool::new(false);
@@ -44,7 +57,7 @@ fn tools() -> Value {
         {"name": "progress", "description": "Reports progress `count` times.",
          "inputSchema": object(json!({"count": {"type": "integer"}}), json!(["count"]))},
         {"name": "grow", "description": "Adds the tool `extra`.", "inputSchema": object(json!({}), json!([]))},
-        {"name": "pid", "description": "Tells the server's process id.", "inputSchema": object(json!({}), json!([]))},
+        {"name": "pid", "description": "Tells which server process answers.", "inputSchema": object(json!({}), json!([]))},
         {"name": "sample", "description": "Asks the client's model (sampling).", "inputSchema": object(json!({}), json!([]))}
     ]});
     if GROWN.load(Ordering::SeqCst) {
@@ -148,7 +161,7 @@ impl ServerHandler for Fixture {
                             answer.content.unwrap_or_default()
                         )),
                         ElicitationAction::Decline => text_result("declined"),
-                        ElicitationAction::Cancel => text_result("cancelled"),
+                        _ => text_result("cancelled"),
                     },
                     Err(error) => text_result(format!("elicitation failed: {error}")),
                 }
@@ -179,7 +192,7 @@ impl ServerHandler for Fixture {
                 text_result("grown")
             }
             "extra" if GROWN.load(Ordering::SeqCst) => text_result("extra ran"),
-            "pid" => text_result(std::process::id().to_string()),
+            "pid" => text_result(instance()),
             "sample" => {
                 let params = serde_json::from_value(json!({
                     "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
@@ -209,6 +222,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        instance();
         let server = Fixture.serve(rmcp::transport::stdio()).await?;
         server.waiting().await?;
         Ok(())

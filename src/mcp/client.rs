@@ -3,10 +3,12 @@
 //! sends while the session lives — elicitations, progress, `tools/list_changed` — routed to
 //! the call they belong to.
 //!
-//! Each call in flight is registered under its progress token (the call's `tool_use_id`).
-//! Progress notifications name their token; an elicitation names no call, so it is asked for
-//! the one call in flight (with none, or several at once — only tools of a trusted server
-//! run concurrently — it is cancelled).
+//! Each call in flight is registered under its `tool_use_id`. The SDK gives every request a
+//! progress token of its own, unknown to the caller: the first progress notification with a
+//! token not seen before binds it to the one call in flight. An elicitation names no call, so
+//! it is asked for the one call in flight. With none, or several at once (only tools of a
+//! trusted server run concurrently), an unbound progress notification is dropped and an
+//! elicitation is cancelled.
 
 use super::elicitation::{self, ElicitingCall};
 use crate::tools::ToolProgress;
@@ -16,7 +18,7 @@ use crate::tools::pipeline::Approver;
 use rmcp::model::{CreateMessageRequestParams, CreateMessageResult};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
-    FormElicitationCapability, Implementation, NumberOrString, ProgressNotificationParam,
+    FormElicitationCapability, Implementation, ProgressNotificationParam,
     ProgressToken, ProtocolVersion,
 };
 use rmcp::service::{NotificationContext, RequestContext};
@@ -43,6 +45,8 @@ pub struct CallScope {
     pub tool_name: String,
     progress: Option<tokio::sync::mpsc::UnboundedSender<ToolProgress>>,
     rate: Mutex<(u32, Option<Instant>)>,
+    /// The request's progress token, once a notification told it.
+    token: Mutex<Option<ProgressToken>>,
     /// Cancelled when the call ends: an elicitation still waiting is cancelled.
     done: CancellationToken,
 }
@@ -86,31 +90,48 @@ impl ClientState {
         })
     }
 
-    /// Registers a call; its progress token is the returned guard's (the `tool_use_id`).
+    /// Registers a call until the returned guard is dropped.
     pub fn begin_call(
         self: &Arc<Self>,
         tool_use_id: &str,
         tool_name: &str,
         progress: Option<tokio::sync::mpsc::UnboundedSender<ToolProgress>>,
-    ) -> (ProgressToken, CallGuard) {
+    ) -> CallGuard {
         let scope = Arc::new(CallScope {
             tool_use_id: tool_use_id.to_owned(),
             tool_name: tool_name.to_owned(),
             progress,
             rate: Mutex::new((0, None)),
+            token: Mutex::new(None),
             done: CancellationToken::new(),
         });
         self.calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(tool_use_id.to_owned(), scope);
-        (
-            ProgressToken(NumberOrString::String(tool_use_id.into())),
-            CallGuard {
-                state: self.clone(),
-                token: tool_use_id.to_owned(),
-            },
-        )
+        CallGuard {
+            state: self.clone(),
+            token: tool_use_id.to_owned(),
+        }
+    }
+
+    /// The call a progress token belongs to: the one it was bound to, or the one call in
+    /// flight when it is new (then bound to it).
+    fn call_of(&self, token: &ProgressToken) -> Option<Arc<CallScope>> {
+        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let bound = calls.values().find(|call| {
+            call.token.lock().unwrap_or_else(|e| e.into_inner()).as_ref() == Some(token)
+        });
+        if let Some(call) = bound {
+            return Some(call.clone());
+        }
+        let only = (calls.len() == 1).then(|| calls.values().next()).flatten()?;
+        let mut slot = only.token.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(token.clone());
+        Some(only.clone())
     }
 
     /// How many calls are in flight.
@@ -226,17 +247,9 @@ impl ClientHandler for McpClient {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let NumberOrString::String(token) = &params.progress_token.0 else {
+        let Some(call) = self.state.call_of(&params.progress_token) else {
             return;
         };
-        let call = self
-            .state
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(token.as_ref())
-            .cloned();
-        let Some(call) = call else { return };
         let Some(sink) = &call.progress else { return };
         {
             let mut rate = call.rate.lock().unwrap_or_else(|e| e.into_inner());

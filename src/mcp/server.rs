@@ -8,7 +8,7 @@ use super::status::{McpServerState, McpServerStatus};
 use crate::sandbox::Sandbox;
 use crate::tools::ToolProgress;
 use crate::tools::builtin::SessionNetwork;
-use rmcp::model::{CallToolRequestParams, CallToolResult, RequestParamsMeta, Tool as McpTool};
+use rmcp::model::{CallToolRequestParams, CallToolResult, Tool as McpTool};
 use rmcp::service::{RunningService, ServiceError};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{RoleClient, ServiceExt};
@@ -429,10 +429,10 @@ impl McpServer {
         arguments: serde_json::Map<String, serde_json::Value>,
         cancel: &CancellationToken,
     ) -> Result<CallToolResult, CallError> {
-        let (token, _registered) =
-            self.client
-                .begin_call(call.tool_use_id, call.tool_name, call.progress);
-        let outcome = self.call_registered(call.tool, token, arguments, cancel).await;
+        let _registered = self
+            .client
+            .begin_call(call.tool_use_id, call.tool_name, call.progress);
+        let outcome = self.call_registered(call.tool, arguments, cancel).await;
         self.health().last_used = Instant::now();
         outcome
     }
@@ -440,14 +440,12 @@ impl McpServer {
     async fn call_registered(
         &self,
         tool: &str,
-        token: rmcp::model::ProgressToken,
         arguments: serde_json::Map<String, serde_json::Value>,
         cancel: &CancellationToken,
     ) -> Result<CallToolResult, CallError> {
         let connection = self.connect().await.map_err(CallError::Unavailable)?;
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(arguments);
-        params.set_progress_token(token);
         let timeout = Duration::from_secs(self.config.timeout_seconds);
         let peer = connection.service.peer().clone();
         let outcome = tokio::select! {
