@@ -135,8 +135,10 @@ pub(crate) async fn decide_answer(
         // An MCP server's elicitation: an allow carries the values, checked against the
         // schema the server requested; it never adds a grant.
         if answer.grant.is_some() {
-            return Err(ApiError::invalid("an elicitation answer cannot add a grant")
-                .with_details(json!({ "field": "grant" })));
+            return Err(
+                ApiError::invalid("an elicitation answer cannot add a grant")
+                    .with_details(json!({ "field": "grant" })),
+            );
         }
         if matches!(answer.decision, Verdict::Allow) {
             crate::mcp::elicitation::answer_content(&existing.input, answer.updated_input.as_ref())

@@ -1,8 +1,9 @@
 //! A small MCP server over stdio, built with rmcp's server side, for the integration tests:
 //! a read-only tool (`echo`, annotated `readOnlyHint`), one that writes a file (`write_file`),
-//! an erroring one (`fail`), a slow one (`slow`), one that crashes the server (`crash`), one
-//! that prints garbage on stdout (`garbage`), one that shows its environment (`env`) and one
-//! that answers with an image and an embedded resource (`media`); and tools that make the
+//! one that reads a file (`read_file`), an erroring one (`fail`), a slow one (`slow`), one
+//! that crashes the server (`crash`), one that prints garbage on stdout (`garbage`), one
+//! that shows its environment (`env`) and one that answers with an image and an embedded
+//! resource (`media`); and tools that make the
 //! server ask the client: an elicitation (`ask`), progress notifications (`progress`), a
 //! tool list change (`grow`: adds the tool `extra`), sampling (`sample`), and one that tells
 //! which process answers (`pid`: its id and start time).
@@ -43,6 +44,8 @@ fn tools() -> Value {
          "annotations": {"readOnlyHint": true}},
         {"name": "write_file", "description": "Write text to a file.",
          "inputSchema": object(json!({"path": {"type": "string"}, "text": {"type": "string"}}), json!(["path", "text"]))},
+        {"name": "read_file", "description": "Reads a file.",
+         "inputSchema": object(json!({"path": {"type": "string"}}), json!(["path"]))},
         {"name": "fail", "description": "Always fails.", "inputSchema": object(json!({}), json!([]))},
         {"name": "slow", "description": "Sleeps a while.",
          "inputSchema": object(json!({"seconds": {"type": "number"}}), json!(["seconds"]))},
@@ -112,6 +115,15 @@ impl ServerHandler for Fixture {
                     ))]),
                 }
             }
+            "read_file" => {
+                let path = args["path"].as_str().unwrap_or_default();
+                match std::fs::read(path) {
+                    Ok(bytes) => text_result(format!("read {} bytes", bytes.len())),
+                    Err(error) => CallToolResult::error(vec![ContentBlock::text(format!(
+                        "cannot read {path}: {error}"
+                    ))]),
+                }
+            }
             "fail" => {
                 CallToolResult::error(vec![ContentBlock::text("the fixture failed on purpose")])
             }
@@ -156,10 +168,9 @@ impl ServerHandler for Fixture {
                 .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
                 match context.peer.create_elicitation(params).await {
                     Ok(answer) => match answer.action {
-                        ElicitationAction::Accept => text_result(format!(
-                            "accepted: {}",
-                            answer.content.unwrap_or_default()
-                        )),
+                        ElicitationAction::Accept => {
+                            text_result(format!("accepted: {}", answer.content.unwrap_or_default()))
+                        }
                         ElicitationAction::Decline => text_result("declined"),
                         _ => text_result("cancelled"),
                     },

@@ -14,13 +14,13 @@ use super::elicitation::{self, ElicitingCall};
 use crate::tools::ToolProgress;
 use crate::tools::pipeline::Approver;
 // Sampling is deprecated by the protocol (SEP-2577); this client only refuses it.
-#[allow(deprecated)]
-use rmcp::model::{CreateMessageRequestParams, CreateMessageResult};
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
-    FormElicitationCapability, Implementation, ProgressNotificationParam,
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationCapability, FormElicitationCapability, Implementation, ProgressNotificationParam,
     ProgressToken, ProtocolVersion,
 };
+#[allow(deprecated)]
+use rmcp::model::{CreateMessageRequestParams, CreateMessageResult};
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
 use serde_json::json;
@@ -120,12 +120,18 @@ impl ClientState {
     fn call_of(&self, token: &ProgressToken) -> Option<Arc<CallScope>> {
         let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         let bound = calls.values().find(|call| {
-            call.token.lock().unwrap_or_else(|e| e.into_inner()).as_ref() == Some(token)
+            call.token
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                == Some(token)
         });
         if let Some(call) = bound {
             return Some(call.clone());
         }
-        let only = (calls.len() == 1).then(|| calls.values().next()).flatten()?;
+        let only = (calls.len() == 1)
+            .then(|| calls.values().next())
+            .flatten()?;
         let mut slot = only.token.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_some() {
             return None;
@@ -255,7 +261,9 @@ impl ClientHandler for McpClient {
             let mut rate = call.rate.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
             if rate.0 >= MAX_PROGRESS_EVENTS
-                || rate.1.is_some_and(|last| now.duration_since(last) < PROGRESS_INTERVAL)
+                || rate
+                    .1
+                    .is_some_and(|last| now.duration_since(last) < PROGRESS_INTERVAL)
             {
                 return;
             }

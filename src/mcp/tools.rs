@@ -7,8 +7,8 @@
 
 use super::config::{is_valid_tool_part, tool_name};
 use super::server::{CallError, CallSpec, McpServer};
-use crate::tools::builder::ToolBuilder;
 use crate::message::ToolImage;
+use crate::tools::builder::ToolBuilder;
 use crate::tools::{DynTool, ToolError, ToolOutput, codes};
 use base64::Engine;
 use rmcp::model::{CallToolResult, Tool as McpTool};

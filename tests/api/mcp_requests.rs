@@ -12,7 +12,10 @@ use serde_json::{Value, json};
 async fn assert_still_serves_another_tenant(app: &TestApp) {
     let token = app.token("globex");
     let id = app
-        .create_session("globex", &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}))
+        .create_session(
+            "globex",
+            &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}),
+        )
         .await;
     assert_eq!(app.prompt(&token, &id, "go").await.status(), 202);
     let events = wait_idle(app, &token, &id).await;
@@ -23,7 +26,10 @@ async fn pending_approval(app: &TestApp, token: &str, id: &str, nth: usize) -> V
     app.wait_for_events(token, id, |e| count(e, "approval_requested") >= nth)
         .await;
     let page: Value = app
-        .get(&format!("/v1/sessions/{id}/approvals?status=pending"), token)
+        .get(
+            &format!("/v1/sessions/{id}/approvals?status=pending"),
+            token,
+        )
         .await
         .json()
         .await
@@ -111,16 +117,26 @@ async fn elicitation_goes_through_the_approval_channel(backend: Backend) {
     // The third is left to expire: `cancel`.
     wait_idle(&app, &token, &id).await;
     let results = tool_results(&app.messages(&token, &id).await);
-    assert_eq!(results[0]["content"], "accepted: {\"name\":\"Ada\"}", "{results:?}");
+    assert_eq!(
+        results[0]["content"], "accepted: {\"name\":\"Ada\"}",
+        "{results:?}"
+    );
     assert_eq!(results[1]["content"], "declined", "{results:?}");
     assert_eq!(results[2]["content"], "cancelled", "{results:?}");
     let expired: Value = app
-        .get(&format!("/v1/sessions/{id}/approvals?status=expired"), &token)
+        .get(
+            &format!("/v1/sessions/{id}/approvals?status=expired"),
+            &token,
+        )
         .await
         .json()
         .await
         .unwrap();
-    assert_eq!(expired["approvals"].as_array().unwrap().len(), 1, "{expired}");
+    assert_eq!(
+        expired["approvals"].as_array().unwrap().len(),
+        1,
+        "{expired}"
+    );
     assert_still_serves_another_tenant(&app).await;
 }
 
@@ -355,4 +371,31 @@ async fn images_reach_an_anthropic_model_as_image_blocks() {
         result["content"][1],
         json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGVsbG8="}})
     );
+}
+
+#[tokio::test]
+async fn a_server_cannot_read_the_servers_own_files() {
+    let app = spawn(Backend::Sqlite).await.unwrap();
+    let database = app.data_dir().join("norma.db");
+    assert!(database.exists(), "the test server's store is {database:?}");
+    let config = json!({
+        "mcp_servers": [fixture(json!({}))],
+        "permission": {"mode": "bypass"},
+        "model": {"script": calls(&[
+            ("mcp__fx__write_file", json!({"path": "mine.txt", "text": "ok"})),
+            ("mcp__fx__read_file", json!({"path": "mine.txt"})),
+            ("mcp__fx__read_file", json!({"path": database.to_str().unwrap()})),
+        ])}
+    });
+    let (_, results) = run(&app, config).await;
+    assert_eq!(results[1]["content"], "read 2 bytes", "{results:?}");
+    assert_eq!(results[2]["code"], "TOOL_FAILED", "{results:?}");
+    assert!(
+        results[2]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot read"),
+        "{results:?}"
+    );
+    assert_still_serves_another_tenant(&app).await;
 }
