@@ -233,6 +233,7 @@ impl App {
                 search: crate::search::SearchBackends::from_settings(&settings.search)
                     .map_err(crate::egress::EgressError::Config)?,
                 prices: settings.prices.clone(),
+                mcp: settings.mcp,
             },
             egress,
             broker,

@@ -116,6 +116,8 @@ pub struct Settings {
     /// Outbound event webhooks: subscription caps, retries, delivery concurrency
     /// (`[webhooks]`, `NORMA_WEBHOOKS__*`).
     pub webhooks: crate::webhooks::WebhookSettings,
+    /// MCP servers of sessions (`[mcp]`, `NORMA_MCP__*`): when an unused stdio server stops.
+    pub mcp: crate::mcp::McpSettings,
 }
 
 impl Settings {
@@ -186,6 +188,7 @@ impl Default for Settings {
             browser: Default::default(),
             prices: Vec::new(),
             webhooks: crate::webhooks::WebhookSettings::default(),
+            mcp: Default::default(),
         }
     }
 }

@@ -88,6 +88,20 @@ pub struct ToolResultBlock {
     /// Structured "already capped" flag (D9): never inferred from the text.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub capped: bool,
+    /// Images the tool returned (MCP tools), sent to the model beside the text where the
+    /// provider takes images in tool results; never capped with the text (they are bounded
+    /// where they are made).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ToolImage>,
+}
+
+/// One image of a tool result: its media type and its base64 data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolImage {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub media_type: String,
+    /// Standard base64.
+    pub data: String,
 }
 
 impl ToolResultBlock {
@@ -99,6 +113,7 @@ impl ToolResultBlock {
             code: None,
             output_id: None,
             capped: false,
+            images: Vec::new(),
         }
     }
 
@@ -110,6 +125,7 @@ impl ToolResultBlock {
             code: Some(code.to_owned()),
             output_id: None,
             capped: false,
+            images: Vec::new(),
         }
     }
 }

@@ -128,6 +128,25 @@ pub(crate) async fn decide_answer(
         return Err(ApiError::invalid("updated_input must be a JSON object")
             .with_details(json!({ "field": "updated_input" })));
     }
+    if crate::mcp::elicitation::is_elicitation(&existing.input)
+        && existing.tool_name.starts_with("mcp__")
+        && existing.status == ApprovalStatus::Pending
+    {
+        // An MCP server's elicitation: an allow carries the values, checked against the
+        // schema the server requested; it never adds a grant.
+        if answer.grant.is_some() {
+            return Err(
+                ApiError::invalid("an elicitation answer cannot add a grant")
+                    .with_details(json!({ "field": "grant" })),
+            );
+        }
+        if matches!(answer.decision, Verdict::Allow) {
+            crate::mcp::elicitation::answer_content(&existing.input, answer.updated_input.as_ref())
+                .map_err(|why| {
+                    ApiError::invalid(why).with_details(json!({ "field": "updated_input.content" }))
+                })?;
+        }
+    }
     let grant = match (&answer.decision, &answer.grant) {
         (Verdict::Allow, Some(grant)) => {
             let rule = grant

@@ -1,32 +1,55 @@
 //! A small MCP server over stdio, built with rmcp's server side, for the integration tests:
 //! a read-only tool (`echo`, annotated `readOnlyHint`), one that writes a file (`write_file`),
-//! an erroring one (`fail`), a slow one (`slow`), one that crashes the server (`crash`), one
-//! that prints garbage on stdout (`garbage`), one that shows its environment (`env`) and one
-//! that answers with an image and an embedded resource (`media`).
+//! one that reads a file (`read_file`), an erroring one (`fail`), a slow one (`slow`), one
+//! that crashes the server (`crash`), one that prints garbage on stdout (`garbage`), one
+//! that shows its environment (`env`) and one that answers with an image and an embedded
+//! resource (`media`); and tools that make the
+//! server ask the client: an elicitation (`ask`), progress notifications (`progress`), a
+//! tool list change (`grow`: adds the tool `extra`), sampling (`sample`), and one that tells
+//! which process answers (`pid`: its id and start time).
 //!
 //! `--http ADDR` serves the same tools over Streamable HTTP (rmcp's server side on axum) at
 //! `http://ADDR/mcp` instead of stdio, printing the bound address on its first line of
 //! stdout; `--token T` then refuses requests without `Authorization: Bearer T` (401).
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitationAction,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 struct Fixture;
 
+/// This process's identity (its PID is 1 in its own PID namespace): the start time.
+fn instance() -> String {
+    static START: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    START
+        .get_or_init(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            format!("{}-{}", std::process::id(), now.as_nanos())
+        })
+        .clone()
+}
+
+/// Set by `grow`: the tool list then has `extra`.
+static GROWN: AtomicBool = AtomicBool::new(false);
+
 fn tools() -> Value {
     let object = |properties: Value, required: Value| json!({"type": "object", "properties": properties, "required": required});
-    json!({"tools": [
+    let mut list = json!({"tools": [
         {"name": "echo", "description": "Echo the text back.",
          "inputSchema": object(json!({"text": {"type": "string"}}), json!(["text"])),
          "annotations": {"readOnlyHint": true}},
         {"name": "write_file", "description": "Write text to a file.",
          "inputSchema": object(json!({"path": {"type": "string"}, "text": {"type": "string"}}), json!(["path", "text"]))},
+        {"name": "read_file", "description": "Reads a file.",
+         "inputSchema": object(json!({"path": {"type": "string"}}), json!(["path"]))},
         {"name": "fail", "description": "Always fails.", "inputSchema": object(json!({}), json!([]))},
         {"name": "slow", "description": "Sleeps a while.",
          "inputSchema": object(json!({"seconds": {"type": "number"}}), json!(["seconds"]))},
@@ -35,8 +58,21 @@ fn tools() -> Value {
         {"name": "env", "description": "Shows the server's environment.",
          "inputSchema": object(json!({}), json!([])), "annotations": {"readOnlyHint": true}},
         {"name": "media", "description": "Answers with an image and a resource.",
-         "inputSchema": object(json!({}), json!([]))}
-    ]})
+         "inputSchema": object(json!({}), json!([]))},
+        {"name": "ask", "description": "Asks the user for a name (elicitation).",
+         "inputSchema": object(json!({}), json!([]))},
+        {"name": "progress", "description": "Reports progress `count` times.",
+         "inputSchema": object(json!({"count": {"type": "integer"}}), json!(["count"]))},
+        {"name": "grow", "description": "Adds the tool `extra`.", "inputSchema": object(json!({}), json!([]))},
+        {"name": "pid", "description": "Tells which server process answers.", "inputSchema": object(json!({}), json!([]))},
+        {"name": "sample", "description": "Asks the client's model (sampling).", "inputSchema": object(json!({}), json!([]))}
+    ]});
+    if GROWN.load(Ordering::SeqCst) {
+        list["tools"].as_array_mut().unwrap().push(json!(
+            {"name": "extra", "description": "Added by grow.", "inputSchema": object(json!({}), json!([]))}
+        ));
+    }
+    list
 }
 
 fn text_result(text: impl Into<String>) -> CallToolResult {
@@ -45,7 +81,12 @@ fn text_result(text: impl Into<String>) -> CallToolResult {
 
 impl ServerHandler for Fixture {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
     }
 
     async fn list_tools(
@@ -59,7 +100,7 @@ impl ServerHandler for Fixture {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = Value::Object(request.arguments.unwrap_or_default());
         let result = match request.name.as_ref() {
@@ -75,6 +116,15 @@ impl ServerHandler for Fixture {
                     Ok(()) => text_result(format!("wrote {path}")),
                     Err(error) => CallToolResult::error(vec![ContentBlock::text(format!(
                         "cannot write {path}: {error}"
+                    ))]),
+                }
+            }
+            "read_file" => {
+                let path = args["path"].as_str().unwrap_or_default();
+                match std::fs::read(path) {
+                    Ok(bytes) => text_result(format!("read {} bytes", bytes.len())),
+                    Err(error) => CallToolResult::error(vec![ContentBlock::text(format!(
+                        "cannot read {path}: {error}"
                     ))]),
                 }
             }
@@ -109,6 +159,68 @@ impl ServerHandler for Fixture {
                 ContentBlock::image("aGVsbG8=", "image/png"),
                 ContentBlock::embedded_text("file:///notes.txt", "the notes"),
             ]),
+            "ask" => {
+                let params = serde_json::from_value(json!({
+                    "mode": "form",
+                    "message": "What is your name?",
+                    "requestedSchema": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string", "maxLength": 20}},
+                        "required": ["name"]
+                    }
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                match context.peer.create_elicitation(params).await {
+                    Ok(answer) => match answer.action {
+                        ElicitationAction::Accept => {
+                            text_result(format!("accepted: {}", answer.content.unwrap_or_default()))
+                        }
+                        ElicitationAction::Decline => text_result("declined"),
+                        _ => text_result("cancelled"),
+                    },
+                    Err(error) => text_result(format!("elicitation failed: {error}")),
+                }
+            }
+            "progress" => {
+                let count = args["count"].as_u64().unwrap_or(1);
+                if let Some(token) = context.meta.get_progress_token() {
+                    for step in 1..=count {
+                        let params = serde_json::from_value(json!({
+                            "progressToken": token,
+                            "progress": step,
+                            "total": count,
+                            "message": format!("step {step}"),
+                        }))
+                        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                        let _ = context.peer.notify_progress(params).await;
+                        if step == 1 {
+                            // Later steps come in a burst (the client bounds their rate).
+                            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                        }
+                    }
+                }
+                text_result(format!("made {count} steps"))
+            }
+            "grow" => {
+                GROWN.store(true, Ordering::SeqCst);
+                let _ = context.peer.notify_tool_list_changed().await;
+                text_result("grown")
+            }
+            "extra" if GROWN.load(Ordering::SeqCst) => text_result("extra ran"),
+            "pid" => text_result(instance()),
+            "sample" => {
+                let params = serde_json::from_value(json!({
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                    "maxTokens": 16
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                #[allow(deprecated)]
+                let answer = context.peer.create_message(params).await;
+                match answer {
+                    Ok(_) => text_result("sampled"),
+                    Err(error) => text_result(format!("sampling refused: {error}")),
+                }
+            }
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("unknown tool {other}"),
@@ -131,6 +243,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        instance();
         if let Some(addr) = flag("--http") {
             return serve_http(&addr, flag("--token")).await;
         }

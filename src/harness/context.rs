@@ -37,7 +37,8 @@ pub fn estimate_tokens(messages: &[Message]) -> u64 {
             ContentBlock::Thinking { thinking, .. } => thinking.len(),
             ContentBlock::RedactedThinking { data } => data.len(),
             ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
-            ContentBlock::ToolResult(result) => result.content.len(),
+            // An image counts as about 1,600 tokens, whatever its size.
+            ContentBlock::ToolResult(result) => result.content.len() + result.images.len() * 6400,
         })
         .sum();
     (chars as u64).div_ceil(4)

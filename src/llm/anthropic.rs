@@ -175,12 +175,26 @@ fn wire_message(message: &Message) -> Value {
             ContentBlock::ToolUse { id, name, input } => {
                 Some(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
             }
-            ContentBlock::ToolResult(result) => Some(json!({
+            ContentBlock::ToolResult(result) if result.images.is_empty() => Some(json!({
                 "type": "tool_result",
                 "tool_use_id": result.tool_use_id,
                 "content": result.content,
                 "is_error": result.is_error,
             })),
+            ContentBlock::ToolResult(result) => {
+                let mut parts = vec![json!({"type": "text", "text": result.content})];
+                parts.extend(result.images.iter().map(|image| {
+                    json!({"type": "image", "source": {
+                        "type": "base64", "media_type": image.media_type, "data": image.data,
+                    }})
+                }));
+                Some(json!({
+                    "type": "tool_result",
+                    "tool_use_id": result.tool_use_id,
+                    "content": parts,
+                    "is_error": result.is_error,
+                }))
+            }
         })
         .collect();
     if content.is_empty() {

@@ -176,8 +176,16 @@ fn wire_messages(message: &Message, out: &mut Vec<Value>) {
     let text = joined_text(message);
     match message.role {
         Role::User => {
+            // Chat Completions `tool` messages are text only: images follow them in a user
+            // message of image parts.
+            let mut images = Vec::new();
             for block in &message.content {
                 if let ContentBlock::ToolResult(result) = block {
+                    images.extend(result.images.iter().map(|image| {
+                        json!({"type": "image_url", "image_url": {
+                            "url": format!("data:{};base64,{}", image.media_type, image.data),
+                        }})
+                    }));
                     let content = match (&result.is_error, &result.code) {
                         (true, Some(code)) => format!("Error ({code}): {}", result.content),
                         (true, None) => format!("Error: {}", result.content),
@@ -189,6 +197,11 @@ fn wire_messages(message: &Message, out: &mut Vec<Value>) {
                         "content": content,
                     }));
                 }
+            }
+            if !images.is_empty() {
+                let mut parts = vec![json!({"type": "text", "text": "Images the tools returned:"})];
+                parts.extend(images);
+                out.push(json!({"role": "user", "content": parts}));
             }
             if !text.is_empty() {
                 out.push(json!({"role": "user", "content": text}));
@@ -459,5 +472,36 @@ impl SseDecoder for OpenAiDecoder {
         Err(ProviderError::StreamDropped(
             "the stream ended before a finish_reason".into(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{ToolImage, ToolResultBlock};
+
+    #[test]
+    fn tool_result_images_follow_the_tool_messages_as_image_parts() {
+        let result = ToolResultBlock {
+            images: vec![ToolImage {
+                media_type: "image/png".into(),
+                data: "aGVsbG8=".into(),
+            }],
+            ..ToolResultBlock::ok("call_1", "a picture: [image 1: image/png]")
+        };
+        let message = Message {
+            role: Role::User,
+            content: vec![ContentBlock::ToolResult(result)],
+        };
+        let mut out = Vec::new();
+        wire_messages(&message, &mut out);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0]["role"], "tool");
+        assert_eq!(out[0]["content"], "a picture: [image 1: image/png]");
+        assert_eq!(out[1]["role"], "user");
+        assert_eq!(
+            out[1]["content"][1]["image_url"]["url"],
+            "data:image/png;base64,aGVsbG8="
+        );
     }
 }

@@ -3,31 +3,41 @@
 //!
 //! A stdio server runs in the command sandbox (the same launcher as Bash: scrubbed
 //! environment plus only the variables its entry names, the session workspace as the only
-//! writable tree, no network), one process per session and server, started with the
-//! session's first run, kept between runs, stopped when the session closes or expires, and
-//! restarted with backoff after a crash. Its stdout passes an [`guard::OutputGuard`] that cuts
-//! the server off on garbage, oversized messages or floods. An `http` server is reached over
-//! Streamable HTTP through the egress client ([`http`]). A tenant admin registers servers
-//! once for the tenant ([`registry`], `/v1/mcp-servers`); a session takes the ones it names
-//! in `use_mcp_servers`. Built on the `rmcp` SDK.
+//! writable tree, and the session's command network: none, or only its egress proxy), one
+//! process per session and server, started with the session's first run, kept between runs,
+//! stopped after `mcp.idle_stop_seconds` without a call (and started again by the next one),
+//! stopped when the session closes or expires, and restarted with backoff after a crash. Its
+//! stdout passes an [`guard::OutputGuard`] that cuts the server off on garbage, oversized
+//! messages or floods. An `http` server is reached over Streamable HTTP through the egress
+//! client ([`http`]). A tenant admin registers servers once for the tenant ([`registry`],
+//! `/v1/mcp-servers`); a session takes the ones it names in `use_mcp_servers`. Requests and
+//! notifications from the server (elicitation, sampling, progress, `tools/list_changed`) are
+//! handled in [`client`]. Built on the `rmcp` SDK.
 
+pub mod client;
 pub mod config;
+pub mod elicitation;
 pub mod guard;
 pub mod http;
 pub mod registry;
 pub mod secret;
 pub mod server;
+pub mod settings;
 pub mod status;
 pub mod tools;
 
 pub use config::{McpServerConfig, McpTransport};
+pub use settings::McpSettings;
 pub use status::{McpServerState, McpServerStatus};
 
 use crate::sandbox::Sandbox;
 use crate::tools::DynTool;
+use crate::tools::builtin::SessionNetwork;
+use crate::tools::pipeline::Approver;
 use server::McpServer;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 /// The MCP servers of one session.
 pub struct SessionMcp {
@@ -44,26 +54,42 @@ pub struct McpTools {
 }
 
 impl SessionMcp {
-    /// The servers of `configs`: `stdio` ones run in `sandbox` in `workspace`, `http` ones
-    /// are reached through `egress`.
+    /// The session's servers (none started yet): `stdio` ones run in `sandbox` in
+    /// `workspace` with the session's command `network`, `http` ones are reached through
+    /// `egress`. With `idle_stop`, a task (ending with the session's servers) stops each one
+    /// unused for that long; it needs a Tokio runtime.
     pub fn new(
         configs: &[McpServerConfig],
         sandbox: Arc<Sandbox>,
+        network: SessionNetwork,
         workspace: &Path,
         egress: &crate::egress::EgressClient,
+        idle_stop: Option<Duration>,
     ) -> Self {
-        Self {
-            servers: configs
-                .iter()
-                .map(|config| {
-                    Arc::new(McpServer::new(
-                        config.clone(),
-                        sandbox.clone(),
-                        workspace.to_owned(),
-                        egress.clone(),
-                    ))
-                })
-                .collect(),
+        let servers: Vec<Arc<McpServer>> = configs
+            .iter()
+            .map(|config| {
+                Arc::new(McpServer::new(
+                    config.clone(),
+                    sandbox.clone(),
+                    network.clone(),
+                    workspace.to_owned(),
+                    egress.clone(),
+                ))
+            })
+            .collect();
+        if let Some(idle) = idle_stop.filter(|_| !servers.is_empty()) {
+            let watched: Vec<Weak<McpServer>> = servers.iter().map(Arc::downgrade).collect();
+            tokio::spawn(stop_idle_servers(watched, idle));
+        }
+        Self { servers }
+    }
+
+    /// The approver through which the current run's elicitations are asked (`None` after
+    /// the run).
+    pub fn set_elicitor(&self, approver: Option<Arc<dyn Approver>>) {
+        for server in &self.servers {
+            server.client().set_elicitor(approver.clone());
         }
     }
 
@@ -105,6 +131,22 @@ impl SessionMcp {
     pub async fn shutdown(&self) {
         for server in &self.servers {
             server.stop().await;
+        }
+    }
+}
+
+/// Stops the servers unused for `idle`, checking a few times per `idle`, until the session's
+/// servers are gone.
+async fn stop_idle_servers(servers: Vec<Weak<McpServer>>, idle: Duration) {
+    let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(tick).await;
+        let live: Vec<Arc<McpServer>> = servers.iter().filter_map(Weak::upgrade).collect();
+        if live.is_empty() {
+            return;
+        }
+        for server in live {
+            server.stop_if_idle(idle).await;
         }
     }
 }

@@ -1,10 +1,13 @@
 //! One MCP server of one session: started lazily in the command sandbox, its tool list, its
-//! calls, its status, restarts with backoff after a crash, and its end.
+//! calls, its status, restarts with backoff after a crash, its stop when idle, and its end.
 
+use super::client::{ClientState, McpClient};
 use super::config::{McpServerConfig, McpTransport};
 use super::guard::{CutOff, GuardLimits, OutputGuard};
 use super::status::{McpServerState, McpServerStatus};
 use crate::sandbox::Sandbox;
+use crate::tools::ToolProgress;
+use crate::tools::builtin::SessionNetwork;
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool as McpTool};
 use rmcp::service::{RunningService, ServiceError};
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -44,8 +47,7 @@ pub enum CallError {
 }
 
 struct Connection {
-    service: RunningService<RoleClient, ()>,
-    tools: Vec<McpTool>,
+    service: RunningService<RoleClient, McpClient>,
     child: Mutex<Option<tokio::process::Child>>,
     cut_off: CutOff,
     stderr_tail: Arc<Mutex<Vec<u8>>>,
@@ -88,17 +90,32 @@ struct Health {
     retry_at: Option<Instant>,
     tools: Vec<String>,
     skipped: Vec<String>,
+    /// The start (or end of the last call) after which the server counts as unused.
+    last_used: Instant,
+}
+
+/// One call: which registry call it is, and where its progress goes.
+pub struct CallSpec<'a> {
+    pub tool: &'a str,
+    pub tool_use_id: &'a str,
+    /// The registry name (`mcp__<server>__<tool>`).
+    pub tool_name: &'a str,
+    pub progress: Option<tokio::sync::mpsc::UnboundedSender<ToolProgress>>,
 }
 
 /// See the module docs.
 pub struct McpServer {
     config: McpServerConfig,
     sandbox: Arc<Sandbox>,
+    network: SessionNetwork,
     workspace: PathBuf,
     /// The outbound client of `http` servers.
     egress: crate::egress::EgressClient,
     limits: GuardLimits,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// The last tool list (kept while the server is idle).
+    listed: Mutex<Vec<McpTool>>,
+    client: Arc<ClientState>,
     health: Mutex<Health>,
 }
 
@@ -106,16 +123,20 @@ impl McpServer {
     pub fn new(
         config: McpServerConfig,
         sandbox: Arc<Sandbox>,
+        network: SessionNetwork,
         workspace: PathBuf,
         egress: crate::egress::EgressClient,
     ) -> Self {
         Self {
+            client: ClientState::new(&config.name),
             config,
             sandbox,
+            network,
             workspace,
             egress,
             limits: GuardLimits::default(),
             connection: tokio::sync::Mutex::new(None),
+            listed: Mutex::new(Vec::new()),
             health: Mutex::new(Health {
                 state: McpServerState::NotStarted,
                 error: None,
@@ -124,8 +145,14 @@ impl McpServer {
                 retry_at: None,
                 tools: Vec::new(),
                 skipped: Vec::new(),
+                last_used: Instant::now(),
             }),
         }
+    }
+
+    /// What the server's connections share (the calls in flight, the run's elicitor).
+    pub fn client(&self) -> &Arc<ClientState> {
+        &self.client
     }
 
     pub fn config(&self) -> &McpServerConfig {
@@ -157,9 +184,62 @@ impl McpServer {
         health.skipped = skipped;
     }
 
-    /// The server's tools, starting it first when it is not running.
+    /// The server's tools, starting it first when it is not running (an idle server is not
+    /// started: its last list stands until a call starts it again). After the server said
+    /// its list changed, the list is read again, with the same bounds as the first.
     pub async fn tools(&self) -> Result<Vec<McpTool>, String> {
-        Ok(self.connect().await?.tools.clone())
+        if self.health().state == McpServerState::Idle {
+            return Ok(self.listed().clone());
+        }
+        let connection = self.connect().await?;
+        if self.client.take_tools_changed() {
+            let listed =
+                tokio::time::timeout(START_TIMEOUT, connection.service.peer().list_all_tools())
+                    .await;
+            match listed {
+                Ok(Ok(mut tools)) => {
+                    tools.truncate(MAX_TOOLS);
+                    tracing::info!(server = %self.config.name, tools = tools.len(),
+                        "MCP server tool list refreshed");
+                    *self.listed() = tools;
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(server = %self.config.name, %error, "tools/list refresh failed");
+                }
+                Err(_) => {
+                    tracing::warn!(server = %self.config.name, "tools/list refresh timed out");
+                }
+            }
+        }
+        Ok(self.listed().clone())
+    }
+
+    fn listed(&self) -> std::sync::MutexGuard<'_, Vec<McpTool>> {
+        self.listed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the server when it has had no call in flight for `idle` (it starts again with
+    /// the next call).
+    pub async fn stop_if_idle(&self, idle: Duration) {
+        let Ok(mut slot) = self.connection.try_lock() else {
+            return;
+        };
+        if slot.is_none() || self.client.in_flight() > 0 {
+            return;
+        }
+        {
+            let health = self.health();
+            if health.state != McpServerState::Ready || health.last_used.elapsed() < idle {
+                return;
+            }
+        }
+        if let Some(connection) = slot.take() {
+            connection.kill();
+        }
+        let mut health = self.health();
+        health.state = McpServerState::Idle;
+        health.error = None;
+        tracing::info!(server = %self.config.name, idle_seconds = idle.as_secs(), "MCP server stopped while idle");
     }
 
     /// A running connection: the current one, or a fresh start when the server is not
@@ -173,8 +253,10 @@ impl McpServer {
             let connection = slot.take().expect("checked above");
             self.lost(&connection);
         }
+        let from_idle;
         {
             let health = self.health();
+            from_idle = health.state == McpServerState::Idle;
             match health.state {
                 McpServerState::Failed | McpServerState::CutOff | McpServerState::Stopped => {
                     return Err(health
@@ -200,13 +282,16 @@ impl McpServer {
                 let connection = Arc::new(connection);
                 {
                     let mut health = self.health();
-                    if health.crashes > 0 {
+                    if health.crashes > 0 && !from_idle {
                         health.restarts += 1;
                     }
                     health.state = McpServerState::Ready;
                     health.error = None;
+                    health.last_used = Instant::now();
                 }
-                tracing::info!(server = %self.config.name, tools = connection.tools.len(), "MCP server ready");
+                // A fresh list: no earlier change notice is pending for it.
+                self.client.take_tools_changed();
+                tracing::info!(server = %self.config.name, tools = self.listed().len(), "MCP server ready");
                 *slot = Some(connection.clone());
                 Ok(connection)
             }
@@ -277,10 +362,11 @@ impl McpServer {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        // The session's command network: none, or only its egress proxy.
         let spec = self
-            .sandbox
-            .launch_spec(&self.workspace, &program, "dumb", None)
-            .map_err(|error| format!("the command sandbox is unavailable: {error}"))?
+            .network
+            .launch_spec(&self.sandbox, &self.workspace, &program, "dumb")
+            .map_err(|error| error.message)?
             .with_env(&env);
         let mut child = tokio::process::Command::new(&spec.program)
             .args(&spec.args)
@@ -317,7 +403,10 @@ impl McpServer {
                 format!("{what}: {error} (stderr: {tail})")
             }
         };
-        let service = match ().serve(transport).await {
+        let client = McpClient {
+            state: self.client.clone(),
+        };
+        let service = match client.serve(transport).await {
             Ok(service) => service,
             Err(error) => {
                 // Give the stderr reader a moment to collect why the program ended.
@@ -331,9 +420,9 @@ impl McpServer {
             .await
             .map_err(|error| tail("tools/list", error.to_string()))?;
         tools.truncate(MAX_TOOLS);
+        *self.listed() = tools;
         Ok(Connection {
             service,
-            tools,
             child: Mutex::new(Some(child)),
             cut_off,
             stderr_tail,
@@ -343,24 +432,44 @@ impl McpServer {
     /// Connects to an `http` server through the egress client (see `super::http`).
     async fn start_http(&self) -> Result<Connection, String> {
         let transport = super::http::transport(&self.config, &self.egress)?;
-        let service = ().serve(transport).await.map_err(|error| format!("handshake: {error}"))?;
+        let client = McpClient {
+            state: self.client.clone(),
+        };
+        let service = client
+            .serve(transport)
+            .await
+            .map_err(|error| format!("handshake: {error}"))?;
         let mut tools = service
             .peer()
             .list_all_tools()
             .await
             .map_err(|error| format!("tools/list: {error}"))?;
         tools.truncate(MAX_TOOLS);
+        *self.listed() = tools;
         Ok(Connection {
             service,
-            tools,
             child: Mutex::new(None),
             cut_off: CutOff::default(),
             stderr_tail: Arc::default(),
         })
     }
 
-    /// Calls `tool` with `arguments`, bounded by the server's timeout and `cancel`.
+    /// Calls `call.tool` with `arguments`, bounded by the server's timeout and `cancel`.
     pub async fn call(
+        &self,
+        call: CallSpec<'_>,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        cancel: &CancellationToken,
+    ) -> Result<CallToolResult, CallError> {
+        let _registered = self
+            .client
+            .begin_call(call.tool_use_id, call.tool_name, call.progress);
+        let outcome = self.call_registered(call.tool, arguments, cancel).await;
+        self.health().last_used = Instant::now();
+        outcome
+    }
+
+    async fn call_registered(
         &self,
         tool: &str,
         arguments: serde_json::Map<String, serde_json::Value>,

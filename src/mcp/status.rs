@@ -13,6 +13,9 @@ pub enum McpServerState {
     Starting,
     /// Running; its tools are offered.
     Ready,
+    /// Stopped after `mcp.idle_stop_seconds` without a call; started again by the next call
+    /// (its last tool list stays offered meanwhile).
+    Idle,
     /// Ended unexpectedly; restarted with backoff at the next use (see `error`).
     Crashed,
     /// Did not start, or crashed too often: not restarted (see `error`).

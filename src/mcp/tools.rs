@@ -6,9 +6,11 @@
 //! admin marked the server `trusted` (and `destructiveHint` is not also set).
 
 use super::config::{is_valid_tool_part, tool_name};
-use super::server::{CallError, McpServer};
+use super::server::{CallError, CallSpec, McpServer};
+use crate::message::ToolImage;
 use crate::tools::builder::ToolBuilder;
 use crate::tools::{DynTool, ToolError, ToolOutput, codes};
+use base64::Engine;
 use rmcp::model::{CallToolResult, Tool as McpTool};
 use serde_json::Value;
 use std::sync::Arc;
@@ -18,6 +20,12 @@ use tracing::Instrument;
 const MAX_DESCRIPTION_CHARS: usize = 4096;
 /// An input schema larger than this (as JSON) is not offered.
 const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// Images of one result passed to the model as images (more stay text notes)…
+const MAX_IMAGES: usize = 4;
+/// …each of at most this much base64.
+const MAX_IMAGE_BASE64_BYTES: usize = 1024 * 1024;
+/// The image types providers take.
+const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
 
 /// The tools `server` offers (its allow-list applied) and those it lists but cannot offer,
 /// each with the reason.
@@ -79,7 +87,8 @@ fn registry_tool(server: &Arc<McpServer>, tool: &McpTool) -> Result<DynTool, Str
         && annotations
             .is_some_and(|a| a.read_only_hint == Some(true) && a.destructive_hint != Some(true));
     let server = server.clone();
-    ToolBuilder::new(tool_name(&config.name, &own))
+    let registry_name = tool_name(&config.name, &own);
+    ToolBuilder::new(registry_name.clone())
         .description(description)
         .schema(schema)
         .read_only(read_only)
@@ -87,6 +96,7 @@ fn registry_tool(server: &Arc<McpServer>, tool: &McpTool) -> Result<DynTool, Str
         .handler(move |input: Value, ctx| {
             let server = server.clone();
             let own = own.clone();
+            let registry_name = registry_name.clone();
             async move {
                 let arguments = match input {
                     Value::Object(map) => map,
@@ -97,8 +107,14 @@ fn registry_tool(server: &Arc<McpServer>, tool: &McpTool) -> Result<DynTool, Str
                     "mcp_call", server = %name, tool = %own,
                     tenant = %ctx.tenant, session_id = %ctx.session_id, tool_use_id = %ctx.tool_use_id
                 );
+                let call = CallSpec {
+                    tool: &own,
+                    tool_use_id: &ctx.tool_use_id,
+                    tool_name: &registry_name,
+                    progress: ctx.progress.clone(),
+                };
                 let outcome = server
-                    .call(&own, arguments, &ctx.cancel)
+                    .call(call, arguments, &ctx.cancel)
                     .instrument(span)
                     .await;
                 match outcome {
@@ -121,17 +137,44 @@ fn registry_tool(server: &Arc<McpServer>, tool: &McpTool) -> Result<DynTool, Str
         .map_err(|error| error.to_string())
 }
 
-/// The model-visible output of a call: text blocks as they are, images and audio as a short
-/// note, embedded resources with their text, resource links by URI, then the structured
-/// content as JSON when no text block already carries it. `isError` → `TOOL_FAILED` with
-/// the server's text.
+/// An image block the model can receive as an image: a type providers take, bounded, valid
+/// base64.
+fn model_image(block: &Value) -> Option<ToolImage> {
+    let media_type = block["mimeType"].as_str()?;
+    let data = block["data"].as_str()?;
+    (IMAGE_TYPES.contains(&media_type)
+        && data.len() <= MAX_IMAGE_BASE64_BYTES
+        && base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .is_ok())
+    .then(|| ToolImage {
+        media_type: media_type.to_owned(),
+        data: data.to_owned(),
+    })
+}
+
+/// The model-visible output of a call: text blocks as they are; images as image blocks
+/// beside the text (at most 4 of at most 1 MiB of base64 each, PNG, JPEG, GIF or WebP, each
+/// with a note in the text) and other images and audio as a short note; embedded resources
+/// with their text; resource links by URI; then the structured content as JSON when no text
+/// block already carries it. `isError` → `TOOL_FAILED` with the server's text.
 pub fn output(result: CallToolResult) -> Result<ToolOutput, ToolError> {
     let value = serde_json::to_value(&result).unwrap_or(Value::Null);
     let mut parts: Vec<String> = Vec::new();
+    let mut images: Vec<ToolImage> = Vec::new();
     for block in value["content"].as_array().into_iter().flatten() {
         let kind = block["type"].as_str().unwrap_or_default();
+        let image = (kind == "image" && images.len() < MAX_IMAGES)
+            .then(|| model_image(block))
+            .flatten();
         let text = match kind {
             "text" => block["text"].as_str().unwrap_or_default().to_owned(),
+            "image" if image.is_some() => {
+                let image = image.expect("checked");
+                let note = format!("[image {}: {}]", images.len() + 1, image.media_type);
+                images.push(image);
+                note
+            }
             "image" | "audio" => format!(
                 "[{kind}: {}, {} bytes of base64]",
                 block["mimeType"].as_str().unwrap_or("unknown type"),
@@ -175,7 +218,10 @@ pub fn output(result: CallToolResult) -> Result<ToolOutput, ToolError> {
         };
         return Err(ToolError::failed(message));
     }
-    Ok(ToolOutput::text(text))
+    Ok(ToolOutput {
+        images,
+        ..ToolOutput::text(text)
+    })
 }
 
 #[cfg(test)]
@@ -192,11 +238,37 @@ mod tests {
             ContentBlock::embedded_text("file:///n.txt", "notes"),
         ]);
         result.structured_content = Some(json!({"a": 1}));
-        let text = output(result).unwrap().text;
+        let out = output(result).unwrap();
         assert_eq!(
-            text,
-            "hello\n[image: image/png, 8 bytes of base64]\n[resource file:///n.txt]\nnotes\nstructured content: {\"a\":1}"
+            out.text,
+            "hello\n[image 1: image/png]\n[resource file:///n.txt]\nnotes\nstructured content: {\"a\":1}"
         );
+        assert_eq!(
+            out.images,
+            [ToolImage {
+                media_type: "image/png".into(),
+                data: "aGVsbG8=".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn images_the_model_cannot_take_stay_notes() {
+        let big = "A".repeat(MAX_IMAGE_BASE64_BYTES + 4);
+        let mut blocks = vec![
+            ContentBlock::image("not base64!", "image/png"),
+            ContentBlock::image("aGVsbG8=", "image/tiff"),
+            ContentBlock::image(big.as_str(), "image/png"),
+        ];
+        blocks.extend((0..5).map(|_| ContentBlock::image("aGVsbG8=", "image/gif")));
+        let out = output(CallToolResult::success(blocks)).unwrap();
+        assert_eq!(out.images.len(), MAX_IMAGES);
+        let lines: Vec<&str> = out.text.lines().collect();
+        assert_eq!(lines[0], "[image: image/png, 11 bytes of base64]");
+        assert_eq!(lines[1], "[image: image/tiff, 8 bytes of base64]");
+        assert!(lines[2].starts_with("[image: image/png, 1048580 bytes"));
+        assert_eq!(lines[3], "[image 1: image/gif]");
+        assert_eq!(lines[7], "[image: image/gif, 8 bytes of base64]");
     }
 
     #[test]

@@ -242,6 +242,7 @@ pub fn input_digest(input: &Value) -> String {
 pub use crate::session_config::TimeoutDecision;
 
 /// The approval callback of one run.
+#[derive(Clone)]
 pub struct RunApprover {
     pub store: Arc<dyn Store>,
     pub writer: Arc<SessionWriter>,

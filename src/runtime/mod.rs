@@ -211,6 +211,8 @@ pub struct RuntimeSettings {
     pub search: crate::search::SearchBackends,
     /// The price table: every model call's usage ledger row is priced from it.
     pub prices: Vec<crate::usage::Price>,
+    /// MCP servers of sessions (`[mcp]`).
+    pub mcp: crate::mcp::McpSettings,
 }
 
 /// A run parked on approvals: what it takes to resume it.

@@ -45,10 +45,11 @@ impl SessionRuntime {
         let shells = builtin::pty::ShellRegistry::new();
         shells.set_holds(holds);
         let egress_journal = EgressSlot::default();
+        let network = self.session_network(tenant, session, config, &egress_journal)?;
         let env = Arc::new(SessionEnv {
             shells: SessionShells {
                 sandbox: self.sandbox.clone(),
-                network: self.session_network(tenant, session, config, &egress_journal)?,
+                network: network.clone(),
                 tasks,
                 shells,
             },
@@ -63,8 +64,10 @@ impl SessionRuntime {
             mcp: Arc::new(crate::mcp::SessionMcp::new(
                 &config.mcp_servers,
                 self.sandbox.clone(),
+                network,
                 workspace.root(),
                 &self.egress,
+                self.settings.mcp.idle_stop(),
             )),
             workspace: workspace.root().to_owned(),
             web_cache: Default::default(),
@@ -461,6 +464,13 @@ impl SessionRuntime {
             max_pending: self.settings.limits.pending_approvals,
             handoff: self.shutdown.clone(),
         };
+        if !env.mcp.is_empty() {
+            // Elicitations wait in process: the call asking is already executing.
+            env.mcp.set_elicitor(Some(Arc::new(approvals::RunApprover {
+                park_after: None,
+                ..approver.clone()
+            })));
+        }
         let pipeline = Pipeline::new(registry, gate.clone())
             .with_hooks(hooks)
             .with_approver(Arc::new(approver))

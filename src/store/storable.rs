@@ -100,6 +100,10 @@ pub fn message(message: &mut Message) {
             ContentBlock::ToolResult(result) => {
                 string(&mut result.tool_use_id);
                 string(&mut result.content);
+                for image in &mut result.images {
+                    string(&mut image.media_type);
+                    string(&mut image.data);
+                }
             }
         }
     }

@@ -67,6 +67,8 @@ pub struct ToolOutput {
     pub text: String,
     /// Messages to append after the paired tool_result (step 8).
     pub extra_messages: Vec<Message>,
+    /// Images for the model beside the text (bounded by the tool that makes them).
+    pub images: Vec<crate::message::ToolImage>,
 }
 
 impl ToolOutput {
@@ -74,6 +76,7 @@ impl ToolOutput {
         Self {
             text: text.into(),
             extra_messages: Vec::new(),
+            images: Vec::new(),
         }
     }
 }

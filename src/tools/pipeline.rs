@@ -345,7 +345,14 @@ impl Pipeline {
             Ok(ToolOutput {
                 text,
                 extra_messages,
-            }) => (ToolResultBlock::ok(&ctx.tool_use_id, text), extra_messages),
+                images,
+            }) => (
+                ToolResultBlock {
+                    images,
+                    ..ToolResultBlock::ok(&ctx.tool_use_id, text)
+                },
+                extra_messages,
+            ),
             Err(error) => {
                 tracing::info!(code = error.code, "tool call failed");
                 (

@@ -727,6 +727,7 @@ async fn large_output_is_capped_spilled_and_post_hooks_see_the_capped_text() {
                 Ok(ToolOutput {
                     text: "x".repeat(100),
                     extra_messages: vec![Message::user_text("from the tool")],
+                    images: Vec::new(),
                 })
             })
             .build()

@@ -17,6 +17,7 @@ mod idempotency;
 mod limits;
 mod mcp;
 mod mcp_registry;
+mod mcp_requests;
 mod openapi;
 mod outbound_webhooks;
 mod pg_outage;

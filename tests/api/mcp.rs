@@ -5,10 +5,10 @@
 use crate::helpers::*;
 use serde_json::{Value, json};
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_norma-mcp-fixture");
+pub(crate) const FIXTURE: &str = env!("CARGO_BIN_EXE_norma-mcp-fixture");
 
 /// A server whose sandbox can run the fixture (its directory is an extra read-only tree).
-async fn spawn(backend: Backend) -> Option<TestApp> {
+pub(crate) async fn spawn(backend: Backend) -> Option<TestApp> {
     TestApp::spawn_with(backend, |settings| {
         let dir = std::path::Path::new(FIXTURE).parent().unwrap().to_owned();
         settings.sandbox.extra_read = vec![dir];
@@ -16,7 +16,7 @@ async fn spawn(backend: Backend) -> Option<TestApp> {
     .await
 }
 
-fn fixture(extra: Value) -> Value {
+pub(crate) fn fixture(extra: Value) -> Value {
     let mut server = json!({"name": "fx", "command": FIXTURE});
     server
         .as_object_mut()
@@ -25,7 +25,7 @@ fn fixture(extra: Value) -> Value {
     server
 }
 
-fn calls(calls: &[(&str, Value)]) -> Value {
+pub(crate) fn calls(calls: &[(&str, Value)]) -> Value {
     let mut turns: Vec<Value> = calls
         .iter()
         .map(|(name, input)| json!({"tool_calls": [{"name": name, "input": input}]}))
@@ -34,12 +34,12 @@ fn calls(calls: &[(&str, Value)]) -> Value {
     json!({"turns": turns})
 }
 
-async fn wait_idle(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
+pub(crate) async fn wait_idle(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
     app.wait_for_events(token, id, |events| count(events, "terminal") >= 1)
         .await
 }
 
-async fn session(app: &TestApp, token: &str, id: &str) -> Value {
+pub(crate) async fn session(app: &TestApp, token: &str, id: &str) -> Value {
     app.get(&format!("/v1/sessions/{id}"), token)
         .await
         .json()
@@ -47,7 +47,7 @@ async fn session(app: &TestApp, token: &str, id: &str) -> Value {
         .unwrap()
 }
 
-async fn run(app: &TestApp, config: Value) -> (String, Vec<Value>) {
+pub(crate) async fn run(app: &TestApp, config: Value) -> (String, Vec<Value>) {
     let token = app.token("acme");
     let id = app.create_session("acme", &config).await;
     assert_eq!(app.prompt(&token, &id, "go").await.status(), 202);
@@ -125,7 +125,12 @@ async fn results_errors_and_the_sandbox(backend: Backend) {
     assert_eq!(results[0]["content"], "the fixture failed on purpose");
     assert_eq!(
         results[1]["content"],
-        "a picture:\n[image: image/png, 8 bytes of base64]\n[resource file:///notes.txt]\nthe notes"
+        "a picture:\n[image 1: image/png]\n[resource file:///notes.txt]\nthe notes"
+    );
+    // The image travels beside the text, for providers that take images in tool results.
+    assert_eq!(
+        results[1]["images"],
+        json!([{"media_type": "image/png", "data": "aGVsbG8="}])
     );
     // The server's environment: the sandbox's four variables and the one it was given.
     let env: Value = serde_json::from_str(results[2]["content"].as_str().unwrap()).unwrap();
