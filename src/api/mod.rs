@@ -2,6 +2,7 @@
 
 pub mod ag_ui;
 pub mod approvals;
+pub mod contract;
 pub mod cors;
 pub mod events;
 pub mod extract;
@@ -28,7 +29,8 @@ use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-/// The OpenAPI document, generated from the handlers.
+/// The OpenAPI document, generated from the handlers; [`contract::CommonResponses`] adds the
+/// error answers every operation shares.
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Norma Server", description = "Multi-tenant network agent server"),
@@ -57,7 +59,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         approvals::revoke_grant,
         usage::get_usage,
     ),
-    modifiers(&BearerAuth),
+    components(schemas(crate::error::ErrorBody)),
+    modifiers(&BearerAuth, &contract::CommonResponses),
     tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "health"))
 )]
 pub struct ApiDoc;

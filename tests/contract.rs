@@ -1,0 +1,325 @@
+//! The OpenAPI document against the real server: schemathesis (PyPI) generates valid and
+//! invalid requests for every operation of the served `/openapi.json` and checks every answer
+//! (`not_a_server_error`, `status_code_conformance`, `content_type_conformance`,
+//! `response_schema_conformance`, `negative_data_rejection`), on SQLite and on a fresh Postgres
+//! database, against the real `norma serve` binary with a token holding every scope.
+//!
+//! Before the run the test seeds real objects (a session with a finished run, a grant and a
+//! pending approval, a plain session, a session to close) and binds the path parameters to
+//! them most of the time, so the answers of real resources are checked too, not only `404`s.
+//! Each store's run is bounded by examples and by time (`MAX_TIME`). Without schemathesis the
+//! test skips loudly, and fails under `CI=true` (`.ci/run` installs it).
+
+#[path = "support/pg.rs"]
+mod pg;
+#[path = "support/server.rs"]
+mod server;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// The checks that must report no failure.
+const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
+                      response_schema_conformance,negative_data_rejection";
+/// Test cases per operation and phase.
+const MAX_EXAMPLES: &str = "25";
+/// The time budget of one store's run, in seconds.
+const MAX_TIME: &str = "110";
+const TENANT: &str = "contract";
+
+/// One store's run at a time: two would share the machine's cores and time budget.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_contract_holds_on_sqlite() {
+    let Some(st) = schemathesis() else { return };
+    let _one = ONE_AT_A_TIME.lock().await;
+    run_contract(&st, None, "sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_contract_holds_on_postgres() {
+    let Some(st) = schemathesis() else { return };
+    let Some(url) = pg::fresh_pg_database().await else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().await;
+    run_contract(&st, Some(url), "postgres").await;
+}
+
+/// The `st` command, or `None` (with a loud message) when it is not installed outside CI.
+fn schemathesis() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("st"))
+            .find(|candidate| {
+                Command::new(candidate)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|output| output.status.success())
+            })
+    });
+    if found.is_none() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("schemathesis (`st`) is required in CI: python3 -m pip install schemathesis");
+        }
+        eprintln!(
+            "\n!!!!!!!! SKIPPING CONTRACT TEST: schemathesis (`st`) not found; \
+             python3 -m pip install schemathesis !!!!!!!!\n"
+        );
+    }
+    found
+}
+
+/// The objects the run's path parameters are bound to.
+struct Seeded {
+    /// A session with a finished run, a grant and a run waiting on an approval.
+    busy: String,
+    /// A session with no script: prompts run the offline provider.
+    plain: String,
+    /// The session `DELETE /v1/sessions/{id}` closes.
+    to_close: String,
+    runs: Vec<String>,
+    approval: String,
+    grant: String,
+}
+
+async fn run_contract(st: &PathBuf, database_url: Option<String>, store: &str) {
+    let mut server = server::ServerProcess::new(database_url);
+    server.start().await;
+    let token = server.token_with_scopes(
+        TENANT,
+        &[
+            "sessions:read",
+            "sessions:write",
+            "approvals:write",
+            "tenant:admin",
+        ],
+    );
+    let seeded = seed(&server, &token).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("openapi.json");
+    let document = server
+        .client
+        .get(server.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    std::fs::write(&schema, document).unwrap();
+    let config = dir.path().join("schemathesis.toml");
+    std::fs::write(&config, config_toml(&seeded)).unwrap();
+
+    let output = tokio::task::spawn_blocking({
+        let st = st.clone();
+        let base = server.url("");
+        let report = dir.path().join("report");
+        move || {
+            Command::new(st)
+                .arg("--config-file")
+                .arg(&config)
+                .arg("run")
+                .arg(&schema)
+                .args(["--url", &base])
+                .args(["--header", &format!("Authorization: Bearer {token}")])
+                .args(["--checks", CHECKS])
+                .args(["--max-examples", MAX_EXAMPLES])
+                .args(["--max-time", MAX_TIME])
+                .args(["--workers", "2"])
+                .args(["--request-timeout", "10"])
+                .args(["--seed", "13"])
+                .arg("--generation-deterministic")
+                .args(["--suppress-health-check", "all"])
+                .arg("--no-color")
+                .args(["--report-dir", &report.display().to_string()])
+                .env("NO_COLOR", "1")
+                .output()
+                .expect("st runs")
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "schemathesis found contract failures on {store}:\n{stdout}\n{stderr}\n{}",
+        server.logs()
+    );
+    assert!(
+        stdout.contains("passed") || stdout.contains("PASSED"),
+        "schemathesis ran no test on {store}:\n{stdout}\n{stderr}"
+    );
+    eprintln!("schemathesis on {store}:\n{stdout}");
+
+    // The server still serves the seeded sessions afterwards.
+    let (status, session) = server
+        .get(&format!("/v1/sessions/{}", seeded.plain), &server.token(TENANT))
+        .await;
+    assert_eq!(status, 200, "{session}");
+    let (status, _) = server.get("/readyz", "").await;
+    assert_eq!(status, 200);
+}
+
+/// Seeds the objects of [`Seeded`] through the API.
+async fn seed(server: &server::ServerProcess, token: &str) -> Seeded {
+    // Every prompt: a Write (asks for approval), then a closing text.
+    let script = json!({"per_prompt": true, "turns": [
+        {"text": "Writing.", "tool_calls": [
+            {"name": "Write", "input": {"file_path": "note.txt", "content": "{{last_user_text}}"}}]},
+        {"text": "Done: {{last_user_text}}"}
+    ]});
+    let create = |body: Value| async move {
+        let (status, session) = server.post("/v1/sessions", token, &body).await;
+        assert_eq!(status, 201, "{session}");
+        session["id"].as_str().unwrap().to_owned()
+    };
+    let busy = create(json!({"title": "busy", "model": {"script": script}})).await;
+    let plain = create(json!({"title": "plain"})).await;
+    let to_close = create(json!({"title": "to close"})).await;
+
+    // First run: approved with a session grant, then it finishes.
+    let (status, first) = server
+        .post(
+            &format!("/v1/sessions/{busy}/prompts"),
+            token,
+            &json!({"text": "one"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{first}");
+    let approval = pending_approval(server, token, &busy).await;
+    let (status, answer) = server
+        .post(
+            &format!("/v1/sessions/{busy}/approvals/{approval}"),
+            token,
+            &json!({"decision": "allow", "grant": {"scope": "session", "rule": "Write(*.md)"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    wait_for_run_end(server, token, &busy, first["run_id"].as_str().unwrap()).await;
+    // Second run: waits on its approval while schemathesis runs.
+    let (status, second) = server
+        .post(
+            &format!("/v1/sessions/{busy}/prompts"),
+            token,
+            &json!({"text": "two"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{second}");
+    let approval = pending_approval(server, token, &busy).await;
+    let (_, grants) = server
+        .get(&format!("/v1/sessions/{busy}/grants"), token)
+        .await;
+    let grant = grants["grants"][0]["id"].as_str().unwrap().to_owned();
+    // The plain session's run (the offline provider answers at once).
+    let (status, third) = server
+        .post(
+            &format!("/v1/sessions/{plain}/prompts"),
+            token,
+            &json!({"text": "hello"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{third}");
+    wait_for_run_end(server, token, &plain, third["run_id"].as_str().unwrap()).await;
+    Seeded {
+        busy,
+        plain,
+        to_close,
+        runs: [&first, &second, &third]
+            .iter()
+            .map(|run| run["run_id"].as_str().unwrap().to_owned())
+            .collect(),
+        approval,
+        grant,
+    }
+}
+
+async fn pending_approval(server: &server::ServerProcess, token: &str, session: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, page) = server
+            .get(
+                &format!("/v1/sessions/{session}/approvals?status=pending"),
+                token,
+            )
+            .await;
+        if let Some(id) = page["approvals"][0]["id"].as_str() {
+            return id.to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pending approval: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_for_run_end(server: &server::ServerProcess, token: &str, session: &str, run: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, record) = server
+            .get(&format!("/v1/sessions/{session}/runs/{run}"), token)
+            .await;
+        if ["completed", "failed", "cancelled"].contains(&record["status"].as_str().unwrap_or(""))
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run did not end: {record}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The schemathesis configuration: path parameters bound to the seeded objects most of the
+/// time (random values the rest), `DELETE` on its own session, and the endless SSE stream read
+/// for a bounded time.
+fn config_toml(seeded: &Seeded) -> String {
+    let list = |values: &[&String]| {
+        values
+            .iter()
+            .map(|v| format!("\"{v}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        r#"
+[dictionaries.sessions]
+values = [{sessions}]
+[dictionaries.runs]
+values = [{runs}]
+[dictionaries.approvals]
+values = ["{approval}"]
+[dictionaries.grants]
+values = ["{grant}"]
+
+[parameters]
+"path.id" = {{ dictionary = "sessions", probability = 0.85 }}
+"path.run_id" = {{ dictionary = "runs", probability = 0.7 }}
+"path.approval_id" = {{ dictionary = "approvals", probability = 0.7 }}
+"path.grant_id" = {{ dictionary = "grants", probability = 0.5 }}
+"body.threadId" = {{ dictionary = "sessions", probability = 0.7 }}
+
+[[operations]]
+include-operation-id = "close_session"
+parameters = {{ "path.id" = "{to_close}" }}
+
+[[operations]]
+include-operation-id = "stream"
+request-timeout = 1.5
+max-stream-events = 5
+"#,
+        sessions = list(&[&seeded.busy, &seeded.plain]),
+        runs = list(&seeded.runs.iter().collect::<Vec<_>>()),
+        approval = seeded.approval,
+        grant = seeded.grant,
+        to_close = seeded.to_close,
+    )
+}
