@@ -209,3 +209,4 @@ fn error_response(status: &str, description: &str) -> Response {
     }
     response.build()
 }
+

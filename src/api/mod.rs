@@ -15,6 +15,7 @@ pub mod stream_tickets;
 pub mod usage;
 
 use crate::app::AppState;
+use contract::CommonResponses;
 use crate::error::{ApiError, ErrorCode};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -60,7 +61,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         usage::get_usage,
     ),
     components(schemas(crate::error::ErrorBody)),
-    modifiers(&BearerAuth, &contract::CommonResponses),
+    modifiers(&BearerAuth, &CommonResponses),
     tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "health"))
 )]
 pub struct ApiDoc;
