@@ -405,9 +405,7 @@ async fn ctrl_c_in_chat_cancels_the_running_run() {
     keyboard.flush().unwrap();
     // The run streams: the model's deltas reach the terminal.
     let seen = screen.wait_for("tick2", seen).await;
-    let (_, runs) = server
-        .get(&format!("/v1/sessions/{id}/runs"), &token)
-        .await;
+    let (_, runs) = server.get(&format!("/v1/sessions/{id}/runs"), &token).await;
     let run = runs["runs"][0]["id"].as_str().unwrap().to_owned();
     assert_eq!(runs["runs"][0]["status"], "running", "{runs}");
 
@@ -432,7 +430,10 @@ async fn ctrl_c_in_chat_cancels_the_running_run() {
     }
     // The chat shows the run's end and is back at its prompt; Ctrl-D quits it.
     screen.wait_for("run ended", seen).await;
-    assert!(chat.try_wait().unwrap().is_none(), "chat quit on the first Ctrl-C");
+    assert!(
+        chat.try_wait().unwrap().is_none(),
+        "chat quit on the first Ctrl-C"
+    );
     keyboard.write_all(&[0x04]).unwrap();
     keyboard.flush().unwrap();
     let status = tokio::time::timeout(

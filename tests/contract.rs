@@ -162,7 +162,10 @@ async fn run_contract(st: &PathBuf, database_url: Option<String>, store: &str) {
 
     // The server still serves the seeded sessions afterwards.
     let (status, session) = server
-        .get(&format!("/v1/sessions/{}", seeded.plain), &server.token(TENANT))
+        .get(
+            &format!("/v1/sessions/{}", seeded.plain),
+            &server.token(TENANT),
+        )
         .await;
     assert_eq!(status, 200, "{session}");
     let (status, _) = server.get("/readyz", "").await;
@@ -268,8 +271,7 @@ async fn wait_for_run_end(server: &server::ServerProcess, token: &str, session: 
         let (_, record) = server
             .get(&format!("/v1/sessions/{session}/runs/{run}"), token)
             .await;
-        if ["completed", "failed", "cancelled"].contains(&record["status"].as_str().unwrap_or(""))
-        {
+        if ["completed", "failed", "cancelled"].contains(&record["status"].as_str().unwrap_or("")) {
             return;
         }
         assert!(
@@ -281,8 +283,8 @@ async fn wait_for_run_end(server: &server::ServerProcess, token: &str, session: 
 }
 
 /// The schemathesis configuration: path parameters bound to the seeded objects most of the
-/// time (random values the rest), `DELETE` on its own session, and the endless SSE stream read
-/// for a bounded time.
+/// time (random values the rest), `DELETE` on its own session, the endless SSE stream read
+/// for a bounded time, and `413` counted as the rejection of invalid data it is.
 fn config_toml(seeded: &Seeded) -> String {
     let list = |values: &[&String]| {
         values
@@ -308,6 +310,11 @@ values = ["{grant}"]
 "path.approval_id" = {{ dictionary = "approvals", probability = 0.7 }}
 "path.grant_id" = {{ dictionary = "grants", probability = 0.5 }}
 "body.threadId" = {{ dictionary = "sessions", probability = 0.7 }}
+
+# A body larger than `max_body_bytes` (a prompt far over 200,000 characters) is refused with
+# `413 PAYLOAD_TOO_LARGE` before it is parsed: a documented rejection of invalid data.
+[checks.negative_data_rejection]
+expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"]
 
 [[operations]]
 include-operation-id = "close_session"
@@ -387,4 +394,76 @@ fn an_operations_own_description_is_kept_and_completed() {
         prompt["401"]["$ref"],
         "#/components/responses/Unauthenticated"
     );
+}
+
+/// Values the schema forbids and the server used to take (or took differently) are refused
+/// with `422 INVALID_REQUEST` naming the field, and the server serves the tenant afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_the_schema_forbids_are_refused_with_their_field() {
+    let mut server = server::ServerProcess::new(None);
+    server.start().await;
+    let token = server.token(TENANT);
+    for (body, field) in [
+        (
+            json!({"approvals": {"timeout_seconds": 0}}),
+            "approvals.timeout_seconds",
+        ),
+        (
+            json!({"approvals": {"timeout_seconds": 86_401}}),
+            "approvals.timeout_seconds",
+        ),
+        (json!({"budgets": {"max_turns": 1001}}), "budgets.max_turns"),
+        (json!({"title": "t".repeat(201)}), "title"),
+        (
+            json!({"hooks": [{"name": "h", "event": "Stop", "handler": {"type": "in_process", "hook": "x"}, "colour": "red"}]}),
+            "hooks[0]",
+        ),
+    ] {
+        let (status, error) = server.post("/v1/sessions", &token, &body).await;
+        assert_eq!(status, 422, "{body} -> {error}");
+        assert_eq!(error["code"], "INVALID_REQUEST", "{error}");
+        let named = error["details"]["field"].as_str().unwrap_or_default();
+        assert!(
+            named.starts_with(field),
+            "{body}: field {named:?}, not {field}"
+        );
+    }
+    let (status, session) = server
+        .post("/v1/sessions", &token, &json!({"title": "ok"}))
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap();
+
+    // `Last-Event-ID` is digits only; `after` is not negative.
+    for (query, last_event_id) in [("", Some("+5")), ("", Some("-1")), ("?after=-1", None)] {
+        let mut request = server
+            .client
+            .get(server.url(&format!("/v1/sessions/{id}/stream{query}")))
+            .bearer_auth(&token);
+        if let Some(value) = last_event_id {
+            request = request.header("last-event-id", value);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 422, "{query} {last_event_id:?}");
+    }
+    // AG-UI messages are objects.
+    let (status, error) = server
+        .post(
+            &format!("/v1/sessions/{id}/ag-ui"),
+            &token,
+            &json!({"threadId": id, "runId": "r1", "messages": [1],
+                    "resume": [{"interruptId": "apr_x", "status": "cancelled"}]}),
+        )
+        .await;
+    assert_eq!(status, 422, "{error}");
+    // Limits above their maximum are refused, not clamped.
+    let (status, _) = server.get("/v1/sessions?limit=101", &token).await;
+    assert_eq!(status, 422);
+    let (status, _) = server
+        .get(&format!("/v1/sessions/{id}/events?limit=1001"), &token)
+        .await;
+    assert_eq!(status, 422);
+    // The tenant is still served.
+    let (status, _) = server.get(&format!("/v1/sessions/{id}"), &token).await;
+    assert_eq!(status, 200);
 }

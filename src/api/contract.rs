@@ -179,7 +179,11 @@ fn add(operation: &mut Operation, shared: &Shared) {
             let description = if described.description.contains(code) {
                 described.description.clone()
             } else {
-                format!("{} Also: {}", described.description.trim_end(), shared.description)
+                format!(
+                    "{} Also: {}",
+                    described.description.trim_end(),
+                    shared.description
+                )
             };
             let mut merged = error_response(shared.status, &description);
             if !described.content.is_empty() {
@@ -209,4 +213,3 @@ fn error_response(status: &str, description: &str) -> Response {
     }
     response.build()
 }
-

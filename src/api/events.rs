@@ -184,8 +184,10 @@ pub async fn stream(
                 .filter(|v| (1..=18).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|v| v.parse::<i64>().ok())
                 .ok_or_else(|| {
-                    ApiError::invalid("Last-Event-ID must be a non-negative integer (1 to 18 digits)")
-                        .with_details(json!({ "field": "Last-Event-ID" }))
+                    ApiError::invalid(
+                        "Last-Event-ID must be a non-negative integer (1 to 18 digits)",
+                    )
+                    .with_details(json!({ "field": "Last-Event-ID" }))
                 })?,
         ),
         None => None,

@@ -15,13 +15,13 @@ pub mod stream_tickets;
 pub mod usage;
 
 use crate::app::AppState;
-use contract::CommonResponses;
 use crate::error::{ApiError, ErrorCode};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use contract::CommonResponses;
 use std::any::Any;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};

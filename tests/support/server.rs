@@ -306,7 +306,10 @@ impl ServerProcess {
 
     /// A token for `tenant` with every scope.
     pub fn token(&self, tenant: &str) -> String {
-        self.token_with_scopes(tenant, &["sessions:read", "sessions:write", "approvals:write"])
+        self.token_with_scopes(
+            tenant,
+            &["sessions:read", "sessions:write", "approvals:write"],
+        )
     }
 
     /// A token for `tenant` (subject `user-of-<tenant>`) with exactly `scopes`, valid 1 h.
