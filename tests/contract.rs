@@ -120,8 +120,11 @@ async fn run_contract(st: &PathBuf, database_url: Option<String>, store: &str) {
         let st = st.clone();
         let base = server.url("");
         let report = dir.path().join("report");
+        let scratch = dir.path().to_path_buf();
         move || {
             Command::new(st)
+                // Its cache (`.schemathesis/`) lands in the scratch directory, not the tree.
+                .current_dir(&scratch)
                 .arg("--config-file")
                 .arg(&config)
                 .arg("run")
