@@ -15,7 +15,7 @@ mod pg;
 #[path = "support/server.rs"]
 mod server;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -87,7 +87,7 @@ struct Seeded {
     grant: String,
 }
 
-async fn run_contract(st: &PathBuf, database_url: Option<String>, store: &str) {
+async fn run_contract(st: &Path, database_url: Option<String>, store: &str) {
     let mut server = server::ServerProcess::new(database_url);
     server.start().await;
     let token = server.token_with_scopes(
@@ -117,7 +117,7 @@ async fn run_contract(st: &PathBuf, database_url: Option<String>, store: &str) {
     std::fs::write(&config, config_toml(&seeded)).unwrap();
 
     let output = tokio::task::spawn_blocking({
-        let st = st.clone();
+        let st = st.to_path_buf();
         let base = server.url("");
         let report = dir.path().join("report");
         let scratch = dir.path().to_path_buf();
