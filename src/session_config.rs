@@ -33,25 +33,29 @@ impl ConfigViolation {
 pub struct SessionConfig {
     /// A display title (at most 200 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 200)]
     pub title: Option<String>,
-    /// The system prompt sent with every model request.
+    /// The system prompt sent with every model request (at most 200,000 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 200_000)]
     pub system_prompt: Option<String>,
     /// Model settings; the provider itself (kind, endpoint, key) is server configuration.
     #[serde(default)]
     pub model: ModelConfig,
     /// Built-in tools offered to the model (default: every built-in tool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = optional_tool_names)]
     pub tools: Option<Vec<String>>,
     /// Built-in tools whose schemas are hidden from the model; it finds them with
     /// `SearchExtraTools` and runs them with `ExecuteExtraTool`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(schema_with = tool_names)]
     pub deferred_tools: Vec<String>,
     #[serde(default)]
     pub permission: PermissionConfig,
-    /// Hooks (in-process by catalog name, or remote signed webhooks).
+    /// Hooks (in-process by catalog name, or remote signed webhooks), at most the server's
+    /// `limits.hooks_per_session`; names unique in the session.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schema(value_type = Vec<Object>)]
     pub hooks: Vec<crate::hooks::runner::HookConfig>,
     #[serde(default)]
     pub budgets: Budgets,
@@ -69,6 +73,7 @@ pub struct SessionConfig {
     /// MCP servers whose tools the session offers as `mcp__<server>__<tool>` (at most 8; see
     /// README "MCP servers"). `trusted` needs a token with the `tenant:admin` scope.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 8)]
     pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
     /// Names of MCP servers the tenant registered (`/v1/mcp-servers`) that the session uses.
     /// At creation each one's entry is copied into `mcp_servers` (so the stored and shown
@@ -85,12 +90,17 @@ pub struct SessionConfig {
 /// A session's egress rules: `domain:HOST`, `domain:*.HOST`, optionally `:PORT`. Deny wins
 /// over every allow (the server's and the tenant's included); an allowed host is fetched
 /// without asking, a host no rule names goes up the permission ladder (`WebFetch(domain:…)`).
+/// A malformed rule is `422 INVALID_REQUEST` (`details.field` = `egress.allow` / `egress.deny`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionEgress {
+    /// At most 256 rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 256)]
     pub allow: Vec<String>,
+    /// At most 256 rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 256)]
     pub deny: Vec<String>,
     /// Lets WebFetch fetch URLs that appear nowhere in the conversation (by default it only
     /// fetches URLs the user, the model or an earlier tool result wrote: an exfiltration
@@ -118,8 +128,13 @@ pub struct ModelConfig {
     pub name: Option<String>,
     /// Output tokens per request (1..=128000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 128_000)]
     pub max_tokens: Option<u32>,
-    /// A script for the scripted provider (offline demos and tests).
+    /// A script for the scripted provider (offline demos and tests): `{"turns": [{"text",
+    /// "tool_calls": [{"name", "input"}], "when_last_tool_result_contains"}], "per_prompt"}`
+    /// (README "Configuration, development mode and scripted turns"), checked at creation.
+    /// Only where the server allows scripts (development mode or `allow_session_scripts`);
+    /// elsewhere `422 INVALID_REQUEST` with `details.field` = `model.script`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub script: Option<Value>,
@@ -131,14 +146,19 @@ pub struct ModelConfig {
 pub struct PermissionConfig {
     #[serde(default)]
     pub mode: PermissionMode,
-    /// Allow rules: `*`, `Name`, or `Name(spec)`. `Name` must be a built-in tool, `WebFetch`
-    /// or `mcp__<server>__<tool>` (case-sensitive), and `spec` must fit it (none for tools that
-    /// only match by name); otherwise `422 INVALID_REQUEST`. `Bash(...)` rules also judge
-    /// ShellStart and ShellWrite.
+    /// Allow rules (at most 256): `*`, `Name`, or `Name(spec)`. `Name` must be a built-in
+    /// tool, `WebFetch` or `mcp__<server>__<tool>` (case-sensitive), and `spec` must fit it
+    /// (none for tools that only match by name; a path glob for file tools, a command prefix
+    /// `Bash(git status:*)` or pattern for Bash, `domain:HOST` for WebFetch); otherwise
+    /// `422 INVALID_REQUEST` with `details.field` = `permission.allow[i]`. `Bash(...)` rules
+    /// also judge ShellStart and ShellWrite.
     #[serde(default)]
+    #[schema(max_items = 256)]
     pub allow: Vec<String>,
-    /// Deny rules (same syntax and checks); they beat every mode, including bypass.
+    /// Deny rules (at most 256; same syntax and checks); they beat every mode, including
+    /// bypass.
     #[serde(default)]
+    #[schema(max_items = 256)]
     pub deny: Vec<String>,
 }
 
@@ -148,6 +168,7 @@ pub struct PermissionConfig {
 pub struct ApprovalConfig {
     /// Seconds an approval request waits for an answer (1..=86400, default 600).
     #[serde(default = "default_approval_timeout")]
+    #[schema(minimum = 1, maximum = 86_400)]
     pub timeout_seconds: u64,
     /// The decision when nobody answers in time (default `deny`, reported as `APPROVAL_EXPIRED`).
     #[serde(default)]
@@ -192,11 +213,13 @@ impl Default for ApprovalConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budgets {
-    /// Main (tool-use) turns per run, 1..=1000.
+    /// Main (tool-use) turns per run, 1..=1000 (default 50).
     #[serde(default = "default_max_turns")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub max_turns: u32,
     /// Total input + output tokens per run, when set (at least 1,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1000)]
     pub max_tokens: Option<u64>,
 }
 
@@ -241,6 +264,24 @@ pub const BUILTIN_TOOLS: [&str; 25] = [
     "WebFetch",
     "WebSearch",
 ];
+
+/// The schema of a list of built-in tool names (each one of [`BUILTIN_TOOLS`]).
+fn tool_names() -> utoipa::openapi::schema::Array {
+    let names = utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(BUILTIN_TOOLS));
+    utoipa::openapi::schema::Array::new(names)
+}
+
+/// [`tool_names`], or `null`.
+fn optional_tool_names() -> utoipa::openapi::schema::Array {
+    let mut array = tool_names();
+    array.schema_type = utoipa::openapi::schema::SchemaType::from_iter([
+        utoipa::openapi::Type::Array,
+        utoipa::openapi::Type::Null,
+    ]);
+    array
+}
 
 impl SessionConfig {
     /// The configuration as clients see it: hook secrets and MCP server environment values
@@ -307,6 +348,12 @@ impl SessionConfig {
             return Err(ConfigViolation::new(
                 "system_prompt",
                 format!("at most {MAX_SYSTEM_PROMPT_CHARS} characters"),
+            ));
+        }
+        if !(1..=86_400).contains(&self.approvals.timeout_seconds) {
+            return Err(ConfigViolation::new(
+                "approvals.timeout_seconds",
+                "must be between 1 and 86400",
             ));
         }
         if !(1..=1000).contains(&self.budgets.max_turns) {

@@ -1,7 +1,10 @@
 //! The terminal client (`norma sessions|prompt|events|approve|deny|chat`) run as the real
 //! binary against a real server (the binary too), with the token from `NORMA_TOKEN` or
-//! `--token`: scripted sessions whose every prompt writes a file (asking for approval).
+//! `--token`: scripted sessions whose every prompt writes a file (asking for approval), and
+//! `norma chat` in a real pseudo-terminal, where Ctrl-C cancels a slow run of a fake model.
 
+#[path = "support/fake_llm.rs"]
+mod fake_llm;
 #[path = "support/server.rs"]
 mod server;
 
@@ -314,4 +317,134 @@ async fn chat_streams_asks_for_approvals_and_follows_events() {
         followed.iter().filter(|e| e["type"] == "terminal").count(),
         2
     );
+}
+
+/// Output of a child on a pseudo-terminal, collected by a reader thread.
+#[derive(Clone, Default)]
+struct Screen(std::sync::Arc<std::sync::Mutex<String>>);
+
+impl Screen {
+    fn follow(&self, mut reader: Box<dyn std::io::Read + Send>) {
+        let screen = self.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&buffer[..n]).into_owned();
+                screen.0.lock().unwrap().push_str(&text);
+            }
+        });
+    }
+
+    fn text(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until the screen shows `needle` after what it showed at `from` bytes.
+    async fn wait_for(&self, needle: &str, from: usize) -> usize {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = self.text();
+            if let Some(at) = text.get(from..).and_then(|rest| rest.find(needle)) {
+                return from + at + needle.len();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the terminal never showed {needle:?}:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_in_chat_cancels_the_running_run() {
+    use fake_llm::{FakeLlm, Reply};
+    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+    // A model that streams for a minute unless the run is cancelled.
+    let fake = FakeLlm::start().await;
+    fake.set_fallback(Reply::slow_text_stream(600, Duration::from_millis(100)));
+    let mut server = server::ServerProcess::new(None)
+        .env("NORMA_PROVIDER__KIND", "anthropic")
+        .env("NORMA_PROVIDER__BASE_URL", fake.url())
+        .env("NORMA_PROVIDER__MODEL", "claude-test")
+        .env("NORMA_PROVIDER__API_KEY", "test-key-not-secret")
+        .env("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]");
+    server.start().await;
+    let token = server.token("acme");
+    let (status, session) = server
+        .post("/v1/sessions", &token, &json!({"title": "ctrl-c"}))
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+
+    let pty = native_pty_system()
+        .openpty(PtySize {
+            rows: 40,
+            cols: 120,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_norma"));
+    command.args(["chat", "--session", &id]);
+    command.env("NORMA_URL", server.url(""));
+    command.env("NORMA_TOKEN", &token);
+    command.env("NO_COLOR", "1");
+    let mut chat = pty.slave.spawn_command(command).unwrap();
+    drop(pty.slave);
+    let screen = Screen::default();
+    screen.follow(pty.master.try_clone_reader().unwrap());
+    let mut keyboard = pty.master.take_writer().unwrap();
+
+    let seen = screen.wait_for("Ctrl-C cancels a run", 0).await;
+    keyboard.write_all(b"tell me a long story\r").unwrap();
+    keyboard.flush().unwrap();
+    // The run streams: the model's deltas reach the terminal.
+    let seen = screen.wait_for("tick2", seen).await;
+    let (_, runs) = server.get(&format!("/v1/sessions/{id}/runs"), &token).await;
+    let run = runs["runs"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(runs["runs"][0]["status"], "running", "{runs}");
+
+    // Ctrl-C as the keyboard sends it: the terminal turns it into SIGINT for the chat.
+    keyboard.write_all(&[0x03]).unwrap();
+    keyboard.flush().unwrap();
+    let seen = screen.wait_for("cancelling the run", seen).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, record) = server
+            .get(&format!("/v1/sessions/{id}/runs/{run}"), &token)
+            .await;
+        if record["status"] == "cancelled" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run was not cancelled: {record}\n{}",
+            screen.text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The chat shows the run's end and is back at its prompt; Ctrl-D quits it.
+    screen.wait_for("run ended", seen).await;
+    assert!(
+        chat.try_wait().unwrap().is_none(),
+        "chat quit on the first Ctrl-C"
+    );
+    keyboard.write_all(&[0x04]).unwrap();
+    keyboard.flush().unwrap();
+    let status = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || chat.wait().unwrap()),
+    )
+    .await
+    .expect("chat ends at Ctrl-D")
+    .unwrap();
+    assert!(status.success(), "{status:?}\n{}", screen.text());
+    // The server still serves the session after the cancel.
+    let (status, _) = server.get(&format!("/v1/sessions/{id}"), &token).await;
+    assert_eq!(status, 200);
 }

@@ -44,9 +44,13 @@ pub enum Verdict {
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
     pub scope: GrantScope,
-    /// A permission rule the grant allows (default: exactly this tool's name).
+    /// A permission rule the grant allows (default: exactly this tool's name): `*`, `Name`
+    /// or `Name(spec)`, the grammar of `permission.allow` (README "Permissions");
+    /// a malformed rule is `422 INVALID_REQUEST` with `details.field` = `grant.rule`.
     pub rule: Option<String>,
-    /// Lifetime in seconds (default: no expiry; `once` grants end when used).
+    /// Lifetime in seconds, at least 1 (default: no expiry; `once` grants end when used);
+    /// longer than a year counts as a year.
+    #[schema(minimum = 1)]
     pub ttl_seconds: Option<u64>,
 }
 
@@ -66,7 +70,7 @@ pub struct ApprovalAnswerRequest {
 /// The session's approval requests, so a reconnecting client sees what is waiting.
 #[utoipa::path(get, path = "/v1/sessions/{id}/approvals", tag = "approvals",
     params(("id" = String, Path, description = "Session id"), ApprovalFilter),
-    responses((status = 200, body = ApprovalList), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = ApprovalList)),
     security(("bearer" = [])))]
 pub async fn list_approvals(
     State(state): State<AppState>,
@@ -88,9 +92,9 @@ pub async fn list_approvals(
 #[utoipa::path(post, path = "/v1/sessions/{id}/approvals/{approval_id}", tag = "approvals",
     params(("id" = String, Path, description = "Session id"), ("approval_id" = String, Path, description = "Approval id")),
     request_body = ApprovalAnswerRequest,
-    responses((status = 200, body = ApprovalRecord), (status = 404, body = ErrorBody),
+    responses((status = 200, body = ApprovalRecord),
               (status = 409, description = "APPROVAL_ALREADY_DECIDED or APPROVAL_EXPIRED", body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+              (status = 422, body = ErrorBody, description = "INVALID_REQUEST: `updated_input` not an object or not valid for the tool, a malformed `grant.rule`, `grant.ttl_seconds` 0, a grant with a `deny`")),
     security(("bearer" = [])))]
 pub async fn answer_approval(
     State(state): State<AppState>,
@@ -222,7 +226,7 @@ pub struct GrantList {
 /// Grants in force for the session (its own and the tenant's).
 #[utoipa::path(get, path = "/v1/sessions/{id}/grants", tag = "approvals",
     params(("id" = String, Path, description = "Session id")),
-    responses((status = 200, body = GrantList), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = GrantList)),
     security(("bearer" = [])))]
 pub async fn list_grants(
     State(state): State<AppState>,
@@ -241,7 +245,8 @@ pub async fn list_grants(
 /// Revokes a grant; later calls no longer match it.
 #[utoipa::path(delete, path = "/v1/sessions/{id}/grants/{grant_id}", tag = "approvals",
     params(("id" = String, Path, description = "Session id"), ("grant_id" = String, Path, description = "Grant id")),
-    responses((status = 204, description = "revoked"), (status = 404, body = ErrorBody)),
+    responses((status = 204, description = "Revoked"),
+              (status = 404, body = ErrorBody, description = "NOT_FOUND: no such session, or no grant in force for it with this id")),
     security(("bearer" = [])))]
 pub async fn revoke_grant(
     State(state): State<AppState>,

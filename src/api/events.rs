@@ -27,8 +27,10 @@ use utoipa::{IntoParams, ToSchema};
 #[serde(deny_unknown_fields)]
 pub struct PageParams {
     /// Return items with `seq` greater than this (default 0).
+    #[param(minimum = 0)]
     pub after: Option<i64>,
-    /// Page size, 1..=1000 (default 100).
+    /// Page size, 1..=1000 (default 100); outside that range `422 INVALID_REQUEST`.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -62,7 +64,7 @@ pub struct MessagePage {
 /// Pages the session's events (the same events the SSE stream carries).
 #[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "events",
     params(("id" = String, Path, description = "Session id"), PageParams),
-    responses((status = 200, body = EventPage), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = EventPage)),
     security(("bearer" = [])))]
 pub async fn list_events(
     State(state): State<AppState>,
@@ -84,7 +86,7 @@ pub async fn list_events(
 /// The session's history: what the model has seen and said.
 #[utoipa::path(get, path = "/v1/sessions/{id}/messages", tag = "events",
     params(("id" = String, Path, description = "Session id"), PageParams),
-    responses((status = 200, body = MessagePage), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = MessagePage)),
     security(("bearer" = [])))]
 pub async fn list_messages(
     State(state): State<AppState>,
@@ -157,10 +159,13 @@ fn sse_frame(event: &EventRecord, json: &str) -> Event {
 /// `POST /v1/sessions/{id}/stream-tickets`; `401 TICKET_INVALID | TICKET_EXPIRED |
 /// TICKET_WRONG_SESSION`).
 #[utoipa::path(get, path = "/v1/sessions/{id}/stream", tag = "events",
-    params(("id" = String, Path, description = "Session id"), StreamParams),
-    responses((status = 200, description = "text/event-stream of events (`id:` = seq)"),
-              (status = 401, body = ErrorBody, description = "No valid bearer token or ticket"),
-              (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
+    params(("id" = String, Path, description = "Session id"), StreamParams,
+           ("Last-Event-ID" = Option<String>, Header, pattern = r"^[0-9]{1,18}$",
+            description = "Resume after this event `seq` (what an `EventSource` sends when it reconnects); wins over `?after=`")),
+    responses((status = 200, content_type = "text/event-stream",
+               description = "Server-sent events without end: each frame is `id: <seq>`, `event: <type>` and `data:` an `EventRecord` as JSON; `event: reconnect` (`data: {\"last_event_id\"}`) asks the client to reconnect with `Last-Event-ID`"),
+              (status = 401, body = ErrorBody, description = "No valid bearer token or ticket: `TICKET_INVALID`, `TICKET_EXPIRED`, `TICKET_WRONG_SESSION` for `?ticket=`"),
+              (status = 429, body = ErrorBody, description = "TENANT_LIMIT: open streams (`sse_streams`)")),
     security(("bearer" = []), ()))]
 pub async fn stream(
     State(state): State<AppState>,
@@ -176,12 +181,21 @@ pub async fn stream(
             value
                 .to_str()
                 .ok()
-                .and_then(|v| v.trim().parse::<i64>().ok())
-                .filter(|v| *v >= 0)
-                .ok_or_else(|| ApiError::invalid("Last-Event-ID must be a non-negative integer"))?,
+                .filter(|v| (1..=18).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<i64>().ok())
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "Last-Event-ID must be a non-negative integer (1 to 18 digits)",
+                    )
+                    .with_details(json!({ "field": "Last-Event-ID" }))
+                })?,
         ),
         None => None,
     };
+    if params.after.is_some_and(|after| after < 0) {
+        return Err(ApiError::invalid("after must not be negative")
+            .with_details(json!({ "field": "after" })));
+    }
     let after = last_event_id.or(params.after).unwrap_or(0);
     let session = load_owned_session(&state, &principal, id).await?;
     // The open stream counts against the tenant's `sse_streams` on every replica until the
@@ -299,7 +313,7 @@ pub struct HookStatusReport {
 /// `HOOK_CONFIG_DISABLED`, `HOOK_MISSING` + `missing_reason`, `HOOK_UNSUPPORTED`).
 #[utoipa::path(get, path = "/v1/sessions/{id}/hooks", tag = "sessions",
     params(("id" = String, Path, description = "Session id")),
-    responses((status = 200, body = HookStatusReport), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = HookStatusReport)),
     security(("bearer" = [])))]
 pub async fn hook_status(
     State(state): State<AppState>,

@@ -2,6 +2,7 @@
 
 pub mod ag_ui;
 pub mod approvals;
+pub mod contract;
 pub mod cors;
 pub mod events;
 pub mod extract;
@@ -22,6 +23,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use contract::CommonResponses;
 use std::any::Any;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -30,7 +32,8 @@ use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-/// The OpenAPI document, generated from the handlers.
+/// The OpenAPI document, generated from the handlers; [`contract::CommonResponses`] adds the
+/// error answers every operation shares.
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Norma Server", description = "Multi-tenant network agent server"),
@@ -69,7 +72,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         mcp_servers::replace_server,
         mcp_servers::delete_server,
     ),
-    modifiers(&BearerAuth),
+    components(schemas(crate::error::ErrorBody)),
+    modifiers(&BearerAuth, &CommonResponses),
     tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "webhooks"), (name = "mcp-servers"), (name = "health"))
 )]
 pub struct ApiDoc;

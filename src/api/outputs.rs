@@ -2,7 +2,7 @@
 
 use crate::app::AppState;
 use crate::auth::{Principal, scopes};
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult};
 use crate::ids::{OutputId, SessionId};
 use crate::store::OutputRecord;
 use axum::Json;
@@ -12,7 +12,7 @@ use axum::extract::{Path, State};
 #[utoipa::path(get, path = "/v1/sessions/{id}/outputs/{output_id}", tag = "outputs",
     params(("id" = String, Path, description = "Session id"),
            ("output_id" = String, Path, description = "Output id from a capped tool result")),
-    responses((status = 200, body = OutputRecord), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = OutputRecord)),
     security(("bearer" = [])))]
 pub async fn get_output(
     State(state): State<AppState>,

@@ -21,6 +21,7 @@ use utoipa::{IntoParams, ToSchema};
 #[serde(deny_unknown_fields)]
 pub struct PromptRequest {
     /// The user's message (1..=200,000 characters).
+    #[schema(min_length = 1, max_length = 200_000)]
     pub text: String,
     /// What to do when the session is already running (default `reject`).
     #[serde(default)]
@@ -102,9 +103,8 @@ pub(crate) async fn load_owned_session(
             description = "1..=255 printable ASCII characters; a retry with the same key and body on this session returns the first outcome (kept 24 h)")),
     request_body = PromptRequest,
     responses((status = 202, body = PromptAccepted),
-              (status = 404, body = ErrorBody),
               (status = 409, description = "SESSION_BUSY, SESSION_CLOSED, APPROVAL_PENDING, or IDEMPOTENCY_KEY_IN_USE: a concurrent request with this key is being answered; retry", body = ErrorBody),
-              (status = 422, description = "INVALID_REQUEST, or IDEMPOTENCY_KEY_REUSED: the key was used with another body", body = ErrorBody),
+              (status = 422, description = "INVALID_REQUEST, HOOK_BLOCKED: a UserPromptSubmit hook refused the prompt, or IDEMPOTENCY_KEY_REUSED: the key was used with another body", body = ErrorBody),
               (status = 429, description = "TENANT_LIMIT: runs in flight, queued prompts or idempotency keys", body = ErrorBody),
               (status = 503, description = "SHUTTING_DOWN: this replica is stopping; retry on another", body = ErrorBody)),
     security(("bearer" = [])))]
@@ -216,7 +216,8 @@ async fn replay_prompt(
 /// Cancels a running or queued run. Every unfinished tool call gets a `CANCELLED` result.
 #[utoipa::path(post, path = "/v1/sessions/{id}/runs/{run_id}/cancel", tag = "runs",
     params(("id" = String, Path, description = "Session id"), ("run_id" = String, Path, description = "Run id")),
-    responses((status = 202, description = "cancellation requested"), (status = 404, body = ErrorBody)),
+    responses((status = 202, description = "Cancellation requested; the run ends `cancelled` (its `terminal` event follows)"),
+              (status = 404, body = ErrorBody, description = "NOT_FOUND: no such session or run, or the run is no longer queued or running")),
     security(("bearer" = [])))]
 pub async fn cancel_run(
     State(state): State<AppState>,
@@ -236,9 +237,10 @@ pub async fn cancel_run(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RunPageParams {
-    /// Return runs submitted after this run id.
+    /// Return runs submitted after this run id (the `next_after` of the previous page).
     pub after: Option<String>,
-    /// Page size, 1..=1000 (default 100).
+    /// Page size, 1..=1000 (default 100); outside that range `422 INVALID_REQUEST`.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -254,7 +256,7 @@ pub struct RunPage {
 /// Lists the session's runs in submission order.
 #[utoipa::path(get, path = "/v1/sessions/{id}/runs", tag = "runs",
     params(("id" = String, Path, description = "Session id"), RunPageParams),
-    responses((status = 200, body = RunPage), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses((status = 200, body = RunPage)),
     security(("bearer" = [])))]
 pub async fn list_runs(
     State(state): State<AppState>,
@@ -292,7 +294,7 @@ pub struct RunResponse {
 /// One run: its status, prompt, lease holder, terminal reason and usage.
 #[utoipa::path(get, path = "/v1/sessions/{id}/runs/{run_id}", tag = "runs",
     params(("id" = String, Path, description = "Session id"), ("run_id" = String, Path, description = "Run id")),
-    responses((status = 200, body = RunResponse), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = RunResponse)),
     security(("bearer" = [])))]
 pub async fn get_run(
     State(state): State<AppState>,

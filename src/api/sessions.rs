@@ -93,7 +93,8 @@ pub struct SessionList {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    /// Page size, 1..=100 (default 20).
+    /// Page size, 1..=100 (default 20); outside that range `422 INVALID_REQUEST`.
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
@@ -109,12 +110,9 @@ pub struct ListParams {
     params(("Idempotency-Key" = Option<String>, Header,
             description = "1..=255 printable ASCII characters; a retry with the same key and body returns the first outcome (kept 24 h)")),
     responses((status = 201, body = SessionResponse),
-              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 409, description = "IDEMPOTENCY_KEY_IN_USE: a concurrent request with this key is being answered; retry", body = ErrorBody),
-              (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, description = "INVALID_REQUEST, or IDEMPOTENCY_KEY_REUSED: the key was used with another body", body = ErrorBody),
-              (status = 429, description = "TENANT_LIMIT: open sessions or idempotency keys", body = ErrorBody),
-              (status = 503, body = ErrorBody)),
+              (status = 422, description = "INVALID_REQUEST (`details.field` names the config field), or IDEMPOTENCY_KEY_REUSED: the key was used with another body", body = ErrorBody),
+              (status = 429, description = "TENANT_LIMIT: open sessions or idempotency keys", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create_session(
     State(state): State<AppState>,
@@ -243,8 +241,7 @@ async fn replay_session(
 
 /// Lists the caller's sessions, newest first.
 #[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(ListParams),
-    responses((status = 200, body = SessionList), (status = 401, body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+    responses((status = 200, body = SessionList)),
     security(("bearer" = [])))]
 pub async fn list_sessions(
     State(state): State<AppState>,
@@ -284,10 +281,11 @@ pub async fn list_sessions(
     }))
 }
 
-/// Reads one session. Another tenant's session answers 404 exactly like a missing one.
+/// Reads one session, open or closed (a closed session stays readable: `status: closed`).
+/// Another tenant's session answers 404 exactly like a missing one.
 #[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions",
     params(("id" = String, Path, description = "Session id")),
-    responses((status = 200, body = SessionResponse), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = SessionResponse)),
     security(("bearer" = [])))]
 pub async fn get_session(
     State(state): State<AppState>,
@@ -308,10 +306,14 @@ pub async fn get_session(
     Ok(Json(response))
 }
 
-/// Closes a session (idempotent).
+/// Closes a session (idempotent): its runs are cancelled, its background work stopped and its
+/// SessionEnd hooks run once. Closing is not erasing: the session, its transcript, history,
+/// runs, approvals and outputs stay readable (`GET` answers it with `status: closed` and
+/// `closed_at`), and writes to it answer `409 SESSION_CLOSED`. A second `DELETE` answers the
+/// closed session again.
 #[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions",
     params(("id" = String, Path, description = "Session id")),
-    responses((status = 200, body = SessionResponse), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = SessionResponse, description = "The closed session (`status: closed`)")),
     security(("bearer" = [])))]
 pub async fn close_session(
     State(state): State<AppState>,
@@ -347,7 +349,9 @@ pub async fn close_session(
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
-    /// Copy history up to and including this message `seq` (default: all of it).
+    /// Copy history up to and including this message `seq` (default: all of it); it must be
+    /// the `seq` of one of the session's messages (`GET …/messages`).
+    #[schema(minimum = 1)]
     pub up_to_seq: Option<i64>,
 }
 
@@ -356,8 +360,9 @@ pub struct ForkRequest {
 #[utoipa::path(post, path = "/v1/sessions/{id}/fork", tag = "sessions",
     params(("id" = String, Path, description = "Session id")),
     request_body = ForkRequest,
-    responses((status = 201, body = SessionResponse), (status = 404, body = ErrorBody),
-              (status = 422, body = ErrorBody), (status = 429, body = ErrorBody)),
+    responses((status = 201, body = SessionResponse),
+              (status = 422, body = ErrorBody, description = "INVALID_REQUEST: `up_to_seq` names no message of the session or would split a tool call from its result (`details.field` = `up_to_seq`), or the session has a `model.script` this server does not allow"),
+              (status = 429, body = ErrorBody, description = "TENANT_LIMIT: open sessions")),
     security(("bearer" = [])))]
 pub async fn fork_session(
     State(state): State<AppState>,

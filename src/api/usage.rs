@@ -27,7 +27,9 @@ pub struct UsageParams {
     pub to: DateTime<Utc>,
     /// `day` (UTC), `session` or `model` (`provider/model`).
     pub group_by: UsageGroupBy,
-    /// Most groups returned, 1..=1000 (default 100), ordered by key.
+    /// Most groups returned, 1..=1000 (default 100), ordered by key; outside that range
+    /// `422 INVALID_REQUEST`.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -50,8 +52,6 @@ pub struct UsageReport {
     params(UsageParams),
     responses(
         (status = 200, body = UsageReport),
-        (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody, description = "The token lacks `sessions:read`"),
         (status = 422, body = ErrorBody, description = "`INVALID_REQUEST`: a missing or malformed parameter, `to` not after `from`, a range over 366 days, `limit` outside 1..=1000"),
     ),
     security(("bearer" = [])))]

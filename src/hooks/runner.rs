@@ -35,7 +35,7 @@ pub const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(600);
 pub const HOOK_FAILED: &str = "HOOK_FAILED";
 
 /// What a failed (errored, panicked, timed-out) hook means.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailurePolicy {
     /// Log and continue as if the hook had said `continue`.
@@ -395,18 +395,22 @@ impl fmt::Debug for HookCatalog {
     }
 }
 
-/// One hook as a session configures it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One hook as a session configures it (unknown fields are refused).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct HookConfig {
     /// Unique within the session; used in logs, block reasons and the status report.
+    #[schema(min_length = 1)]
     pub name: String,
     pub event: HookEventName,
     /// Tool events only: an exact tool name or `*`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1)]
     pub matcher: Option<String>,
     pub handler: HookHandlerConfig,
     /// Per-hook timeout in milliseconds (default 5000, at most 600000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 600_000)]
     pub timeout_ms: Option<u64>,
     #[serde(default)]
     pub failure: FailurePolicy,
@@ -418,9 +422,11 @@ fn enabled_default() -> bool {
     true
 }
 
-/// How a configured hook runs.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+/// How a configured hook runs: `in_process` (a hook the server registered under `hook`) or
+/// `remote` (the event POSTed to `url`, an `http(s)://` URL checked at creation, signed with
+/// `secret`: `whsec_<base64>` or raw text, never returned by the API).
+#[derive(Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum HookHandlerConfig {
     /// A hook the server registered in its [`HookCatalog`] under this name.
     InProcess { hook: String },

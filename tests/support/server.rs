@@ -306,14 +306,19 @@ impl ServerProcess {
 
     /// A token for `tenant` with every scope.
     pub fn token(&self, tenant: &str) -> String {
+        self.token_with_scopes(
+            tenant,
+            &["sessions:read", "sessions:write", "approvals:write"],
+        )
+    }
+
+    /// A token for `tenant` (subject `user-of-<tenant>`) with exactly `scopes`, valid 1 h.
+    pub fn token_with_scopes(&self, tenant: &str, scopes: &[&str]) -> String {
         self.verifier
             .mint(&TokenRequest {
                 tenant: tenant.into(),
                 subject: format!("user-of-{tenant}"),
-                scopes: ["sessions:read", "sessions:write", "approvals:write"]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
+                scopes: scopes.iter().map(|s| s.to_string()).collect(),
                 ttl: Duration::from_secs(3600),
             })
             .expect("mint")

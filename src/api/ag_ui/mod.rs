@@ -57,25 +57,30 @@ pub struct RunAgentInput {
     /// The client's run id, echoed in `RUN_STARTED` / `RUN_FINISHED`.
     #[schema(min_length = 1, max_length = 200)]
     pub run_id: String,
-    /// The conversation as the client has it; only the last `user` message is read (the
-    /// prompt). At most 1000.
+    /// The conversation as the client has it (AG-UI message objects); only the last `user`
+    /// message is read (the prompt: its `content` text, or the `text` parts of a content
+    /// array). At most 1000.
     #[schema(value_type = Vec<Object>, max_items = 1000)]
-    pub messages: Vec<Value>,
+    pub messages: Vec<serde_json::Map<String, Value>>,
     /// Answers to the interrupts of the previous run (approval ids). At most 100.
     #[serde(default)]
     #[schema(max_items = 100)]
     pub resume: Vec<ResumeEntry>,
+    /// The client's state (any JSON; ignored: the server's state wins).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub state: Option<Value>,
+    /// Frontend tools (ignored: the session's tools run).
     #[serde(default)]
     #[schema(value_type = Option<Vec<Object>>)]
-    pub tools: Option<Value>,
+    pub tools: Option<Vec<serde_json::Map<String, Value>>>,
+    /// Context entries (ignored).
     #[serde(default)]
     #[schema(value_type = Option<Vec<Object>>)]
-    pub context: Option<Value>,
+    pub context: Option<Vec<serde_json::Map<String, Value>>>,
+    /// Any JSON (ignored).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub forwarded_props: Option<Value>,
     #[serde(default)]
     pub parent_run_id: Option<String>,
@@ -139,12 +144,12 @@ impl RunAgentInput {
             .messages
             .iter()
             .rev()
-            .find(|m| m["role"] == "user")
+            .find(|m| m.get("role").is_some_and(|role| role == "user"))
             .ok_or_else(|| {
                 ApiError::invalid("messages must end with a user message (the prompt)")
                     .with_details(json!({ "field": "messages" }))
             })?;
-        let text = match &message["content"] {
+        let text = match message.get("content").unwrap_or(&Value::Null) {
             Value::String(text) => text.clone(),
             Value::Array(parts) => parts
                 .iter()
@@ -201,16 +206,12 @@ fn resume_answer(entry: &ResumeEntry) -> ApiResult<ApprovalAnswerRequest> {
     params(("id" = String, Path, description = "Session id (= threadId)")),
     request_body = RunAgentInput,
     responses((status = 200, description = "text/event-stream of AG-UI 1.0 events (`data:` lines)", content_type = "text/event-stream"),
-              (status = 400, body = ErrorBody, description = "INVALID_JSON"),
-              (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody, description = "FORBIDDEN_SCOPE: sessions:write, and approvals:write with resume"),
               (status = 404, body = ErrorBody, description = "Unknown session, or a resume entry naming no approval of it"),
               (status = 409, body = ErrorBody, description = "SESSION_BUSY, SESSION_CLOSED, APPROVAL_PENDING, APPROVAL_ALREADY_DECIDED, APPROVAL_EXPIRED"),
-              (status = 413, body = ErrorBody),
-              (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody, description = "INVALID_REQUEST (threadId, runId, messages, resume)"),
-              (status = 429, body = ErrorBody),
-              (status = 503, body = ErrorBody)),
+              (status = 422, body = ErrorBody, description = "INVALID_REQUEST (threadId, runId, messages, resume), or HOOK_BLOCKED: a UserPromptSubmit hook refused the prompt"),
+              (status = 429, body = ErrorBody, description = "TENANT_LIMIT: runs in flight"),
+              (status = 503, body = ErrorBody, description = "SHUTTING_DOWN: this replica is stopping; retry on another")),
     security(("bearer" = [])))]
 pub async fn run(
     State(state): State<AppState>,
