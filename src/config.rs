@@ -113,6 +113,9 @@ pub struct Settings {
     /// The price table (`[[prices]]`): micro-units per million tokens of each kind for a
     /// provider's model; gives every usage ledger row a cost.
     pub prices: Vec<crate::usage::Price>,
+    /// The operator API's credential (`[operator]`, `NORMA_OPERATOR__*`); none: no operator
+    /// API.
+    pub operator: crate::api::operator::OperatorSettings,
 }
 
 impl Settings {
@@ -182,6 +185,7 @@ impl Default for Settings {
             workspace: WorkspaceSettings::default(),
             browser: Default::default(),
             prices: Vec::new(),
+            operator: Default::default(),
         }
     }
 }
@@ -566,6 +570,11 @@ impl Settings {
         self.sandbox.validate().map_err(ConfigError::Invalid)?;
         self.browser.validate().map_err(ConfigError::Invalid)?;
         crate::usage::prices::validate(&self.prices).map_err(ConfigError::Invalid)?;
+        self.operator.validate().map_err(ConfigError::Invalid)?;
+        self.limits
+            .budget
+            .validate()
+            .map_err(|error| ConfigError::Invalid(format!("limits.budget.{error}")))?;
         crate::search::SearchBackends::from_settings(&self.search).map_err(ConfigError::Invalid)?;
         if self.auth.issuer.is_empty() || self.auth.audience.is_empty() {
             return Err(ConfigError::Invalid(

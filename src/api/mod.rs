@@ -7,6 +7,7 @@ pub mod events;
 pub mod extract;
 pub mod health;
 pub mod idempotency;
+pub mod operator;
 pub mod outputs;
 pub mod runs;
 pub mod sessions;
@@ -56,9 +57,12 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         approvals::list_grants,
         approvals::revoke_grant,
         usage::get_usage,
+        operator::get_budget,
+        operator::put_budget,
+        operator::delete_budget,
     ),
     modifiers(&BearerAuth),
-    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "health"))
+    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "operator"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -73,6 +77,18 @@ impl utoipa::Modify for BearerAuth {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "operator",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The operator token, whose SHA-256 is `operator.token_sha256` (never a \
+                         tenant JWT)",
+                    ))
                     .build(),
             ),
         );
@@ -143,7 +159,13 @@ pub fn router(state: AppState) -> Router {
             "/sessions/{id}/grants/{grant_id}",
             axum::routing::delete(approvals::revoke_grant),
         )
-        .route("/usage", get(usage::get_usage));
+        .route("/usage", get(usage::get_usage))
+        .route(
+            "/operator/tenants/{tenant}/budgets",
+            get(operator::get_budget)
+                .put(operator::put_budget)
+                .delete(operator::delete_budget),
+        );
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

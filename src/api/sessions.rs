@@ -112,7 +112,7 @@ pub struct ListParams {
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 409, description = "IDEMPOTENCY_KEY_IN_USE: a concurrent request with this key is being answered; retry", body = ErrorBody),
               (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, description = "INVALID_REQUEST, or IDEMPOTENCY_KEY_REUSED: the key was used with another body", body = ErrorBody),
+              (status = 422, description = "INVALID_REQUEST, IDEMPOTENCY_KEY_REUSED: the key was used with another body, or MODEL_NOT_PRICED: the tenant has a cost budget and the session's model has no price", body = ErrorBody),
               (status = 429, description = "TENANT_LIMIT: open sessions or idempotency keys", body = ErrorBody),
               (status = 503, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -161,6 +161,10 @@ pub async fn create_session(
                 .with_details(json!({ "field": "approvals.webhook" }))
             })?;
     }
+    state
+        .runtime
+        .ensure_model_priced(&principal.tenant, &config)
+        .await?;
     ensure_session_quota(&state, &principal).await?;
     let id = SessionId::generate();
     tracing::Span::current().record("session_id", id.as_str());

@@ -8,9 +8,11 @@
 mod idempotency;
 mod models;
 pub mod postgres;
+mod postgres_budgets;
 mod postgres_limits;
 mod postgres_usage;
 pub mod sqlite;
+mod sqlite_budgets;
 mod sqlite_limits;
 mod sqlite_usage;
 mod sqlite_writer;
@@ -650,6 +652,24 @@ pub trait Store: Send + Sync + 'static {
         tenant: &TenantId,
         query: &crate::usage::UsageQuery,
     ) -> StoreResult<Vec<crate::usage::UsageGroup>>;
+
+    /// The budget an operator set for `tenant` (replacing the configured default), if any.
+    async fn tenant_budget(&self, tenant: &TenantId) -> StoreResult<Option<crate::budgets::Budget>>;
+
+    /// Sets (`Some`) or removes (`None`: back to the configured default) the tenant's budget.
+    async fn set_tenant_budget(
+        &self,
+        tenant: &TenantId,
+        budget: Option<&crate::budgets::Budget>,
+    ) -> StoreResult<()>;
+
+    /// What the tenant spent in the UTC day and the UTC month holding `at` (the running
+    /// totals written with the usage ledger).
+    async fn tenant_spend(
+        &self,
+        tenant: &TenantId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<crate::budgets::TenantSpend>;
 }
 
 /// Opens the store named by `url` (`postgres://…` or `sqlite://…`) and applies migrations.

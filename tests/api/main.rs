@@ -5,6 +5,7 @@ mod ag_ui;
 mod approvals;
 mod auth;
 mod browser;
+mod budgets;
 mod browser_chromium;
 mod config;
 mod console;

@@ -208,8 +208,9 @@ fn resume_answer(entry: &ResumeEntry) -> ApiResult<ApprovalAnswerRequest> {
               (status = 409, body = ErrorBody, description = "SESSION_BUSY, SESSION_CLOSED, APPROVAL_PENDING, APPROVAL_ALREADY_DECIDED, APPROVAL_EXPIRED"),
               (status = 413, body = ErrorBody),
               (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody, description = "INVALID_REQUEST (threadId, runId, messages, resume)"),
-              (status = 429, body = ErrorBody),
+              (status = 422, body = ErrorBody, description = "INVALID_REQUEST (threadId, runId, messages, resume), MODEL_NOT_PRICED (the tenant has a cost budget and the session's model has no price)"),
+              (status = 429, body = ErrorBody, description = "TENANT_LIMIT, or BUDGET_EXCEEDED: a spend budget is spent (`Retry-After` and `details.resets_at` give the reset)",
+               headers(("Retry-After" = u64, description = "With BUDGET_EXCEEDED: seconds until the spent budget resets"))),
               (status = 503, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn run(
