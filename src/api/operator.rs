@@ -205,9 +205,16 @@ pub async fn put_budget(
     _operator: Operator,
     State(state): State<AppState>,
     Path(tenant): Path<String>,
-    AppJson(budget): AppJson<Budget>,
+    AppJson(body): AppJson<serde_json::Map<String, serde_json::Value>>,
 ) -> ApiResult<Json<TenantBudgetView>> {
     let tenant = target(tenant)?;
+    // An object only (a struct would also take a JSON array), with the field named on error.
+    let budget: Budget = serde_path_to_error::deserialize(serde_json::Value::Object(body))
+        .map_err(|error| {
+            let field = error.path().to_string();
+            ApiError::invalid(format!("invalid budget: {field}: {}", error.inner()))
+                .with_details(serde_json::json!({ "field": field }))
+        })?;
     budget.validate().map_err(|invalid| {
         ApiError::invalid(invalid.to_string())
             .with_details(serde_json::json!({ "field": invalid.field, "max": invalid.max }))

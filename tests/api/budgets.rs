@@ -187,6 +187,16 @@ async fn token_budget(app: TestApp) {
     assert_eq!(details["resets_at"], tomorrow);
     let fresh = app.create_session("acme", &tool_then_done(None)).await;
     budget_exceeded(app.prompt(&token, &fresh, "go").await).await;
+    // An AG-UI run is a prompt too.
+    let ag_ui = app
+        .post_json(
+            &format!("/v1/sessions/{fresh}/ag-ui"),
+            &token,
+            &json!({"threadId": fresh, "runId": "client-run",
+                    "messages": [{"id": "m1", "role": "user", "content": "go"}]}),
+        )
+        .await;
+    budget_exceeded(ag_ui).await;
 
     // The operator sees the spend, equal to the usage ledger's sums.
     let view = get_budget(&app, "acme").await;
