@@ -56,7 +56,11 @@ impl Budget {
         for (field, value, max) in [
             ("tokens_per_day", self.tokens_per_day, MAX_TOKENS),
             ("tokens_per_month", self.tokens_per_month, MAX_TOKENS),
-            ("cost_micros_per_day", self.cost_micros_per_day, MAX_COST_MICROS),
+            (
+                "cost_micros_per_day",
+                self.cost_micros_per_day,
+                MAX_COST_MICROS,
+            ),
             (
                 "cost_micros_per_month",
                 self.cost_micros_per_month,
@@ -403,10 +407,12 @@ mod tests {
             cost_micros_per_day: Some(2),
             ..Budget::default()
         };
-        let spend = |pico| TenantSpend::default().plus(Spend {
-            tokens: 0,
-            cost_pico: pico,
-        });
+        let spend = |pico| {
+            TenantSpend::default().plus(Spend {
+                tokens: 0,
+                cost_pico: pico,
+            })
+        };
         assert!(budget.check(&spend(1_999_999), now).is_ok());
         let error = budget.check(&spend(2_000_000), now).unwrap_err();
         assert_eq!(error.resource.kind(), BudgetKind::TenantCost);

@@ -62,8 +62,12 @@ impl FromRequestParts<AppState> for Operator {
         let Some(expected) = state.settings.operator.digest() else {
             return Err(ApiError::new(ErrorCode::NotFound, "no such route"));
         };
-        let unauthenticated =
-            || ApiError::new(ErrorCode::Unauthenticated, "a valid operator token is required");
+        let unauthenticated = || {
+            ApiError::new(
+                ErrorCode::Unauthenticated,
+                "a valid operator token is required",
+            )
+        };
         let header = parts
             .headers
             .get(AUTHORIZATION)
@@ -219,7 +223,10 @@ pub async fn put_budget(
         ApiError::invalid(invalid.to_string())
             .with_details(serde_json::json!({ "field": invalid.field, "max": invalid.max }))
     })?;
-    state.store.set_tenant_budget(&tenant, Some(&budget)).await?;
+    state
+        .store
+        .set_tenant_budget(&tenant, Some(&budget))
+        .await?;
     tracing::info!(?budget, "operator set a tenant budget");
     Ok(Json(view(&state, &tenant).await?))
 }

@@ -68,11 +68,11 @@ impl From<RuntimeError> for ApiError {
             ),
             RuntimeError::Store(error) => error.into(),
             RuntimeError::BudgetExceeded(exceeded) => exceeded.into(),
-            RuntimeError::ModelNotPriced { ref provider, ref model } => ApiError::new(
-                ErrorCode::ModelNotPriced,
-                error.to_string(),
-            )
-            .with_details(serde_json::json!({ "provider": provider, "model": model })),
+            RuntimeError::ModelNotPriced {
+                ref provider,
+                ref model,
+            } => ApiError::new(ErrorCode::ModelNotPriced, error.to_string())
+                .with_details(serde_json::json!({ "provider": provider, "model": model })),
             RuntimeError::ScriptsNotAllowed => ApiError::invalid(error.to_string())
                 .with_details(serde_json::json!({ "field": "model.script" })),
             RuntimeError::Setup(reason) => {

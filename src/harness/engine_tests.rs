@@ -1482,7 +1482,10 @@ async fn a_spent_tenant_budget_ends_the_run_after_the_turn_with_its_tool_calls()
         run.host.payloads("terminal"),
         vec![json!({"reason": "budget_exhausted", "budget": "tenant_tokens"})]
     );
-    assert_eq!(*run.host.executed.lock().unwrap(), vec!["toolu_scripted_0_0"]);
+    assert_eq!(
+        *run.host.executed.lock().unwrap(),
+        vec!["toolu_scripted_0_0"]
+    );
     assert_eq!(
         run.host.committed(),
         vec!["assistant_message", "tool_results", "usage", "terminal"],

@@ -654,7 +654,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<crate::usage::UsageGroup>>;
 
     /// The budget an operator set for `tenant` (replacing the configured default), if any.
-    async fn tenant_budget(&self, tenant: &TenantId) -> StoreResult<Option<crate::budgets::Budget>>;
+    async fn tenant_budget(&self, tenant: &TenantId)
+    -> StoreResult<Option<crate::budgets::Budget>>;
 
     /// Sets (`Some`) or removes (`None`: back to the configured default) the tenant's budget.
     async fn set_tenant_budget(

@@ -42,7 +42,8 @@ pub(super) async fn insert(
     });
     insert.build().execute(&mut *conn).await?;
     // The tenant's budget totals, in the same transaction: they always equal the ledger.
-    super::postgres_budgets::add_spend(conn, tenant, &crate::budgets::spend_deltas(records, at)).await
+    super::postgres_budgets::add_spend(conn, tenant, &crate::budgets::spend_deltas(records, at))
+        .await
 }
 
 /// Totals of a run's or a session's rows.

@@ -92,9 +92,10 @@ async fn budget_exceeded(response: reqwest::Response) -> Value {
         (429, Some("BUDGET_EXCEEDED")),
         "{body}"
     );
-    let resets_at = chrono::DateTime::parse_from_rfc3339(body["details"]["resets_at"].as_str().unwrap())
-        .unwrap()
-        .to_utc();
+    let resets_at =
+        chrono::DateTime::parse_from_rfc3339(body["details"]["resets_at"].as_str().unwrap())
+            .unwrap()
+            .to_utc();
     let seconds = (resets_at - chrono::Utc::now()).num_seconds();
     assert!(
         retry_after.abs_diff(seconds.max(1) as u64) <= 5,
@@ -106,7 +107,10 @@ async fn budget_exceeded(response: reqwest::Response) -> Value {
 async fn assert_other_tenant_served(app: &TestApp) {
     let token = app.token("other");
     let id = app
-        .create_session("other", &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}))
+        .create_session(
+            "other",
+            &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}),
+        )
         .await;
     assert_eq!(app.prompt(&token, &id, "hello").await.status(), 202);
     let (terminal, _) = terminal_of(app, &token, &id).await;
@@ -214,10 +218,15 @@ async fn token_budget(app: TestApp) {
         .await
         .unwrap();
     let group = &usage["groups"][0];
-    let ledger_tokens: u64 = ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"]
-        .iter()
-        .map(|key| group[key].as_u64().unwrap())
-        .sum();
+    let ledger_tokens: u64 = [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+    ]
+    .iter()
+    .map(|key| group[key].as_u64().unwrap())
+    .sum();
     assert_eq!(view["spend"]["day"]["tokens"], ledger_tokens, "{view}");
     assert_eq!(view["spend"]["month"]["tokens"], ledger_tokens, "{view}");
     assert_eq!(view["exceeded"]["budget"], "tenant_tokens");
@@ -240,10 +249,13 @@ async fn token_budget(app: TestApp) {
     assert_eq!(reset.status(), 200);
     let view: Value = reset.json().await.unwrap();
     assert_eq!(view["source"], "default");
-    assert_eq!(view["budget"], json!({
-        "tokens_per_day": null, "tokens_per_month": null,
-        "cost_micros_per_day": null, "cost_micros_per_month": null
-    }));
+    assert_eq!(
+        view["budget"],
+        json!({
+            "tokens_per_day": null, "tokens_per_month": null,
+            "cost_micros_per_day": null, "cost_micros_per_month": null
+        })
+    );
 }
 
 async fn cost_budget_case(backend: Backend) {
@@ -252,7 +264,9 @@ async fn cost_budget_case(backend: Backend) {
     };
     let token = app.token("acme");
     // Created before the cost budget: its unpriced model is refused at the prompt.
-    let unpriced = app.create_session("acme", &tool_then_done(Some("unpriced"))).await;
+    let unpriced = app
+        .create_session("acme", &tool_then_done(Some("unpriced")))
+        .await;
     let set = put_budget(&app, "acme", &json!({"cost_micros_per_day": 1})).await;
     assert_eq!(set.status(), 200);
 
@@ -271,7 +285,9 @@ async fn cost_budget_case(backend: Backend) {
     assert_eq!(error_code(created).await, (422, "MODEL_NOT_PRICED".into()));
 
     // A priced model: the first turn costs more than one micro-unit and ends the run.
-    let priced = app.create_session("acme", &tool_then_done(Some("priced"))).await;
+    let priced = app
+        .create_session("acme", &tool_then_done(Some("priced")))
+        .await;
     assert_eq!(app.prompt(&token, &priced, "go").await.status(), 202);
     let (terminal, events) = terminal_of(&app, &token, &priced).await;
     assert_eq!(
@@ -282,11 +298,16 @@ async fn cost_budget_case(backend: Backend) {
     let details = budget_exceeded(app.prompt(&token, &priced, "again").await).await;
     assert_eq!(details["budget"], "tenant_cost");
     let view = get_budget(&app, "acme").await;
-    assert!(view["spend"]["day"]["cost_micros"].as_u64().unwrap() >= 1, "{view}");
+    assert!(
+        view["spend"]["day"]["cost_micros"].as_u64().unwrap() >= 1,
+        "{view}"
+    );
 
     // A tenant without a cost budget may still use the unpriced model.
     let other = app.token("other");
-    let id = app.create_session("other", &tool_then_done(Some("unpriced"))).await;
+    let id = app
+        .create_session("other", &tool_then_done(Some("unpriced")))
+        .await;
     assert_eq!(app.prompt(&other, &id, "go").await.status(), 202);
     let (terminal, _) = terminal_of(&app, &other, &id).await;
     assert_eq!(terminal["reason"], "end_turn", "{terminal}");
@@ -342,18 +363,31 @@ async fn hostile_values_case(backend: Backend) {
     };
     for (body, field) in [
         (json!({"tokens_per_day": -1}), "tokens_per_day"),
-        (json!({"tokens_per_day": 1_000_000_000_000_001_u64}), "tokens_per_day"),
-        (json!({"cost_micros_per_month": u64::MAX}), "cost_micros_per_month"),
+        (
+            json!({"tokens_per_day": 1_000_000_000_000_001_u64}),
+            "tokens_per_day",
+        ),
+        (
+            json!({"cost_micros_per_month": u64::MAX}),
+            "cost_micros_per_month",
+        ),
         (json!({"tokens_per_month": 1.5}), "tokens_per_month"),
         (json!({"tokens_per_month": "ten"}), "tokens_per_month"),
-        (json!({"tokens_per_month": 18_446_744_073_709_551_616_f64}), "tokens_per_month"),
+        (
+            json!({"tokens_per_month": 18_446_744_073_709_551_616_f64}),
+            "tokens_per_month",
+        ),
         (json!({"tokens_per_week": 10}), ""),
         (json!([1, 2]), ""),
     ] {
         let response = put_budget(&app, "acme", &body).await;
         let status = response.status().as_u16();
         let error: Value = response.json().await.unwrap();
-        assert_eq!((status, error["code"].as_str()), (422, Some("INVALID_REQUEST")), "{body}: {error}");
+        assert_eq!(
+            (status, error["code"].as_str()),
+            (422, Some("INVALID_REQUEST")),
+            "{body}: {error}"
+        );
         assert!(
             error.to_string().contains(field),
             "{body}: the error names {field}: {error}"
@@ -361,7 +395,11 @@ async fn hostile_values_case(backend: Backend) {
     }
     for tenant in ["bad%20tenant", &"t".repeat(129), "semi%3Bcolon"] {
         let response = app.get(&budgets_path(tenant), OPERATOR_TOKEN).await;
-        assert_eq!(error_code(response).await, (422, "INVALID_REQUEST".into()), "{tenant}");
+        assert_eq!(
+            error_code(response).await,
+            (422, "INVALID_REQUEST".into()),
+            "{tenant}"
+        );
     }
     // Nothing was stored, and the tenant is served.
     assert_eq!(get_budget(&app, "acme").await["source"], "default");
