@@ -118,6 +118,9 @@ pub struct Settings {
     pub webhooks: crate::webhooks::WebhookSettings,
     /// MCP servers of sessions (`[mcp]`, `NORMA_MCP__*`): when an unused stdio server stops.
     pub mcp: crate::mcp::McpSettings,
+    /// The operator API's credential (`[operator]`, `NORMA_OPERATOR__*`); none: no operator
+    /// API.
+    pub operator: crate::api::operator::OperatorSettings,
 }
 
 impl Settings {
@@ -189,6 +192,7 @@ impl Default for Settings {
             prices: Vec::new(),
             webhooks: crate::webhooks::WebhookSettings::default(),
             mcp: Default::default(),
+            operator: Default::default(),
         }
     }
 }
@@ -574,6 +578,11 @@ impl Settings {
         self.browser.validate().map_err(ConfigError::Invalid)?;
         crate::usage::prices::validate(&self.prices).map_err(ConfigError::Invalid)?;
         self.webhooks.validate().map_err(ConfigError::Invalid)?;
+        self.operator.validate().map_err(ConfigError::Invalid)?;
+        self.limits
+            .budget
+            .validate()
+            .map_err(|error| ConfigError::Invalid(format!("limits.budget.{error}")))?;
         crate::search::SearchBackends::from_settings(&self.search).map_err(ConfigError::Invalid)?;
         if self.auth.issuer.is_empty() || self.auth.audience.is_empty() {
             return Err(ConfigError::Invalid(

@@ -60,6 +60,11 @@ pub enum ErrorCode {
     TenantLimit,
     /// The tenant (or the session) already has as many webhook subscriptions as allowed.
     WebhookLimit,
+    /// One of the tenant's spend budgets (tokens or cost per UTC day or month) is spent;
+    /// `details.resets_at` and `Retry-After` say when it resets.
+    BudgetExceeded,
+    /// The tenant has a cost budget and the session's model has no price in the price table.
+    ModelNotPriced,
     /// An `Idempotency-Key` already used for a different request (another body, or another
     /// session for prompts): the key names the first request's outcome only.
     IdempotencyKeyReused,
@@ -91,10 +96,11 @@ impl ErrorCode {
             Self::InvalidJson => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::TenantLimit => StatusCode::TOO_MANY_REQUESTS,
-            Self::HookBlocked | Self::IdempotencyKeyReused | Self::WebhookLimit => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            Self::TenantLimit | Self::BudgetExceeded => StatusCode::TOO_MANY_REQUESTS,
+            Self::HookBlocked
+            | Self::IdempotencyKeyReused
+            | Self::WebhookLimit
+            | Self::ModelNotPriced => StatusCode::UNPROCESSABLE_ENTITY,
             Self::IdempotencyKeyInUse => StatusCode::CONFLICT,
             Self::Conflict
             | Self::SessionBusy
@@ -133,6 +139,8 @@ impl ErrorCode {
             Self::ApprovalExpired => "APPROVAL_EXPIRED",
             Self::ApprovalPending => "APPROVAL_PENDING",
             Self::TenantLimit => "TENANT_LIMIT",
+            Self::BudgetExceeded => "BUDGET_EXCEEDED",
+            Self::ModelNotPriced => "MODEL_NOT_PRICED",
             Self::HookBlocked => "HOOK_BLOCKED",
             Self::WebhookLimit => "WEBHOOK_LIMIT",
             Self::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
@@ -161,6 +169,8 @@ pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
     pub details: Option<Value>,
+    /// Seconds for the `Retry-After` header (a 503 always has one).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -169,6 +179,7 @@ impl ApiError {
             code,
             message: message.into(),
             details: None,
+            retry_after: None,
         }
     }
 
@@ -189,6 +200,15 @@ impl ApiError {
 impl From<crate::limits::LimitExceeded> for ApiError {
     fn from(exceeded: crate::limits::LimitExceeded) -> Self {
         Self::new(ErrorCode::TenantLimit, exceeded.to_string()).with_details(exceeded.details())
+    }
+}
+
+impl From<crate::budgets::BudgetExceeded> for ApiError {
+    fn from(exceeded: crate::budgets::BudgetExceeded) -> Self {
+        let mut error = Self::new(ErrorCode::BudgetExceeded, exceeded.to_string())
+            .with_details(exceeded.details());
+        error.retry_after = Some(exceeded.retry_after_seconds(chrono::Utc::now()));
+        error
     }
 }
 
@@ -236,7 +256,12 @@ impl IntoResponse for ApiError {
         };
         let status = self.code.status();
         let mut response = (status, axum::Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        } else if status == StatusCode::SERVICE_UNAVAILABLE {
             // Every 503 says when to come back (the store or the replica is expected back).
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,

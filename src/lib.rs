@@ -3,6 +3,7 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod budgets;
 pub mod cli;
 pub mod config;
 pub mod console;

@@ -19,7 +19,10 @@
 //! - pending approvals are counted in the transaction that records one (over the limit the
 //!   call is denied at once instead of waiting);
 //! - workspace bytes (task logs included) are measured after every mutating tool call and
-//!   summed over the tenant's open sessions (`runtime::workspace_quota`).
+//!   summed over the tenant's open sessions (`runtime::workspace_quota`);
+//! - spend budgets (tokens and cost per UTC day and month) are checked against running totals
+//!   the usage ledger's transaction keeps in the store (`crate::budgets`); a spent one answers
+//!   `429 BUDGET_EXCEEDED` instead.
 
 use crate::ids::{SessionId, TenantId};
 use crate::store::{Store, StoreError};
@@ -61,6 +64,9 @@ pub struct TenantLimits {
     pub idempotency_keys: u32,
     /// MCP servers registered for the tenant (`/v1/mcp-servers`).
     pub mcp_servers: u32,
+    /// Spend limits per UTC day and month (`[limits.budget]`), every tenant's default until
+    /// the operator API sets one for it; none by default. See [`crate::budgets`].
+    pub budget: crate::budgets::Budget,
 }
 
 impl Default for TenantLimits {
@@ -80,6 +86,7 @@ impl Default for TenantLimits {
             workspace_bytes: 10 * 1024 * 1024 * 1024,
             idempotency_keys: 10_000,
             mcp_servers: 32,
+            budget: crate::budgets::Budget::default(),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod health;
 pub mod idempotency;
 pub mod mcp_servers;
+pub mod operator;
 pub mod outputs;
 pub mod runs;
 pub mod sessions;
@@ -71,10 +72,13 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         mcp_servers::get_server,
         mcp_servers::replace_server,
         mcp_servers::delete_server,
+        operator::get_budget,
+        operator::put_budget,
+        operator::delete_budget,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&BearerAuth, &CommonResponses),
-    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "webhooks"), (name = "mcp-servers"), (name = "health"))
+    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "webhooks"), (name = "mcp-servers"), (name = "operator"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -89,6 +93,18 @@ impl utoipa::Modify for BearerAuth {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "operator",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The operator token, whose SHA-256 is `operator.token_sha256` (never a \
+                         tenant JWT)",
+                    ))
                     .build(),
             ),
         );
@@ -178,6 +194,12 @@ pub fn router(state: AppState) -> Router {
             get(mcp_servers::get_server)
                 .put(mcp_servers::replace_server)
                 .delete(mcp_servers::delete_server),
+        )
+        .route(
+            "/operator/tenants/{tenant}/budgets",
+            get(operator::get_budget)
+                .put(operator::put_budget)
+                .delete(operator::delete_budget),
         );
     Router::new()
         .route("/healthz", get(health::healthz))

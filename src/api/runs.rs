@@ -68,6 +68,12 @@ impl From<RuntimeError> for ApiError {
                 "this replica is shutting down; retry the prompt on another replica",
             ),
             RuntimeError::Store(error) => error.into(),
+            RuntimeError::BudgetExceeded(exceeded) => exceeded.into(),
+            RuntimeError::ModelNotPriced {
+                ref provider,
+                ref model,
+            } => ApiError::new(ErrorCode::ModelNotPriced, error.to_string())
+                .with_details(serde_json::json!({ "provider": provider, "model": model })),
             RuntimeError::ScriptsNotAllowed => ApiError::invalid(error.to_string())
                 .with_details(serde_json::json!({ "field": "model.script" })),
             RuntimeError::Setup(reason) => {
@@ -104,8 +110,9 @@ pub(crate) async fn load_owned_session(
     request_body = PromptRequest,
     responses((status = 202, body = PromptAccepted),
               (status = 409, description = "SESSION_BUSY, SESSION_CLOSED, APPROVAL_PENDING, or IDEMPOTENCY_KEY_IN_USE: a concurrent request with this key is being answered; retry", body = ErrorBody),
-              (status = 422, description = "INVALID_REQUEST, HOOK_BLOCKED: a UserPromptSubmit hook refused the prompt, or IDEMPOTENCY_KEY_REUSED: the key was used with another body", body = ErrorBody),
-              (status = 429, description = "TENANT_LIMIT: runs in flight, queued prompts or idempotency keys", body = ErrorBody),
+              (status = 422, description = "INVALID_REQUEST, HOOK_BLOCKED: a UserPromptSubmit hook refused the prompt, IDEMPOTENCY_KEY_REUSED: the key was used with another body, or MODEL_NOT_PRICED: the tenant has a cost budget and the session's model has no price", body = ErrorBody),
+              (status = 429, description = "TENANT_LIMIT: runs in flight, queued prompts or idempotency keys; BUDGET_EXCEEDED: a spend budget is spent (`Retry-After` and `details.resets_at` give the reset)", body = ErrorBody,
+               headers(("Retry-After" = u64, description = "With BUDGET_EXCEEDED: seconds until the spent budget resets"))),
               (status = 503, description = "SHUTTING_DOWN: this replica is stopping; retry on another", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn post_prompt(

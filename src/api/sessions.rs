@@ -111,7 +111,7 @@ pub struct ListParams {
             description = "1..=255 printable ASCII characters; a retry with the same key and body returns the first outcome (kept 24 h)")),
     responses((status = 201, body = SessionResponse),
               (status = 409, description = "IDEMPOTENCY_KEY_IN_USE: a concurrent request with this key is being answered; retry", body = ErrorBody),
-              (status = 422, description = "INVALID_REQUEST (`details.field` names the config field), or IDEMPOTENCY_KEY_REUSED: the key was used with another body", body = ErrorBody),
+              (status = 422, description = "INVALID_REQUEST (`details.field` names the config field), IDEMPOTENCY_KEY_REUSED: the key was used with another body, or MODEL_NOT_PRICED: the tenant has a cost budget and the session's model has no price", body = ErrorBody),
               (status = 429, description = "TENANT_LIMIT: open sessions or idempotency keys", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create_session(
@@ -175,6 +175,10 @@ pub async fn create_session(
                 .with_details(json!({ "field": "approvals.webhook" }))
             })?;
     }
+    state
+        .runtime
+        .ensure_model_priced(&principal.tenant, &config)
+        .await?;
     ensure_session_quota(&state, &principal).await?;
     let id = SessionId::generate();
     tracing::Span::current().record("session_id", id.as_str());

@@ -78,6 +78,12 @@ pub trait LoopHost: Send + Sync + 'static {
     fn take_task_notifications(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Asked between turns (and before a run's first request): `Some` when one of the
+    /// tenant's spend budgets is spent, counting the model calls among `pending` (the turn
+    /// that just ended, not committed yet). The run then ends with `budget_exhausted`.
+    async fn tenant_budget_spent(&self, _pending: &[RunEvent]) -> Option<run_event::BudgetKind> {
+        None
+    }
 }
 
 /// Settings of one run.
@@ -173,6 +179,14 @@ impl Engine {
                     usage: ledger.usage(),
                     main_turns: state.main_turns,
                 });
+            }
+            if request_index == 1
+                && let Some(budget) = self.host.tenant_budget_spent(&[]).await
+            {
+                // A queued or resumed run whose tenant spent its budget meanwhile.
+                return self
+                    .finish(TerminalReason::BudgetExhausted { budget }, ledger, &state)
+                    .await;
             }
             if self.policy.is_none() && reactive_view.is_none() {
                 self.maybe_compact(&mut history, ledger, false, &cancel)
@@ -302,6 +316,21 @@ impl Engine {
                         .await;
                 }
                 Step::Continue(next) => {
+                    // The turn is finished (its tool calls answered): the tenant's budget
+                    // decides whether another one starts.
+                    let pending = turn_write
+                        .as_ref()
+                        .map_or(&[][..], |(_, events)| events.as_slice());
+                    if let Some(budget) = self.host.tenant_budget_spent(pending).await {
+                        return self
+                            .finish_with(
+                                turn_write.unwrap_or_default(),
+                                TerminalReason::BudgetExhausted { budget },
+                                ledger,
+                                &state,
+                            )
+                            .await;
+                    }
                     if !matches!(next, ContinueReason::ToolTurn) {
                         // The other continuations may write (compaction) or read history.
                         if let Some((appends, events)) = turn_write.take() {

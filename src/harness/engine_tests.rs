@@ -73,6 +73,10 @@ struct TestHost {
     stop_answers: Mutex<VecDeque<StopHookOutcome>>,
     stop_hook_calls: Mutex<u32>,
     notifications: Mutex<Vec<String>>,
+    /// Tenant budget checks answered "not spent" before the budget is spent (`None`: never).
+    tenant_budget_after: Option<Mutex<u32>>,
+    /// The pending events each tenant budget check saw (their kinds).
+    tenant_budget_checks: Mutex<Vec<Vec<&'static str>>>,
 }
 
 impl TestHost {
@@ -217,6 +221,20 @@ impl LoopHost for TestHost {
 
     fn take_task_notifications(&self) -> Vec<String> {
         std::mem::take(&mut *self.notifications.lock().unwrap())
+    }
+
+    async fn tenant_budget_spent(&self, pending: &[RunEvent]) -> Option<BudgetKind> {
+        self.tenant_budget_checks
+            .lock()
+            .unwrap()
+            .push(pending.iter().map(|e| Seen::of(e, false).kind).collect());
+        let left = self.tenant_budget_after.as_ref()?;
+        let mut left = left.lock().unwrap();
+        if *left == 0 {
+            return Some(BudgetKind::TenantTokens);
+        }
+        *left -= 1;
+        None
     }
 }
 
@@ -1440,4 +1458,59 @@ async fn a_policy_pre_rewrites_history_before_each_request() {
         provider.requests()[0].messages,
         vec![Message::user_text("new question")]
     );
+}
+
+#[tokio::test]
+async fn a_spent_tenant_budget_ends_the_run_after_the_turn_with_its_tool_calls() {
+    let script = json!({ "turns": [
+        { "text": "Reading.", "tool_calls": [ { "name": "Read", "input": { "path": "a" } } ] },
+        { "text": "never played" }
+    ]});
+    let provider = Arc::new(ScriptedProvider::new(Some(&script)).unwrap());
+    let mut host = TestHost::new().tool("Read", ToolBehavior::ok("hello"));
+    // The check before the first request passes; the one after the first turn finds it spent.
+    host.tenant_budget_after = Some(Mutex::new(1));
+    let run = run(provider.clone(), host, config()).await;
+
+    assert_eq!(
+        run.outcome.terminal,
+        TerminalReason::BudgetExhausted {
+            budget: BudgetKind::TenantTokens
+        }
+    );
+    assert_eq!(
+        run.host.payloads("terminal"),
+        vec![json!({"reason": "budget_exhausted", "budget": "tenant_tokens"})]
+    );
+    assert_eq!(
+        *run.host.executed.lock().unwrap(),
+        vec!["toolu_scripted_0_0"]
+    );
+    assert_eq!(
+        run.host.committed(),
+        vec!["assistant_message", "tool_results", "usage", "terminal"],
+        "the turn is committed with the terminal, no continue"
+    );
+    assert_eq!(
+        *run.host.tenant_budget_checks.lock().unwrap(),
+        vec![vec![], vec!["assistant_message", "tool_results"]],
+        "checked before the first request, then with the turn's uncommitted events"
+    );
+    assert_paired(&run.host.messages());
+}
+
+#[tokio::test]
+async fn a_tenant_budget_spent_before_the_first_request_makes_none() {
+    let provider = Turns::new(vec![text("never", StopReason::EndTurn)]);
+    let mut host = TestHost::new();
+    host.tenant_budget_after = Some(Mutex::new(0));
+    let run = run(provider.clone(), host, config()).await;
+    assert_eq!(
+        run.outcome.terminal,
+        TerminalReason::BudgetExhausted {
+            budget: BudgetKind::TenantTokens
+        }
+    );
+    assert!(provider.requests().is_empty());
+    assert_eq!(run.host.committed(), vec!["usage", "terminal"]);
 }

@@ -61,6 +61,11 @@ impl ContinueReason {
 pub enum BudgetKind {
     /// Input + output tokens of the run, from the action ledger.
     Tokens,
+    /// The tenant's token budget per day or month (`[limits.budget]` or the operator's),
+    /// reached by the turn that just ended.
+    TenantTokens,
+    /// The tenant's cost budget per day or month, reached by the turn that just ended.
+    TenantCost,
 }
 
 /// Why a run ended. Each is a distinct, recorded event (N17).

@@ -11,7 +11,7 @@ use crate::harness::scheduler::PendingCall;
 use crate::ids::{OutputId, RunId, SessionId, TenantId};
 use crate::llm::ToolSpec;
 use crate::message::{Message, ToolResultBlock};
-use crate::run_event::{self, RunEvent, TerminalReason};
+use crate::run_event::{self, BudgetKind, RunEvent, TerminalReason};
 use crate::store::{
     AppendBatch, NewEvent, NewMessage, NewOutput, RunEnd, RunLease, RunStatus, Store,
     TRANSIENT_RETRY_WINDOW,
@@ -104,6 +104,12 @@ impl SessionWriter {
     /// meter set stays).
     pub fn meter_usage(&self, meter: crate::usage::UsageMeter) {
         let _ = self.meter.set(meter);
+    }
+
+    /// What the model calls among `events` add to the tenant's spend (as their ledger rows
+    /// will), before they are committed.
+    pub fn pending_spend(&self, events: &[RunEvent]) -> crate::budgets::Spend {
+        crate::budgets::spend_of_records(&self.usage_rows(events))
     }
 
     /// The usage ledger rows of the model calls among `events`.
@@ -384,6 +390,8 @@ pub struct StoreHost {
     pub handoff: CancellationToken,
     /// `snapshot` storage: the session's snapshots, and the most bytes one may hold.
     pub snapshots: Option<(Arc<crate::workspace_snapshot::SessionSnapshots>, u64)>,
+    /// The tenant's spend budgets, checked between turns.
+    pub budgets: super::budget_gate::BudgetGate,
 }
 
 impl StoreHost {
@@ -663,6 +671,24 @@ impl LoopHost for StoreHost {
             .lock()
             .map(|mut n| std::mem::take(&mut *n))
             .unwrap_or_default()
+    }
+
+    async fn tenant_budget_spent(&self, pending: &[RunEvent]) -> Option<BudgetKind> {
+        let spend = self.writer.pending_spend(pending);
+        match self.budgets.check(&self.tenant, None, spend).await {
+            Ok(()) => None,
+            Err(super::budget_gate::BudgetRefusal::Exceeded(exceeded)) => {
+                tracing::info!(%exceeded, "tenant budget spent; the run ends after this turn");
+                Some(exceeded.resource.kind())
+            }
+            Err(super::budget_gate::BudgetRefusal::NotPriced { .. }) => None,
+            Err(super::budget_gate::BudgetRefusal::Store(error)) => {
+                // The turn's own commit meets the outage next (and the run is resumed once
+                // the store is back, when the check runs again).
+                tracing::warn!(%error, "cannot check the tenant's budget; the run goes on");
+                None
+            }
+        }
     }
 }
 

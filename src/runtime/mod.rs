@@ -17,6 +17,7 @@
 //! same transaction.
 
 pub mod approvals;
+pub mod budget_gate;
 pub mod bus;
 pub mod decisions;
 mod expiry;
@@ -91,6 +92,15 @@ pub enum RuntimeError {
     ShuttingDown,
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// One of the tenant's spend budgets is spent.
+    #[error(transparent)]
+    BudgetExceeded(crate::budgets::BudgetExceeded),
+    /// The tenant has a cost budget and the session's model has no price.
+    #[error(
+        "the model {provider}/{model} has no price in the price table, and this tenant has a \
+         cost budget: its calls could not be counted (the operator adds it to `[[prices]]`)"
+    )]
+    ModelNotPriced { provider: String, model: String },
     #[error("cannot prepare the run: {0}")]
     Setup(String),
     #[error(
@@ -123,7 +133,20 @@ impl RuntimeError {
     fn terminal_code(&self) -> &'static str {
         match self {
             Self::ScriptsNotAllowed => "SCRIPTS_NOT_ALLOWED",
+            Self::ModelNotPriced { .. } => "MODEL_NOT_PRICED",
             _ => "RUN_FAILED",
+        }
+    }
+}
+
+impl From<budget_gate::BudgetRefusal> for RuntimeError {
+    fn from(refusal: budget_gate::BudgetRefusal) -> Self {
+        match refusal {
+            budget_gate::BudgetRefusal::Exceeded(exceeded) => Self::BudgetExceeded(exceeded),
+            budget_gate::BudgetRefusal::NotPriced { provider, model } => {
+                Self::ModelNotPriced { provider, model }
+            }
+            budget_gate::BudgetRefusal::Store(error) => Self::Store(error),
         }
     }
 }
@@ -272,6 +295,8 @@ pub struct SessionRuntime {
     envs: Mutex<HashMap<SessionId, Arc<SessionEnv>>>,
     /// This replica's holds (streams, tasks, shells) counted against tenant limits.
     holds: crate::limits::Holds,
+    /// The tenants' spend budgets, checked in the store before every prompt and turn.
+    budgets: budget_gate::BudgetGate,
     /// Cancelled when this replica starts shutting down: runs hand off (see [`handoff`]).
     shutdown: CancellationToken,
     /// The tasks driving runs, so a shutdown can wait for them (and stop them past the grace).
@@ -336,8 +361,10 @@ impl SessionRuntime {
             settings.replica_id.clone(),
             settings.run_lease,
         );
+        let budgets = budget_gate::BudgetGate::new(store.clone(), settings.limits.budget);
         Arc::new(Self {
             holds,
+            budgets,
             store,
             bus: Arc::new(EventBus::default()),
             settings,
@@ -356,6 +383,37 @@ impl SessionRuntime {
             run_tasks: tokio_util::task::TaskTracker::new(),
             run_aborts: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The tenants' spend budgets (the operator API reads and sets them through the store).
+    pub fn budgets(&self) -> &budget_gate::BudgetGate {
+        &self.budgets
+    }
+
+    /// Refuses a session config whose model has no price when the tenant has a cost budget
+    /// (`MODEL_NOT_PRICED`); a config that cannot name its model yet passes (its runs fail).
+    pub async fn ensure_model_priced(
+        &self,
+        tenant: &TenantId,
+        config: &crate::session_config::SessionConfig,
+    ) -> Result<(), RuntimeError> {
+        let Ok(meter) = self.usage_meter(tenant, config) else {
+            return Ok(());
+        };
+        Ok(self.budgets.ensure_priced(tenant, &meter).await?)
+    }
+
+    /// The budget check of a new prompt: `BUDGET_EXCEEDED` once a budget is spent,
+    /// `MODEL_NOT_PRICED` for an unpriced model under a cost budget.
+    async fn admit_budget(&self, session: &SessionRecord) -> Result<(), RuntimeError> {
+        let meter =
+            serde_json::from_value::<crate::session_config::SessionConfig>(session.config.clone())
+                .ok()
+                .and_then(|config| self.usage_meter(&session.tenant, &config).ok());
+        Ok(self
+            .budgets
+            .check(&session.tenant, meter.as_ref(), Default::default())
+            .await?)
     }
 
     /// What session hook configurations resolve against (in-process hooks, outbound client).
@@ -435,6 +493,8 @@ impl SessionRuntime {
         if self.is_shutting_down() {
             return Err(RuntimeError::ShuttingDown);
         }
+        // A spent budget refuses the prompt before any hook runs or anything is written.
+        self.admit_budget(session).await?;
         // UserPromptSubmit hooks run before anything else happens.
         let outcome = self
             .session_hooks(

@@ -516,9 +516,13 @@ impl SessionRuntime {
                 .snapshots
                 .clone()
                 .map(|snapshots| (snapshots, self.settings.limits.workspace_bytes)),
+            budgets: self.budgets.clone(),
         });
         let provider = self.provider_for(tenant, &config)?;
-        writer.meter_usage(self.usage_meter(tenant, &config)?);
+        let meter = self.usage_meter(tenant, &config)?;
+        // The budget may have changed since the prompt was accepted (queued, resumed runs).
+        self.budgets.ensure_priced(tenant, &meter).await?;
+        writer.meter_usage(meter);
         let engine = Engine {
             provider,
             host: host.clone(),

@@ -9,11 +9,13 @@ mod idempotency;
 mod mcp_servers;
 mod models;
 pub mod postgres;
+mod postgres_budgets;
 mod postgres_limits;
 mod postgres_mcp;
 mod postgres_usage;
 mod postgres_webhooks;
 pub mod sqlite;
+mod sqlite_budgets;
 mod sqlite_limits;
 mod sqlite_mcp;
 mod sqlite_usage;
@@ -760,6 +762,25 @@ pub trait Store: Send + Sync + 'static {
     /// Notified after a commit that wrote outbox rows (this process's writes only; other
     /// replicas find them at their sweep or when their own writes wake them).
     fn webhook_wakeup(&self) -> Arc<tokio::sync::Notify>;
+
+    /// The budget an operator set for `tenant` (replacing the configured default), if any.
+    async fn tenant_budget(&self, tenant: &TenantId)
+    -> StoreResult<Option<crate::budgets::Budget>>;
+
+    /// Sets (`Some`) or removes (`None`: back to the configured default) the tenant's budget.
+    async fn set_tenant_budget(
+        &self,
+        tenant: &TenantId,
+        budget: Option<&crate::budgets::Budget>,
+    ) -> StoreResult<()>;
+
+    /// What the tenant spent in the UTC day and the UTC month holding `at` (the running
+    /// totals written with the usage ledger).
+    async fn tenant_spend(
+        &self,
+        tenant: &TenantId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<crate::budgets::TenantSpend>;
 }
 
 /// The events of an append as the webhook notices read them.

@@ -1575,6 +1575,29 @@ impl Store for PgStore {
     fn webhook_wakeup(&self) -> std::sync::Arc<tokio::sync::Notify> {
         self.webhook_wakeup.clone()
     }
+
+    async fn tenant_budget(
+        &self,
+        tenant: &TenantId,
+    ) -> StoreResult<Option<crate::budgets::Budget>> {
+        super::postgres_budgets::budget(self, tenant).await
+    }
+
+    async fn set_tenant_budget(
+        &self,
+        tenant: &TenantId,
+        budget: Option<&crate::budgets::Budget>,
+    ) -> StoreResult<()> {
+        super::postgres_budgets::set_budget(self, tenant, budget).await
+    }
+
+    async fn tenant_spend(
+        &self,
+        tenant: &TenantId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<crate::budgets::TenantSpend> {
+        super::postgres_budgets::spend(self, tenant, at).await
+    }
 }
 
 fn pg_memory_note(row: &PgRow) -> StoreResult<MemoryNote> {

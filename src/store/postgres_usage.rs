@@ -40,8 +40,10 @@ pub(super) async fn insert(
             .push_bind(day.as_str())
             .push_bind(at);
     });
-    insert.build().execute(conn).await?;
-    Ok(())
+    insert.build().execute(&mut *conn).await?;
+    // The tenant's budget totals, in the same transaction: they always equal the ledger.
+    super::postgres_budgets::add_spend(conn, tenant, &crate::budgets::spend_deltas(records, at))
+        .await
 }
 
 /// Totals of a run's or a session's rows.

@@ -1345,6 +1345,29 @@ impl Store for SqliteStore {
     fn webhook_wakeup(&self) -> Arc<tokio::sync::Notify> {
         self.outbox.wakeup.clone()
     }
+
+    async fn tenant_budget(
+        &self,
+        tenant: &TenantId,
+    ) -> StoreResult<Option<crate::budgets::Budget>> {
+        super::sqlite_budgets::budget(self, tenant).await
+    }
+
+    async fn set_tenant_budget(
+        &self,
+        tenant: &TenantId,
+        budget: Option<&crate::budgets::Budget>,
+    ) -> StoreResult<()> {
+        super::sqlite_budgets::set_budget(self, tenant, budget).await
+    }
+
+    async fn tenant_spend(
+        &self,
+        tenant: &TenantId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<crate::budgets::TenantSpend> {
+        super::sqlite_budgets::spend(self, tenant, at).await
+    }
 }
 
 fn sqlite_memory_note(row: &SqliteRow) -> StoreResult<MemoryNote> {

@@ -41,8 +41,9 @@ pub(super) async fn insert(
             .push_bind(day.as_str())
             .push_bind(created.as_str());
     });
-    insert.build().execute(conn).await?;
-    Ok(())
+    insert.build().execute(&mut *conn).await?;
+    // The tenant's budget totals, in the same transaction: they always equal the ledger.
+    super::sqlite_budgets::add_spend(conn, tenant, &crate::budgets::spend_deltas(records, at)).await
 }
 
 /// Totals of a run's or a session's rows.

@@ -6,6 +6,7 @@ mod approvals;
 mod auth;
 mod browser;
 mod browser_chromium;
+mod budgets;
 mod config;
 mod console;
 mod demo;

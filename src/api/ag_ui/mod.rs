@@ -209,8 +209,9 @@ fn resume_answer(entry: &ResumeEntry) -> ApiResult<ApprovalAnswerRequest> {
               (status = 403, body = ErrorBody, description = "FORBIDDEN_SCOPE: sessions:write, and approvals:write with resume"),
               (status = 404, body = ErrorBody, description = "Unknown session, or a resume entry naming no approval of it"),
               (status = 409, body = ErrorBody, description = "SESSION_BUSY, SESSION_CLOSED, APPROVAL_PENDING, APPROVAL_ALREADY_DECIDED, APPROVAL_EXPIRED"),
-              (status = 422, body = ErrorBody, description = "INVALID_REQUEST (threadId, runId, messages, resume), or HOOK_BLOCKED: a UserPromptSubmit hook refused the prompt"),
-              (status = 429, body = ErrorBody, description = "TENANT_LIMIT: runs in flight"),
+              (status = 422, body = ErrorBody, description = "INVALID_REQUEST (threadId, runId, messages, resume), HOOK_BLOCKED: a UserPromptSubmit hook refused the prompt, or MODEL_NOT_PRICED (the tenant has a cost budget and the session's model has no price)"),
+              (status = 429, body = ErrorBody, description = "TENANT_LIMIT: runs in flight, or BUDGET_EXCEEDED: a spend budget is spent (`Retry-After` and `details.resets_at` give the reset)",
+               headers(("Retry-After" = u64, description = "With BUDGET_EXCEEDED: seconds until the spent budget resets"))),
               (status = 503, body = ErrorBody, description = "SHUTTING_DOWN: this replica is stopping; retry on another")),
     security(("bearer" = [])))]
 pub async fn run(

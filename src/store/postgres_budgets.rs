@@ -1,0 +1,138 @@
+//! Tenant budgets on Postgres: the operator's budget per tenant and the running spend totals
+//! per UTC day and month, added to in the usage ledger's transaction (row-level security
+//! scopes every statement to the tenant).
+
+use super::postgres::PgStore;
+use super::*;
+use crate::budgets::{Budget, Period, Spend, SpendDelta, TenantSpend};
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+
+/// Adds `deltas` to the tenant's running totals (in the caller's transaction). Concurrent
+/// appends of the tenant take turns on the two rows (day first, then month: no deadlock);
+/// totals saturate at `BIGINT`'s maximum instead of failing the append.
+pub(super) async fn add_spend(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    deltas: &[SpendDelta],
+) -> StoreResult<()> {
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let mut insert = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+        "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) ",
+    );
+    insert.push_values(deltas, |mut row, delta| {
+        row.push_bind(tenant.as_str())
+            .push_bind(delta.period.as_str())
+            .push_bind(delta.key.as_str())
+            .push_bind(delta.tokens)
+            .push_bind(delta.cost_pico);
+    });
+    insert.push(
+        " ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
+         tokens = LEAST(tenant_spend.tokens::numeric + EXCLUDED.tokens, \
+             9223372036854775807)::bigint, \
+         cost_pico = LEAST(tenant_spend.cost_pico::numeric + EXCLUDED.cost_pico, \
+             9223372036854775807)::bigint",
+    );
+    insert.build().execute(conn).await?;
+    Ok(())
+}
+
+pub(super) async fn budget(store: &PgStore, tenant: &TenantId) -> StoreResult<Option<Budget>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let row = sqlx::query(
+        "SELECT tokens_per_day, tokens_per_month, cost_micros_per_day, cost_micros_per_month \
+         FROM tenant_budgets WHERE tenant_id = $1",
+    )
+    .bind(tenant.as_str())
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    row.map(|row| {
+        let get = |column: &str| -> StoreResult<Option<u64>> {
+            Ok(row
+                .try_get::<Option<i64>, _>(column)?
+                .map(|value| u64::try_from(value).unwrap_or(0)))
+        };
+        Ok(Budget {
+            tokens_per_day: get("tokens_per_day")?,
+            tokens_per_month: get("tokens_per_month")?,
+            cost_micros_per_day: get("cost_micros_per_day")?,
+            cost_micros_per_month: get("cost_micros_per_month")?,
+        })
+    })
+    .transpose()
+}
+
+pub(super) async fn set_budget(
+    store: &PgStore,
+    tenant: &TenantId,
+    budget: Option<&Budget>,
+) -> StoreResult<()> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    match budget {
+        None => {
+            sqlx::query("DELETE FROM tenant_budgets WHERE tenant_id = $1")
+                .bind(tenant.as_str())
+                .execute(&mut *tx)
+                .await?;
+        }
+        Some(budget) => {
+            let sql = |value: Option<u64>| value.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+            sqlx::query(
+                "INSERT INTO tenant_budgets (tenant_id, tokens_per_day, tokens_per_month, \
+                     cost_micros_per_day, cost_micros_per_month, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (tenant_id) DO UPDATE SET \
+                     tokens_per_day = EXCLUDED.tokens_per_day, \
+                     tokens_per_month = EXCLUDED.tokens_per_month, \
+                     cost_micros_per_day = EXCLUDED.cost_micros_per_day, \
+                     cost_micros_per_month = EXCLUDED.cost_micros_per_month, \
+                     updated_at = EXCLUDED.updated_at",
+            )
+            .bind(tenant.as_str())
+            .bind(sql(budget.tokens_per_day))
+            .bind(sql(budget.tokens_per_month))
+            .bind(sql(budget.cost_micros_per_day))
+            .bind(sql(budget.cost_micros_per_month))
+            .bind(Utc::now())
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn spend(
+    store: &PgStore,
+    tenant: &TenantId,
+    at: DateTime<Utc>,
+) -> StoreResult<TenantSpend> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows = sqlx::query(
+        "SELECT period, tokens, cost_pico FROM tenant_spend WHERE tenant_id = $1 \
+         AND ((period = 'day' AND period_key = $2) OR (period = 'month' AND period_key = $3))",
+    )
+    .bind(tenant.as_str())
+    .bind(Period::Day.key(at))
+    .bind(Period::Month.key(at))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let mut spend = TenantSpend::default();
+    for row in rows {
+        let period: String = row.try_get("period")?;
+        let value = Spend {
+            tokens: u64::try_from(row.try_get::<i64, _>("tokens")?).unwrap_or(0),
+            cost_pico: u64::try_from(row.try_get::<i64, _>("cost_pico")?).unwrap_or(0),
+        };
+        match period.as_str() {
+            "day" => spend.day = value,
+            _ => spend.month = value,
+        }
+    }
+    Ok(spend)
+}

@@ -1,0 +1,130 @@
+//! Tenant budgets on SQLite: the operator's budget per tenant and the running spend totals
+//! per UTC day and month, added to in the usage ledger's transaction (the one writer
+//! connection serializes them).
+
+use super::sqlite::{SqliteStore, ts};
+use super::*;
+use crate::budgets::{Budget, Period, Spend, SpendDelta, TenantSpend};
+use chrono::{DateTime, Utc};
+use sqlx::{Row, SqliteConnection};
+
+/// Adds `deltas` to the tenant's running totals (in the caller's transaction); totals
+/// saturate at the largest integer instead of failing the append.
+pub(super) async fn add_spend(
+    conn: &mut SqliteConnection,
+    tenant: &TenantId,
+    deltas: &[SpendDelta],
+) -> StoreResult<()> {
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) ",
+    );
+    insert.push_values(deltas, |mut row, delta| {
+        row.push_bind(tenant.as_str())
+            .push_bind(delta.period.as_str())
+            .push_bind(delta.key.as_str())
+            .push_bind(delta.tokens)
+            .push_bind(delta.cost_pico);
+    });
+    // An integer sum past the largest integer becomes a real in SQLite; MIN brings it back.
+    insert.push(
+        " ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
+         tokens = CAST(MIN(tokens + excluded.tokens, 9223372036854775807) AS INTEGER), \
+         cost_pico = CAST(MIN(cost_pico + excluded.cost_pico, 9223372036854775807) AS INTEGER)",
+    );
+    insert.build().execute(conn).await?;
+    Ok(())
+}
+
+pub(super) async fn budget(store: &SqliteStore, tenant: &TenantId) -> StoreResult<Option<Budget>> {
+    let row = sqlx::query(
+        "SELECT tokens_per_day, tokens_per_month, cost_micros_per_day, cost_micros_per_month \
+         FROM tenant_budgets WHERE tenant_id = ?",
+    )
+    .bind(tenant.as_str())
+    .fetch_optional(store.reader())
+    .await?;
+    row.map(|row| {
+        let get = |column: &str| -> StoreResult<Option<u64>> {
+            Ok(row
+                .try_get::<Option<i64>, _>(column)?
+                .map(|value| u64::try_from(value).unwrap_or(0)))
+        };
+        Ok(Budget {
+            tokens_per_day: get("tokens_per_day")?,
+            tokens_per_month: get("tokens_per_month")?,
+            cost_micros_per_day: get("cost_micros_per_day")?,
+            cost_micros_per_month: get("cost_micros_per_month")?,
+        })
+    })
+    .transpose()
+}
+
+pub(super) async fn set_budget(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    budget: Option<&Budget>,
+) -> StoreResult<()> {
+    match budget {
+        None => {
+            sqlx::query("DELETE FROM tenant_budgets WHERE tenant_id = ?")
+                .bind(tenant.as_str())
+                .execute(store.writer())
+                .await?;
+        }
+        Some(budget) => {
+            let sql = |value: Option<u64>| value.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+            sqlx::query(
+                "INSERT INTO tenant_budgets (tenant_id, tokens_per_day, tokens_per_month, \
+                     cost_micros_per_day, cost_micros_per_month, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (tenant_id) DO UPDATE SET \
+                     tokens_per_day = excluded.tokens_per_day, \
+                     tokens_per_month = excluded.tokens_per_month, \
+                     cost_micros_per_day = excluded.cost_micros_per_day, \
+                     cost_micros_per_month = excluded.cost_micros_per_month, \
+                     updated_at = excluded.updated_at",
+            )
+            .bind(tenant.as_str())
+            .bind(sql(budget.tokens_per_day))
+            .bind(sql(budget.tokens_per_month))
+            .bind(sql(budget.cost_micros_per_day))
+            .bind(sql(budget.cost_micros_per_month))
+            .bind(ts(Utc::now()))
+            .execute(store.writer())
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn spend(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    at: DateTime<Utc>,
+) -> StoreResult<TenantSpend> {
+    let rows = sqlx::query(
+        "SELECT period, tokens, cost_pico FROM tenant_spend WHERE tenant_id = ? \
+         AND ((period = 'day' AND period_key = ?) OR (period = 'month' AND period_key = ?))",
+    )
+    .bind(tenant.as_str())
+    .bind(Period::Day.key(at))
+    .bind(Period::Month.key(at))
+    .fetch_all(store.reader())
+    .await?;
+    let mut spend = TenantSpend::default();
+    for row in rows {
+        let period: String = row.try_get("period")?;
+        let value = Spend {
+            tokens: u64::try_from(row.try_get::<i64, _>("tokens")?).unwrap_or(0),
+            cost_pico: u64::try_from(row.try_get::<i64, _>("cost_pico")?).unwrap_or(0),
+        };
+        match period.as_str() {
+            "day" => spend.day = value,
+            _ => spend.month = value,
+        }
+    }
+    Ok(spend)
+}
