@@ -57,7 +57,10 @@ async fn finished(server: &ServerProcess, token: &str, session: &str) -> Vec<Val
 /// The samples of an exposition, as parsed by `prometheus_client`'s OpenMetrics parser.
 fn parse_openmetrics(text: &str) -> Vec<Value> {
     use std::io::Write;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/observability/parse_metrics.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/observability/parse_metrics.py"
+    );
     let mut child = std::process::Command::new("python3")
         .arg(script)
         .stdin(std::process::Stdio::piped())
@@ -157,7 +160,13 @@ async fn metrics_are_parsed_by_a_real_parser_and_tenant_names_fold() {
     let samples = parse_openmetrics(&text);
 
     // Tenant-chosen names are never label values.
-    for secret in [TENANT_MODEL, "tenantsrv", "secret_tool", listing.as_str(), hostile.as_str()] {
+    for secret in [
+        TENANT_MODEL,
+        "tenantsrv",
+        "secret_tool",
+        listing.as_str(),
+        hostile.as_str(),
+    ] {
         assert!(!text.contains(secret), "`{secret}` leaked into\n{text}");
     }
     assert_eq!(
@@ -168,7 +177,11 @@ async fn metrics_are_parsed_by_a_real_parser_and_tenant_names_fold() {
         sample(
             &samples,
             "norma_model_calls_total",
-            &[("provider", "scripted"), ("model", model), ("outcome", "ok")],
+            &[
+                ("provider", "scripted"),
+                ("model", model),
+                ("outcome", "ok"),
+            ],
         )
     };
     assert_eq!(calls(CONFIGURED_MODEL), Some(2.0), "{text}");
@@ -341,7 +354,10 @@ fn int_attr(span: &Span, key: &str) -> Option<i64> {
 async fn traced_run(capture_content: bool) -> (Vec<Span>, String, String, String) {
     let (port, spans) = otlp_receiver().await;
     let mut server = ServerProcess::new(None)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        )
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .env("NORMA_PROVIDER__MODEL", CONFIGURED_MODEL)
         .env(
@@ -363,9 +379,9 @@ async fn traced_run(capture_content: bool) -> (Vec<Span>, String, String, String
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let received = spans.lock().unwrap().clone();
-        let agent = received.iter().find(|s| {
-            s.name == "invoke_agent" && text_attr(s, "run_id").as_deref() == Some(&run)
-        });
+        let agent = received
+            .iter()
+            .find(|s| s.name == "invoke_agent" && text_attr(s, "run_id").as_deref() == Some(&run));
         if let Some(agent) = agent {
             let children: Vec<Span> = received
                 .iter()
@@ -402,7 +418,10 @@ async fn a_run_is_traced_with_the_genai_conventions() {
             text_attr(span, "gen_ai.conversation.id").as_deref(),
             Some(session.as_str())
         );
-        assert_eq!(text_attr(span, "session_id").as_deref(), Some(session.as_str()));
+        assert_eq!(
+            text_attr(span, "session_id").as_deref(),
+            Some(session.as_str())
+        );
         assert_eq!(text_attr(span, "run_id").as_deref(), Some(run.as_str()));
         assert_eq!(text_attr(span, "tenant").as_deref(), Some(TENANT));
         for content in [
@@ -411,7 +430,11 @@ async fn a_run_is_traced_with_the_genai_conventions() {
             "gen_ai.tool.call.arguments",
             "gen_ai.tool.call.result",
         ] {
-            assert_eq!(attr(span, content), None, "{content} without capture_content");
+            assert_eq!(
+                attr(span, content),
+                None,
+                "{content} without capture_content"
+            );
         }
     }
     let chats: Vec<&Span> = spans
@@ -420,12 +443,18 @@ async fn a_run_is_traced_with_the_genai_conventions() {
         .collect();
     assert_eq!(chats.len(), 2, "two model calls: {spans:?}");
     for chat in &chats {
-        assert_eq!(text_attr(chat, "gen_ai.operation.name").as_deref(), Some("chat"));
+        assert_eq!(
+            text_attr(chat, "gen_ai.operation.name").as_deref(),
+            Some("chat")
+        );
         assert_eq!(
             text_attr(chat, "gen_ai.provider.name").as_deref(),
             Some("scripted")
         );
-        assert_eq!(text_attr(chat, "gen_ai.system").as_deref(), Some("scripted"));
+        assert_eq!(
+            text_attr(chat, "gen_ai.system").as_deref(),
+            Some("scripted")
+        );
         assert_eq!(
             text_attr(chat, "gen_ai.request.model").as_deref(),
             Some(CONFIGURED_MODEL)
@@ -474,12 +503,18 @@ async fn content_is_on_the_spans_only_when_capture_is_on() {
         .iter()
         .filter_map(|s| text_attr(s, "gen_ai.output.messages"))
         .collect();
-    assert!(outputs.iter().any(|o| o.contains("Looking.")), "{outputs:?}");
+    assert!(
+        outputs.iter().any(|o| o.contains("Looking.")),
+        "{outputs:?}"
+    );
     let tool = spans
         .iter()
         .find(|s| s.name == "execute_tool LS")
         .expect("the tool span");
     let arguments = text_attr(tool, "gen_ai.tool.call.arguments").unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&arguments).unwrap(), json!({"path": "."}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&arguments).unwrap(),
+        json!({"path": "."})
+    );
     assert!(text_attr(tool, "gen_ai.tool.call.result").is_some());
 }

@@ -149,25 +149,23 @@ impl Scheduler {
                 // The call's spans (`execute_tool`, the pipeline's `tool_call`) are made by
                 // whoever executes it, as children of the run's span.
                 let tool_use_id = call.tool_use_id.clone();
-                running.push(
-                    async move {
-                        let outcome = AssertUnwindSafe(async move { exec(call).await })
-                            .catch_unwind()
-                            .await;
-                        let result = match outcome {
-                            Ok(mut result) => {
-                                result.tool_use_id = tool_use_id;
-                                result
-                            }
-                            Err(panic) => ToolResultBlock::error(
-                                tool_use_id,
-                                codes::TOOL_FAILED,
-                                format!("The tool failed unexpectedly: {}", panic_text(&*panic)),
-                            ),
-                        };
-                        (index, safe, result)
-                    },
-                );
+                running.push(async move {
+                    let outcome = AssertUnwindSafe(async move { exec(call).await })
+                        .catch_unwind()
+                        .await;
+                    let result = match outcome {
+                        Ok(mut result) => {
+                            result.tool_use_id = tool_use_id;
+                            result
+                        }
+                        Err(panic) => ToolResultBlock::error(
+                            tool_use_id,
+                            codes::TOOL_FAILED,
+                            format!("The tool failed unexpectedly: {}", panic_text(&*panic)),
+                        ),
+                    };
+                    (index, safe, result)
+                });
             }
 
             if !stream_open && queue.is_empty() && running.is_empty() {

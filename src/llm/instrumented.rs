@@ -75,8 +75,7 @@ impl Provider for Instrumented {
             }
             Err(error) => {
                 genai::record_error(&span, error.code());
-                self.instruments
-                    .call(outcome_of(&error), started.elapsed());
+                self.instruments.call(outcome_of(&error), started.elapsed());
                 Err(error)
             }
         }

@@ -32,7 +32,10 @@ fn route_templates_are_bounded() {
         routes.label(Some(&format!("/generated/{n}")));
     }
     assert_eq!(&*routes.label(Some("/one/too/many")), "other");
-    assert_eq!(&*routes.label(Some("/v1/sessions/{id}")), "/v1/sessions/{id}");
+    assert_eq!(
+        &*routes.label(Some("/v1/sessions/{id}")),
+        "/v1/sessions/{id}"
+    );
 }
 
 #[test]

@@ -106,7 +106,11 @@ impl SessionWriter {
 
     /// Counts the run's end in `metrics` when this writer commits it (its duration from
     /// `started`), and times its store transactions (the first call stays).
-    pub fn count_run_end(&self, metrics: Arc<crate::metrics::Metrics>, started: std::time::Instant) {
+    pub fn count_run_end(
+        &self,
+        metrics: Arc<crate::metrics::Metrics>,
+        started: std::time::Instant,
+    ) {
         let _ = self.metrics.set((metrics, started));
     }
 
@@ -533,8 +537,7 @@ impl LoopHost for StoreHost {
 
     async fn execute_tool(&self, call: PendingCall, cancel: CancellationToken) -> ToolResultBlock {
         use tracing::Instrument;
-        let span =
-            crate::telemetry::genai::execute_tool(&self.ids, &call.name, &call.tool_use_id);
+        let span = crate::telemetry::genai::execute_tool(&self.ids, &call.name, &call.tool_use_id);
         if self.capture_content && !span.is_disabled() {
             span.record(
                 "gen_ai.tool.call.arguments",
@@ -551,7 +554,10 @@ impl LoopHost for StoreHost {
         if result.is_error {
             crate::telemetry::genai::record_error(
                 &span,
-                result.code.as_deref().unwrap_or(crate::tools::codes::TOOL_FAILED),
+                result
+                    .code
+                    .as_deref()
+                    .unwrap_or(crate::tools::codes::TOOL_FAILED),
             );
         }
         if self.capture_content && !span.is_disabled() {

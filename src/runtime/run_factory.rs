@@ -278,7 +278,10 @@ impl SessionRuntime {
         Ok(Arc::new(llm::instrumented::Instrumented {
             inner,
             kind,
-            instruments: self.settings.metrics.model_instruments(kind, &provider.model),
+            instruments: self
+                .settings
+                .metrics
+                .model_instruments(kind, &provider.model),
             model: provider.model,
             ids: ids.clone(),
             capture_content: self.settings.capture_content,
