@@ -123,7 +123,26 @@ fn grafana_dashboard_queries_only_metrics_the_server_exposes() {
     let dashboard: serde_json::Value =
         serde_json::from_str(&manifest("deploy/grafana/norma.json")).expect("dashboard JSON");
     assert_eq!(dashboard["uid"], "norma-server");
-    let exposed = norma::metrics::Metrics::new(norma::metrics::labels::ModelNames::none()).render();
+    // One sample in every family (a labelled family without samples is not exposed).
+    use norma::metrics::*;
+    let metrics = Metrics::new(labels::ModelNames::none());
+    let now = std::time::Duration::ZERO;
+    metrics.http_request(&axum::http::Method::GET, None, 200, now);
+    metrics.run_ended(&norma::run_event::TerminalReason::EndTurn, now);
+    let model = metrics.model_instruments("scripted", "m");
+    model.call(ModelOutcome::ok, now);
+    model.first_token(now);
+    model.tokens(&Default::default());
+    metrics.tool_call(
+        "Read",
+        ToolOutcome::ok,
+        Some(norma::permission::Stage::Allowed),
+        now,
+    );
+    metrics.webhook_delivery(WebhookKind::approval, DeliveryOutcome::delivered);
+    metrics.store_transaction(StoreOp::append, now);
+    metrics.sandbox_spawn(SpawnKind::command, SpawnOutcome::launched);
+    let exposed = metrics.render();
     let families: Vec<&str> = exposed
         .lines()
         .filter_map(|line| line.strip_prefix("# TYPE "))
