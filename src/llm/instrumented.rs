@@ -157,10 +157,12 @@ impl Observed {
             Ok(StreamItem::Usage(usage)) => {
                 self.input_tokens =
                     usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens;
+                // As integers: the exporter writes a `u64` attribute as a string.
+                let int = |tokens: u64| i64::try_from(tokens).unwrap_or(i64::MAX);
                 self.span
-                    .record("gen_ai.usage.input_tokens", self.input_tokens);
+                    .record("gen_ai.usage.input_tokens", int(self.input_tokens));
                 self.span
-                    .record("gen_ai.usage.output_tokens", usage.output_tokens);
+                    .record("gen_ai.usage.output_tokens", int(usage.output_tokens));
                 self.instruments.tokens(usage);
             }
             Ok(StreamItem::Stop(stop)) => {
