@@ -125,6 +125,8 @@ fn warn_if_commands_unavailable(report: &crate::sandbox::SandboxReport) {
 /// A built, bound, not yet serving application.
 pub struct App {
     listener: TcpListener,
+    /// The metrics listener (`metrics_bind`), when configured.
+    metrics_listener: Option<TcpListener>,
     state: AppState,
 }
 
@@ -234,6 +236,8 @@ impl App {
                     .map_err(crate::egress::EgressError::Config)?,
                 prices: settings.prices.clone(),
                 mcp: settings.mcp,
+                metrics: crate::metrics::Metrics::from_settings(&settings),
+                capture_content: settings.telemetry.capture_content,
             },
             egress,
             broker,
@@ -246,8 +250,17 @@ impl App {
                     addr: settings.bind,
                     source,
                 })?;
+        let metrics_listener = match settings.metrics_bind {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
         Ok(Self {
             listener,
+            metrics_listener,
             state: AppState {
                 tickets: Arc::new(crate::api::stream_tickets::TicketKey::from_settings(
                     &settings.browser,
@@ -267,6 +280,29 @@ impl App {
 
     pub fn state(&self) -> &AppState {
         &self.state
+    }
+
+    /// The address the metrics listener bound (`None`: no `metrics_bind`).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|listener| listener.local_addr().ok())
+    }
+
+    /// Serves `GET /metrics` on the metrics listener until `stop` is cancelled.
+    fn spawn_metrics(&mut self, stop: tokio_util::sync::CancellationToken) {
+        let Some(listener) = self.metrics_listener.take() else {
+            return;
+        };
+        let runtime = self.state.runtime.clone();
+        let sample: crate::metrics::serve::Sampler =
+            Arc::new(move |metrics| metrics.set_runs_queued(runtime.queued_runs()));
+        tokio::spawn(crate::metrics::serve::serve(
+            listener,
+            self.state.runtime.metrics().clone(),
+            sample,
+            stop,
+        ));
     }
 
     /// Deletes spilled outputs past the retention period, hourly (and once at start-up).
@@ -336,13 +372,15 @@ impl App {
     /// the other replicas (see [`crate::runtime::handoff`]; at most `shutdown_grace_seconds`
     /// plus a few seconds), and connections still open after [`CONNECTION_DRAIN`] are dropped.
     pub async fn run_until(
-        self,
+        mut self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         self.spawn_retention();
         self.spawn_idempotency_sweep();
         self.spawn_idle_expiry();
         let runs_stop = tokio_util::sync::CancellationToken::new();
+        // Scrapes go on through the hand-off; the listener closes when the runs stopped.
+        self.spawn_metrics(runs_stop.clone());
         tokio::spawn(self.state.runtime.clone().maintain_runs(runs_stop.clone()));
         tokio::spawn(self.state.runtime.clone().follow_signals(runs_stop.clone()));
         tokio::spawn(crate::runtime::outbox::run(

@@ -40,6 +40,12 @@ pub enum ConfigError {
 pub struct Settings {
     /// Address the HTTP API listens on.
     pub bind: SocketAddr,
+    /// Address of the Prometheus metrics listener (`GET /metrics`, no token): loopback or a
+    /// cluster-internal address, never the public one. Unset (the default): no metrics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_bind: Option<SocketAddr>,
+    /// Traces (`[telemetry]`): what spans may carry beyond ids, names and counts.
+    pub telemetry: TelemetrySettings,
     /// Where the embedded store, the development signing key and workspaces live.
     pub data_dir: PathBuf,
     /// `postgres://…` or `sqlite://…`; defaults to `sqlite://<data_dir>/norma.db`.
@@ -134,6 +140,18 @@ impl Settings {
     /// with the generated key is any tenant) is refused on a non-loopback address unless
     /// `dev` is set.
     pub fn check_serving(&self) -> Result<(), ConfigError> {
+        if let Some(metrics) = self.metrics_bind
+            && metrics.port() == self.bind.port()
+            && (metrics.ip() == self.bind.ip()
+                || metrics.ip().is_unspecified()
+                || self.bind.ip().is_unspecified())
+        {
+            return Err(ConfigError::Invalid(format!(
+                "`metrics_bind` ({metrics}) overlaps `bind` ({}): metrics are never served on \
+                 the public listener; give them their own (loopback or cluster-internal) port",
+                self.bind
+            )));
+        }
         if self.auth.is_development() && !self.bind.ip().is_loopback() && !self.dev {
             return Err(ConfigError::Invalid(format!(
                 "no auth key is configured (development mode) and `bind` is {}, which is not a \
@@ -162,6 +180,8 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            metrics_bind: None,
+            telemetry: TelemetrySettings::default(),
             data_dir: PathBuf::from("data"),
             database_url: None,
             database_max_connections: 16,
@@ -411,6 +431,17 @@ pub struct PublicKeySettings {
     /// `RS256` or `ES256`.
     pub algorithm: String,
     pub pem_file: PathBuf,
+}
+
+/// What exported spans may carry (`[telemetry]`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetrySettings {
+    /// Record prompts, model outputs, tool arguments and tool results on the GenAI spans
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`, `gen_ai.tool.call.arguments`,
+    /// `gen_ai.tool.call.result`, each cut at [`crate::telemetry::genai::CONTENT_LIMIT`]
+    /// bytes). Off by default: tenants' content then never reaches the trace backend.
+    pub capture_content: bool,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -792,6 +823,32 @@ mod tests {
         settings.dev = false;
         settings.auth.hs256_secret = Some(SecretString::from("k".repeat(32)));
         settings.check_serving().unwrap();
+    }
+
+    #[test]
+    fn metrics_never_share_the_public_listener() {
+        let mut settings = Settings::default();
+        settings.bind = "0.0.0.0:8080".parse().unwrap();
+        settings.dev = true;
+        for overlapping in ["127.0.0.1:8080", "0.0.0.0:8080"] {
+            settings.metrics_bind = Some(overlapping.parse().unwrap());
+            let error = settings.check_serving().unwrap_err().to_string();
+            assert!(error.contains("metrics_bind"), "{error}");
+        }
+        settings.metrics_bind = Some("127.0.0.1:9464".parse().unwrap());
+        settings.check_serving().unwrap();
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("NORMA_METRICS_BIND", "10.0.0.5:9464");
+            jail.set_env("NORMA_TELEMETRY__CAPTURE_CONTENT", "true");
+            let settings = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(
+                settings.metrics_bind,
+                Some("10.0.0.5:9464".parse().unwrap())
+            );
+            assert!(settings.telemetry.capture_content);
+            Ok(())
+        });
+        assert_eq!(Settings::default().metrics_bind, None, "off by default");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod llm;
 pub mod mcp;
 pub mod message;
+pub mod metrics;
 pub mod permission;
 pub mod run_event;
 pub mod runtime;

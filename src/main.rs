@@ -189,6 +189,9 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let app = App::build(settings).await?;
     let addr = app.local_addr()?;
     tracing::info!(%addr, store = app.state().store.backend(), "norma listening");
+    if let Some(metrics) = app.metrics_addr() {
+        tracing::info!(%metrics, "metrics listening (GET /metrics)");
+    }
     println!("Web console: {}", norma::console::url(addr));
     if development {
         print_development_notice(&app, addr)?;

@@ -114,3 +114,69 @@ fn compose_runs_two_replicas_behind_a_proxy_on_one_workspace_volume() {
         assert!(yaml.contains(needle), "compose.yaml lacks {needle:?}");
     }
 }
+
+/// `deploy/grafana/norma.json` is a Grafana dashboard whose every query names only metrics
+/// the server exposes (the exposition of a real [`norma::metrics::Metrics`]), so the
+/// dashboard cannot drift from the metrics.
+#[test]
+fn grafana_dashboard_queries_only_metrics_the_server_exposes() {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&manifest("deploy/grafana/norma.json")).expect("dashboard JSON");
+    assert_eq!(dashboard["uid"], "norma-server");
+    // One sample in every family (a labelled family without samples is not exposed).
+    use norma::metrics::*;
+    let metrics = Metrics::new(labels::ModelNames::none());
+    let now = std::time::Duration::ZERO;
+    metrics.http_request(&axum::http::Method::GET, None, 200, now);
+    metrics.run_ended(&norma::run_event::TerminalReason::EndTurn, now);
+    let model = metrics.model_instruments("scripted", "m");
+    model.call(ModelOutcome::ok, now);
+    model.first_token(now);
+    model.tokens(&Default::default());
+    metrics.tool_call(
+        "Read",
+        ToolOutcome::ok,
+        Some(norma::permission::Stage::Allowed),
+        now,
+    );
+    metrics.webhook_delivery(WebhookKind::approval, DeliveryOutcome::delivered);
+    metrics.store_transaction(StoreOp::append, now);
+    metrics.sandbox_spawn(SpawnKind::command, SpawnOutcome::launched);
+    let exposed = metrics.render();
+    let families: Vec<&str> = exposed
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|line| line.split(' ').next())
+        .collect();
+    assert!(families.len() >= 15, "{exposed}");
+    // The family a sample name belongs to (`None`: not exposed).
+    let family_of = |name: &str| {
+        families.iter().copied().find(|family| {
+            ["", "_total", "_bucket", "_count", "_sum"]
+                .iter()
+                .any(|suffix| name == format!("{family}{suffix}"))
+        })
+    };
+    let mut queried = std::collections::BTreeSet::new();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    for panel in panels.iter().filter(|p| p["type"] != "row") {
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{panel}");
+        for target in targets {
+            let expr = target["expr"].as_str().expect("expr");
+            let names: Vec<&str> = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|word| word.starts_with("norma_"))
+                .collect();
+            assert!(!names.is_empty(), "a query without a norma metric: {expr}");
+            for name in names {
+                let family = family_of(name)
+                    .unwrap_or_else(|| panic!("`{name}` is not exposed (in `{expr}`)"));
+                queried.insert(family);
+            }
+        }
+    }
+    for family in &families {
+        assert!(queried.contains(family), "no panel shows {family}");
+    }
+}

@@ -218,8 +218,10 @@ pub async fn stream(
     let tenant = principal.tenant.clone();
     let session_id = session.id.clone();
     let shutdown = state.runtime.shutdown_token();
+    let subscribed = state.runtime.metrics().sse_subscribed();
     let events = async_stream::stream! {
         let _hold = hold;
+        let _subscribed = subscribed;
         let mut last = after;
         loop {
             match store.list_events(&tenant, &session_id, last, STORE_PAGE).await {

@@ -215,6 +215,10 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(axum::middleware::from_fn(refuse_nul_in_uri))
+        .layer(axum::middleware::from_fn_with_state(
+            state.runtime.metrics().clone(),
+            count_request,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
@@ -248,6 +252,29 @@ async fn refuse_nul_in_uri(
             .into_response();
     }
     next.run(request).await
+}
+
+/// Counts every answered request by route template (never the raw path: ids stay out of the
+/// labels), method and status, with the time to the response head.
+async fn count_request(
+    axum::extract::State(metrics): axum::extract::State<std::sync::Arc<crate::metrics::Metrics>>,
+    request: Request<axum::body::Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    let began = std::time::Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .cloned();
+    let response = next.run(request).await;
+    metrics.http_request(
+        &method,
+        route.as_ref().map(|path| path.as_str()),
+        response.status().as_u16(),
+        began.elapsed(),
+    );
+    response
 }
 
 fn openapi_document() -> Response {

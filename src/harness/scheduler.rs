@@ -27,7 +27,6 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 /// How many concurrency-safe calls of one response may run at once unless configured otherwise.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 10;
@@ -147,33 +146,26 @@ impl Scheduler {
                 events(SchedulerEvent::Started {
                     tool_use_id: call.tool_use_id.clone(),
                 });
-                let span = tracing::info_span!(
-                    "tool_call",
-                    tool_use_id = %call.tool_use_id,
-                    tool = %call.name,
-                    concurrency_safe = safe,
-                );
+                // The call's spans (`execute_tool`, the pipeline's `tool_call`) are made by
+                // whoever executes it, as children of the run's span.
                 let tool_use_id = call.tool_use_id.clone();
-                running.push(
-                    async move {
-                        let outcome = AssertUnwindSafe(async move { exec(call).await })
-                            .catch_unwind()
-                            .await;
-                        let result = match outcome {
-                            Ok(mut result) => {
-                                result.tool_use_id = tool_use_id;
-                                result
-                            }
-                            Err(panic) => ToolResultBlock::error(
-                                tool_use_id,
-                                codes::TOOL_FAILED,
-                                format!("The tool failed unexpectedly: {}", panic_text(&*panic)),
-                            ),
-                        };
-                        (index, safe, result)
-                    }
-                    .instrument(span),
-                );
+                running.push(async move {
+                    let outcome = AssertUnwindSafe(async move { exec(call).await })
+                        .catch_unwind()
+                        .await;
+                    let result = match outcome {
+                        Ok(mut result) => {
+                            result.tool_use_id = tool_use_id;
+                            result
+                        }
+                        Err(panic) => ToolResultBlock::error(
+                            tool_use_id,
+                            codes::TOOL_FAILED,
+                            format!("The tool failed unexpectedly: {}", panic_text(&*panic)),
+                        ),
+                    };
+                    (index, safe, result)
+                });
             }
 
             if !stream_open && queue.is_empty() && running.is_empty() {

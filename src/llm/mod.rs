@@ -8,6 +8,7 @@ pub mod budget;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod instrumented;
 pub mod openai;
 pub mod retry;
 pub mod scripted;

@@ -81,6 +81,27 @@ pub enum Stage {
     NoCallback,
 }
 
+impl Stage {
+    /// The serialized name (a metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Disallowed => "disallowed",
+            Self::ToolDeny => "tool_deny",
+            Self::ModeBypass => "mode_bypass",
+            Self::ModePlan => "mode_plan",
+            Self::Allowed => "allowed",
+            Self::Grant => "grant",
+            Self::AcceptEdits => "accept_edits",
+            Self::ReadOnly => "read_only",
+            Self::ToolAllow => "tool_allow",
+            Self::ModeDontAsk => "mode_dont_ask",
+            Self::ModeAuto => "mode_auto",
+            Self::Callback => "callback",
+            Self::NoCallback => "no_callback",
+        }
+    }
+}
+
 /// Why a decision was made: the stage, and the rule or grant that matched, if any.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Reason {

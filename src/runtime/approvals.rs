@@ -270,6 +270,8 @@ pub struct RunApprover {
     pub max_pending: u32,
     /// Cancelled when the replica shuts down: a waiting call parks at once.
     pub handoff: CancellationToken,
+    /// Counts waiting calls (`approvals_pending`) and webhook deliveries.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl RunApprover {
@@ -324,8 +326,21 @@ impl RunApprover {
         let (tenant, session) = (self.tenant.clone(), self.session.clone());
         let id = ApprovalId::from_string(record.id.clone());
         let egress = self.egress.clone();
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let outcome = super::webhook::deliver(&egress, &webhook, &body).await;
+            metrics.webhook_delivery(
+                crate::metrics::WebhookKind::approval,
+                match &outcome {
+                    Ok(_) => crate::metrics::DeliveryOutcome::delivered,
+                    Err(super::webhook::WebhookError::Refused(_)) => {
+                        crate::metrics::DeliveryOutcome::refused
+                    }
+                    Err(super::webhook::WebhookError::Failed { .. }) => {
+                        crate::metrics::DeliveryOutcome::failed
+                    }
+                },
+            );
             match outcome {
                 Ok(Some(answer)) => {
                     let status = match answer.decision.as_str() {
@@ -544,6 +559,7 @@ impl Approver for RunApprover {
                     after
                 }
             });
+        let _waiting = self.metrics.approval_waiting();
         let settled = tokio::select! {
             // Parking: no task waits for a human; the run resumes from the store on the answer.
             () = tokio::time::sleep(park_after.unwrap_or_default()), if park_after.is_some() => {

@@ -49,6 +49,8 @@ pub struct Approvals {
     hub: Arc<ApprovalHub>,
     /// Session → the live grants of its running run.
     live: Mutex<HashMap<SessionId, Arc<LiveGrants>>>,
+    /// Counts each decision's answer latency.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Approvals {
@@ -57,7 +59,14 @@ impl Approvals {
             store,
             hub,
             live: Mutex::new(HashMap::new()),
+            metrics: None,
         }
+    }
+
+    /// Counts the answer latency of every decision in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The hub that wakes runs waiting on approvals.
@@ -89,6 +98,12 @@ impl Approvals {
                     live.add(grant.id.as_str(), &grant.rule, grant.scope);
                 }
                 self.hub.wake(&record.id);
+                if let Some(metrics) = &self.metrics {
+                    let decided = record.decided_at.unwrap_or_else(chrono::Utc::now);
+                    metrics.approval_answered(
+                        (decided - record.created_at).to_std().unwrap_or_default(),
+                    );
+                }
                 tracing::info!(approval_id = %record.id, status = ?record.status,
                     decided_by = ?record.decided_by, "approval decided");
                 Ok(record)

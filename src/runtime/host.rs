@@ -55,6 +55,9 @@ pub struct SessionWriter {
     /// Set for a run's writer once its model is known: every `assistant_message` (and
     /// compaction summary) it writes gets a usage ledger row in the same transaction.
     meter: std::sync::OnceLock<crate::usage::UsageMeter>,
+    /// Set for a run's writer: counts the run's end (status, reason, time since it started
+    /// here) and times its store transactions.
+    metrics: std::sync::OnceLock<(Arc<crate::metrics::Metrics>, std::time::Instant)>,
 }
 
 impl SessionWriter {
@@ -97,7 +100,18 @@ impl SessionWriter {
             wake: Notify::new(),
             store_unavailable: std::sync::atomic::AtomicBool::new(false),
             meter: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Counts the run's end in `metrics` when this writer commits it (its duration from
+    /// `started`), and times its store transactions (the first call stays).
+    pub fn count_run_end(
+        &self,
+        metrics: Arc<crate::metrics::Metrics>,
+        started: std::time::Instant,
+    ) {
+        let _ = self.metrics.set((metrics, started));
     }
 
     /// Records the usage of the model calls this (run) writer commits with `meter` (the first
@@ -168,12 +182,13 @@ impl SessionWriter {
     ) -> Result<(), HostError> {
         let _guard = self.write_lock.lock().await;
         let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        let run_end = self.lease.as_ref().and_then(|_| {
+        let terminal = self.lease.as_ref().and_then(|_| {
             events.iter().find_map(|e| match e {
-                RunEvent::Terminal(reason) => Some(run_end_of(reason)),
+                RunEvent::Terminal(reason) => Some(reason.clone()),
                 _ => None,
             })
         });
+        let run_end = terminal.as_ref().map(run_end_of);
         let run_id = self.lease.as_ref().map(|lease| lease.run_id.to_string());
         let events: Vec<RunEvent> = pending.events.into_iter().chain(events).collect();
         // The newest snapshot a result of this batch carries becomes the head, atomically.
@@ -201,7 +216,15 @@ impl SessionWriter {
             return Ok(());
         }
         let ends_run = batch.run_end.is_some();
-        let written = self.append_retrying(batch).await.map_err(|error| {
+        let began = std::time::Instant::now();
+        let written = self.append_retrying(batch).await;
+        if let Some((metrics, started)) = self.metrics.get() {
+            metrics.store_transaction(crate::metrics::StoreOp::append, began.elapsed());
+            if let (Ok(_), Some(terminal)) = (&written, &terminal) {
+                metrics.run_ended(terminal, started.elapsed());
+            }
+        }
+        let written = written.map_err(|error| {
             self.store_unavailable
                 .store(error.is_transient(), std::sync::atomic::Ordering::SeqCst);
             HostError(error.to_string())
@@ -392,6 +415,23 @@ pub struct StoreHost {
     pub snapshots: Option<(Arc<crate::workspace_snapshot::SessionSnapshots>, u64)>,
     /// The tenant's spend budgets, checked between turns.
     pub budgets: super::budget_gate::BudgetGate,
+    /// Tool calls count here (tool, outcome, duration, deciding permission stage).
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// The ids of the run's `execute_tool` spans.
+    pub ids: crate::telemetry::genai::RunIds,
+    /// Record tool arguments and results on the spans (`telemetry.capture_content`).
+    pub capture_content: bool,
+}
+
+/// How a tool call's result counts: denied by the ladder or the approver, failed, or ok.
+fn tool_outcome(result: &ToolResultBlock) -> crate::metrics::ToolOutcome {
+    use crate::metrics::ToolOutcome;
+    use crate::tools::codes;
+    match result.code.as_deref() {
+        _ if !result.is_error => ToolOutcome::ok,
+        Some(codes::PERMISSION_DENIED | codes::APPROVAL_EXPIRED) => ToolOutcome::denied,
+        _ => ToolOutcome::error,
+    }
 }
 
 impl StoreHost {
@@ -504,13 +544,70 @@ impl LoopHost for StoreHost {
     }
 
     async fn execute_tool(&self, call: PendingCall, cancel: CancellationToken) -> ToolResultBlock {
+        use tracing::Instrument;
+        let span = crate::telemetry::genai::execute_tool(&self.ids, &call.name, &call.tool_use_id);
+        if self.capture_content && !span.is_disabled() {
+            span.record(
+                "gen_ai.tool.call.arguments",
+                crate::telemetry::genai::content(&call.input).as_str(),
+            );
+        }
+        let began = std::time::Instant::now();
+        let name = call.name.clone();
+        let (result, stage) = self.run_tool(call, cancel).instrument(span.clone()).await;
+        if result.code.as_deref() == Some(crate::tools::codes::PARKED) {
+            // Not a call yet: it runs (and counts) when the run resumes.
+            return result;
+        }
+        if result.is_error {
+            crate::telemetry::genai::record_error(
+                &span,
+                result
+                    .code
+                    .as_deref()
+                    .unwrap_or(crate::tools::codes::TOOL_FAILED),
+            );
+        }
+        if self.capture_content && !span.is_disabled() {
+            span.record(
+                "gen_ai.tool.call.result",
+                crate::telemetry::genai::content(&result.content).as_str(),
+            );
+        }
+        self.metrics
+            .tool_call(&name, tool_outcome(&result), stage, began.elapsed());
+        result
+    }
+
+    async fn stop_hooks(&self, _last: &Message) -> crate::harness::turn::StopHookOutcome {
+        self.stop_hooks_inner().await
+    }
+
+    fn pending_task_notifications(&self) -> u32 {
+        self.pending_task_notifications_inner()
+    }
+
+    fn take_task_notifications(&self) -> Vec<String> {
+        self.take_task_notifications_inner()
+    }
+}
+
+impl StoreHost {
+    /// One call through the pipeline; returns its result and the permission stage that
+    /// decided it (if it got that far).
+    async fn run_tool(
+        &self,
+        call: PendingCall,
+        cancel: CancellationToken,
+    ) -> (ToolResultBlock, Option<crate::permission::Stage>) {
         if self.parked() {
             // The run parked: later calls run when it resumes, in their order.
-            return ToolResultBlock::error(
+            let parked = ToolResultBlock::error(
                 &call.tool_use_id,
                 crate::tools::codes::PARKED,
                 "the run parked before this call",
             );
+            return (parked, None);
         }
         // Progress (e.g. TodoWrite's list) becomes `tool_progress` events as it happens.
         let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel::<ToolProgress>();
@@ -577,7 +674,7 @@ impl LoopHost for StoreHost {
             if let (Some((snapshots, _)), Some(before)) = (&snapshots, before) {
                 snapshots.undo_mutation(before).await;
             }
-            return outcome.result;
+            return (outcome.result, outcome.decision.stage);
         }
         if let Some((snapshots, max_bytes)) = &snapshots
             && let Err(error) = snapshots.take(&call.tool_use_id, *max_bytes).await
@@ -629,6 +726,7 @@ impl LoopHost for StoreHost {
                 content: spill.content,
             });
         }
+        let stage = outcome.decision.stage;
         self.writer.push_event(RunEvent::PermissionDecision(
             run_event::PermissionDecision {
                 tool_use_id: call.tool_use_id.clone(),
@@ -636,10 +734,10 @@ impl LoopHost for StoreHost {
                 decision: outcome.decision,
             },
         ));
-        outcome.result
+        (outcome.result, stage)
     }
 
-    async fn stop_hooks(&self, _last: &Message) -> crate::harness::turn::StopHookOutcome {
+    async fn stop_hooks_inner(&self) -> crate::harness::turn::StopHookOutcome {
         use crate::harness::turn::StopHookOutcome;
         use crate::hooks::runner::StopOutcome;
         let hooks = self.pipeline.hooks();
@@ -662,11 +760,11 @@ impl LoopHost for StoreHost {
         }
     }
 
-    fn pending_task_notifications(&self) -> u32 {
+    fn pending_task_notifications_inner(&self) -> u32 {
         self.notifications.lock().map_or(0, |n| n.len() as u32)
     }
 
-    fn take_task_notifications(&self) -> Vec<String> {
+    fn take_task_notifications_inner(&self) -> Vec<String> {
         self.notifications
             .lock()
             .map(|mut n| std::mem::take(&mut *n))

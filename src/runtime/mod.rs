@@ -236,6 +236,11 @@ pub struct RuntimeSettings {
     pub prices: Vec<crate::usage::Price>,
     /// MCP servers of sessions (`[mcp]`).
     pub mcp: crate::mcp::McpSettings,
+    /// The server's metrics (served on `metrics_bind` when set).
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Record prompts, outputs and tool content on the GenAI spans
+    /// (`telemetry.capture_content`).
+    pub capture_content: bool,
 }
 
 /// A run parked on approvals: what it takes to resume it.
@@ -351,10 +356,14 @@ impl SessionRuntime {
         egress: EgressClient,
         broker: crate::egress::EgressBroker,
     ) -> Arc<Self> {
-        let sandbox = Arc::new(Sandbox::probe(settings.sandbox.clone()));
+        let sandbox = Arc::new(
+            Sandbox::probe(settings.sandbox.clone()).with_metrics(settings.metrics.clone()),
+        );
         let (hub, resumes) = approvals::ApprovalHub::new();
         let hub = Arc::new(hub);
-        let approvals = Arc::new(Approvals::new(store.clone(), hub.clone()));
+        let approvals = Arc::new(
+            Approvals::new(store.clone(), hub.clone()).with_metrics(settings.metrics.clone()),
+        );
         let holds = crate::limits::Holds::new(
             store.clone(),
             settings.limits.clone(),
@@ -437,6 +446,21 @@ impl SessionRuntime {
     /// This replica's holds on tenant limits (streams, tasks, shells).
     pub fn holds(&self) -> &crate::limits::Holds {
         &self.holds
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.settings.metrics
+    }
+
+    /// Prompts queued on this replica behind their session's running run.
+    pub fn queued_runs(&self) -> usize {
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|active| active.queue.len())
+            .sum()
     }
 
     /// The single writer of approval decisions (see the module doc).
@@ -776,15 +800,26 @@ impl SessionRuntime {
         resume: bool,
     ) {
         let runtime = self.clone();
-        let span = tracing::info_span!("run", tenant = %tenant, session_id = %session, run_id = %lease.run_id);
+        let span = crate::telemetry::genai::invoke_agent(&crate::telemetry::genai::RunIds {
+            tenant: tenant.clone(),
+            session: session.clone(),
+            run: lease.run_id.clone(),
+        });
         let run_id = lease.run_id.clone();
+        let started = std::time::Instant::now();
+        self.metrics().run_started();
         // Registered before the task can end, so the task's own removal comes after.
         let mut aborts = self.run_aborts.lock().unwrap_or_else(|e| e.into_inner());
         let task = self.run_tasks.spawn(tracing::Instrument::instrument(
             async move {
                 let outcome = runtime
-                    .run_one(&tenant, &session, &lease, prompt.clone(), resume)
+                    .run_one(&tenant, &session, &lease, prompt.clone(), resume, started)
                     .await;
+                if let Ok(Ended::Parked(_)) = &outcome {
+                    runtime
+                        .metrics()
+                        .run_ended(&TerminalReason::Parked, started.elapsed());
+                }
                 runtime.run_task_done(&lease.run_id);
                 match outcome {
                     Ok(Ended::Finished) => {}
@@ -810,7 +845,12 @@ impl SessionRuntime {
                     }
                     Err(error) => {
                         tracing::error!(%error, "run failed");
+                        crate::telemetry::genai::record_error(
+                            &tracing::Span::current(),
+                            error.terminal_code(),
+                        );
                         let writer = runtime.run_writer(&tenant, &session, &lease);
+                        writer.count_run_end(runtime.metrics().clone(), started);
                         let _ = writer
                             .write(
                                 vec![],

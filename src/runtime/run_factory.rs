@@ -260,19 +260,36 @@ impl SessionRuntime {
         ))
     }
 
+    /// The run's provider, wrapped for telemetry: each call is a `chat` span and counts in
+    /// the model-call metrics (its model folded to `other` unless configured).
     fn provider_for(
         &self,
-        tenant: &TenantId,
+        ids: &crate::telemetry::genai::RunIds,
         config: &SessionConfig,
     ) -> Result<Arc<dyn Provider>, RuntimeError> {
-        let provider = self.effective_provider(tenant, config)?;
+        let provider = self.effective_provider(&ids.tenant, config)?;
         if let Some(url) = &provider.base_url {
             self.egress
                 .check_endpoint(url)
                 .map_err(|error| RuntimeError::Setup(format!("provider base_url: {error}")))?;
         }
-        llm::build_provider(&provider, self.http.clone())
-            .map_err(|error| RuntimeError::Setup(error.to_string()))
+        let inner = llm::build_provider(&provider, self.http.clone())
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        let kind = provider.kind.as_str();
+        let run_span = tracing::Span::current();
+        run_span.record("gen_ai.provider.name", kind);
+        run_span.record("gen_ai.request.model", provider.model.as_str());
+        Ok(Arc::new(llm::instrumented::Instrumented {
+            inner,
+            kind,
+            instruments: self
+                .settings
+                .metrics
+                .model_instruments(kind, &provider.model),
+            model: provider.model,
+            ids: ids.clone(),
+            capture_content: self.settings.capture_content,
+        }))
     }
 
     /// Runs (or, with `resume`, continues) one claimed run to its terminal event.
@@ -283,6 +300,7 @@ impl SessionRuntime {
         lease: &RunLease,
         text: String,
         resume: bool,
+        started: std::time::Instant,
     ) -> Result<Ended, RuntimeError> {
         let run_id = &lease.run_id;
         let record = self
@@ -293,6 +311,12 @@ impl SessionRuntime {
         let config: SessionConfig = serde_json::from_value(record.config)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         let writer = self.run_writer(tenant, session, lease);
+        writer.count_run_end(self.settings.metrics.clone(), started);
+        let ids = crate::telemetry::genai::RunIds {
+            tenant: tenant.clone(),
+            session: session.clone(),
+            run: run_id.clone(),
+        };
         let trail = if resume {
             self.store
                 .list_run_events(tenant, session, run_id, resume::TRAIL_KINDS)
@@ -463,6 +487,7 @@ impl SessionRuntime {
             park: park.clone(),
             max_pending: self.settings.limits.pending_approvals,
             handoff: self.shutdown.clone(),
+            metrics: self.settings.metrics.clone(),
         };
         if !env.mcp.is_empty() {
             // Elicitations wait in process: the call asking is already executing.
@@ -517,8 +542,11 @@ impl SessionRuntime {
                 .clone()
                 .map(|snapshots| (snapshots, self.settings.limits.workspace_bytes)),
             budgets: self.budgets.clone(),
+            metrics: self.settings.metrics.clone(),
+            ids: ids.clone(),
+            capture_content: self.settings.capture_content,
         });
-        let provider = self.provider_for(tenant, &config)?;
+        let provider = self.provider_for(&ids, &config)?;
         let meter = self.usage_meter(tenant, &config)?;
         // The budget may have changed since the prompt was accepted (queued, resumed runs).
         self.budgets.ensure_priced(tenant, &meter).await?;

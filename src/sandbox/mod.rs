@@ -146,6 +146,8 @@ pub struct Sandbox {
     report: SandboxReport,
     /// What the probe found for the namespaces and Landlock (decides the launch flags).
     probe: Option<ProbeResult>,
+    /// Counts every launch asked for (`sandbox_spawns`).
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
 
 impl Sandbox {
@@ -157,7 +159,29 @@ impl Sandbox {
             config,
             report,
             probe: result.ok(),
+            metrics: None,
         }
+    }
+
+    /// Counts every launch asked for in `metrics`.
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn count_spawn<T, E>(
+        &self,
+        kind: crate::metrics::SpawnKind,
+        spec: Result<T, E>,
+    ) -> Result<T, E> {
+        if let Some(metrics) = &self.metrics {
+            let outcome = match &spec {
+                Ok(_) => crate::metrics::SpawnOutcome::launched,
+                Err(_) => crate::metrics::SpawnOutcome::refused,
+            };
+            metrics.sandbox_spawn(kind, outcome);
+        }
+        spec
     }
 
     /// The probed report.
@@ -251,17 +275,19 @@ impl Sandbox {
         term: &str,
         egress_proxy: Option<&Path>,
     ) -> Result<LaunchSpec, SandboxUnavailable> {
-        self.commands_available()?;
-        if egress_proxy.is_some() {
-            self.egress_available()?;
-        }
-        let opts = self.options(workspace, program, egress_proxy);
-        Ok(LaunchSpec {
-            program: self.config.launcher.clone(),
-            args: opts.to_args(),
-            env: env::scrubbed_env(workspace, term),
-            cwd: workspace.to_path_buf(),
-        })
+        let spec = self.commands_available().and_then(|()| {
+            if egress_proxy.is_some() {
+                self.egress_available()?;
+            }
+            let opts = self.options(workspace, program, egress_proxy);
+            Ok(LaunchSpec {
+                program: self.config.launcher.clone(),
+                args: opts.to_args(),
+                env: env::scrubbed_env(workspace, term),
+                cwd: workspace.to_path_buf(),
+            })
+        });
+        self.count_spawn(crate::metrics::SpawnKind::command, spec)
     }
 
     /// How to run one of the launcher's built-in jobs (e.g. [`pdf_text::PROGRAM`]) on
@@ -270,6 +296,16 @@ impl Sandbox {
     /// its `rlimits` and `network` parts are enforced (a job without its memory and CPU
     /// bounds or with the host's network never runs).
     pub fn job_spec(
+        &self,
+        scratch: &Path,
+        job: &str,
+        limits: Rlimits,
+    ) -> Result<LaunchSpec, SandboxUnavailable> {
+        let spec = self.job_spec_unchecked(scratch, job, limits);
+        self.count_spawn(crate::metrics::SpawnKind::job, spec)
+    }
+
+    fn job_spec_unchecked(
         &self,
         scratch: &Path,
         job: &str,

@@ -273,7 +273,9 @@ pub async fn run(
     let session_id = session.id.clone();
     let resumed = !input.resume.is_empty();
     let bus = state.runtime.bus().clone();
+    let subscribed = state.runtime.metrics().sse_subscribed();
     let events = async_stream::stream! {
+        let _subscribed = subscribed;
         let mut opening = mapper.start(echo, snapshot);
         opening.extend(mapper.resumed_calls(&resumed_calls));
         for event in opening {

@@ -1,5 +1,10 @@
 //! Logging and tracing: a `tracing` subscriber (text or JSON lines) and, when
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, OpenTelemetry span export over OTLP/HTTP.
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, OpenTelemetry span export over OTLP/HTTP (the other
+//! `OTEL_*` variables of the exporter and batch processor apply, e.g.
+//! `OTEL_BSP_SCHEDULE_DELAY`). Runs, model calls and tool calls are spans following the
+//! OpenTelemetry GenAI conventions ([`genai`]).
+
+pub mod genai;
 
 use crate::config::LogSettings;
 use opentelemetry::trace::TracerProvider as _;
