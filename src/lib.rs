@@ -15,6 +15,7 @@ pub mod limits;
 pub mod llm;
 pub mod mcp;
 pub mod message;
+pub mod noa;
 pub mod permission;
 pub mod run_event;
 pub mod runtime;

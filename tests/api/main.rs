@@ -16,6 +16,7 @@ mod hooks;
 mod idempotency;
 mod limits;
 mod mcp;
+mod noa;
 mod openapi;
 mod pg_outage;
 #[path = "../support/proxy.rs"]
