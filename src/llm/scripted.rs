@@ -14,7 +14,8 @@
 //! the last message wins; otherwise the `k`-th *sequential* turn (one without) is played. A
 //! reaction therefore replaces the sequential turn at its position. Past the end of the script,
 //! a short end_turn text says so. `{{last_tool_result}}` and `{{last_user_text}}` are replaced
-//! in the text and in string values of tool inputs. Tool call ids are `toolu_scripted_{k}_{i}`.
+//! in the text and in string values of tool inputs. Tool call ids are `toolu_scripted_{k}_{i}`
+//! (`toolu_scripted_{k}_{ref}_{i}` when the request shows refs, `ref` the newest).
 //! `stop` defaults to `tool_use` when the turn calls tools and `end_turn` otherwise.
 //! With `"per_prompt": true`, `k` counts only the assistant messages since the last user
 //! text (the last prompt), so every prompt plays the script from its start (the built-in
@@ -464,7 +465,12 @@ fn play(turn: &ScriptTurn, request: &ModelRequest) -> Result<Vec<StreamItem>, Pr
     }
     for (i, call) in turn.tool_calls.iter().enumerate() {
         let index = i;
-        let id = format!("toolu_scripted_{}_{i}", context.assistant_turns);
+        // Behind a context policy that drops messages the count repeats: the newest ref
+        // visible (a history position) keeps the ids unique.
+        let id = match refs.last() {
+            Some(newest) => format!("toolu_scripted_{}_{newest}_{i}", context.assistant_turns),
+            None => format!("toolu_scripted_{}_{i}", context.assistant_turns),
+        };
         let input = fill_refs(&context.fill_value(&call.input), &refs);
         let json = input.to_string();
         output_chars += json.len() + call.name.len();
@@ -536,5 +542,58 @@ impl Provider for ScriptedProvider {
             }
         };
         Ok(stream.boxed())
+    }
+}
+
+#[cfg(test)]
+mod noa_tests {
+    use super::*;
+    use crate::message::{Message, ToolResultBlock};
+    use serde_json::json;
+
+    fn request(messages: Vec<Message>) -> ModelRequest {
+        ModelRequest {
+            model: "scripted".into(),
+            system: None,
+            messages,
+            tools: vec![],
+            max_tokens: 100,
+            temperature: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_over_the_window_is_a_context_overflow() {
+        let provider = ScriptedProvider::new(Some(&json!({
+            "context_window": 50, "turns": [{"text": "ok"}]
+        })))
+        .unwrap();
+        let cancel = CancellationToken::new();
+        assert!(provider.stream(&request(vec![Message::user_text("hi")]), &cancel).await.is_ok());
+        let big = request(vec![Message::user_text("x".repeat(400))]);
+        assert!(matches!(
+            provider.stream(&big, &cancel).await,
+            Err(ProviderError::ContextOverflow(_))
+        ));
+    }
+
+    #[test]
+    fn ref_placeholders_resolve_to_the_refs_in_the_request() {
+        let mut results = Message {
+            role: Role::User,
+            content: vec![ContentBlock::ToolResult(ToolResultBlock::ok("t", "[ref m7] done"))],
+        };
+        results.content.push(ContentBlock::Text { text: "[ref m8]".into() });
+        let request = request(vec![
+            Message::user_text("[ref m2]"),
+            results,
+        ]);
+        let refs = visible_refs(&request);
+        assert_eq!(refs, ["m2", "m7", "m8"]);
+        let input = json!({"a": "{{ref:0}}", "b": ["{{ref:-1}}..{{ref:-2}}"], "c": "{{ref:9}}"});
+        assert_eq!(
+            fill_refs(&input, &refs),
+            json!({"a": "m2", "b": ["m8..m7"], "c": "none"})
+        );
     }
 }
