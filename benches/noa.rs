@@ -52,14 +52,23 @@ fn settings() -> NoaSettings {
     }
 }
 
-fn one_turn(settings: &NoaSettings, read_only: &HashSet<String>, history: &[Message], state: &mut NoaState) -> usize {
+fn one_turn(
+    settings: &NoaSettings,
+    read_only: &HashSet<String>,
+    history: &[Message],
+    state: &mut NoaState,
+) -> usize {
     let mut turn = Turn::new(settings, read_only, history, state);
     turn.run(&STEPS);
     turn.messages().len()
 }
 
 /// A state with every range of 40 messages compressed but the last 10% of history.
-fn compressed(settings: &NoaSettings, read_only: &HashSet<String>, history: &[Message]) -> NoaState {
+fn compressed(
+    settings: &NoaSettings,
+    read_only: &HashSet<String>,
+    history: &[Message],
+) -> NoaState {
     let mut state = NoaState::default();
     let mut turn = Turn::new(settings, read_only, history, &mut state);
     turn.run(&STEPS);
@@ -120,7 +129,10 @@ fn main() {
     let settings = settings();
     let read_only: HashSet<String> = ["Read".to_owned()].into();
     let history = history(messages);
-    println!("Noa per-turn policy cost, {} messages, {iterations} iterations", history.len());
+    println!(
+        "Noa per-turn policy cost, {} messages, {iterations} iterations",
+        history.len()
+    );
 
     let mut live = NoaState::default();
     one_turn(&settings, &read_only, &history, &mut live);
@@ -139,8 +151,12 @@ fn main() {
     let mut growing = state.clone();
     growing.snapshots.truncate(base);
     let mut next = base;
-    measure("90% compressed, one new message per turn", iterations, || {
-        next = (next + 1).min(history.len());
-        one_turn(&settings, &read_only, &history[..next], &mut growing)
-    });
+    measure(
+        "90% compressed, one new message per turn",
+        iterations,
+        || {
+            next = (next + 1).min(history.len());
+            one_turn(&settings, &read_only, &history[..next], &mut growing)
+        },
+    );
 }

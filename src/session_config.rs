@@ -60,7 +60,10 @@ pub struct SessionConfig {
     pub budgets: Budgets,
     /// The context policy of the session's runs: the built-in compaction (default) or Noa
     /// (`{"policy": "noa", …}`; see README "Noa").
-    #[serde(default, skip_serializing_if = "crate::noa::ContextSettings::is_default")]
+    #[serde(
+        default,
+        skip_serializing_if = "crate::noa::ContextSettings::is_default"
+    )]
     pub context: crate::noa::ContextSettings,
     #[serde(default)]
     pub approvals: ApprovalConfig,

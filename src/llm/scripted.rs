@@ -569,7 +569,12 @@ mod noa_tests {
         })))
         .unwrap();
         let cancel = CancellationToken::new();
-        assert!(provider.stream(&request(vec![Message::user_text("hi")]), &cancel).await.is_ok());
+        assert!(
+            provider
+                .stream(&request(vec![Message::user_text("hi")]), &cancel)
+                .await
+                .is_ok()
+        );
         let big = request(vec![Message::user_text("x".repeat(400))]);
         assert!(matches!(
             provider.stream(&big, &cancel).await,
@@ -581,13 +586,15 @@ mod noa_tests {
     fn ref_placeholders_resolve_to_the_refs_in_the_request() {
         let mut results = Message {
             role: Role::User,
-            content: vec![ContentBlock::ToolResult(ToolResultBlock::ok("t", "[ref m7] done"))],
+            content: vec![ContentBlock::ToolResult(ToolResultBlock::ok(
+                "t",
+                "[ref m7] done",
+            ))],
         };
-        results.content.push(ContentBlock::Text { text: "[ref m8]".into() });
-        let request = request(vec![
-            Message::user_text("[ref m2]"),
-            results,
-        ]);
+        results.content.push(ContentBlock::Text {
+            text: "[ref m8]".into(),
+        });
+        let request = request(vec![Message::user_text("[ref m2]"), results]);
         let refs = visible_refs(&request);
         assert_eq!(refs, ["m2", "m7", "m8"]);
         let input = json!({"a": "{{ref:0}}", "b": ["{{ref:-1}}..{{ref:-2}}"], "c": "{{ref:9}}"});

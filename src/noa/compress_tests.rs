@@ -70,7 +70,11 @@ fn a_mixed_tier_range_absorbs_only_the_lowest_tier() {
     let blocks = blocks(&history, &mut NoaState::default());
     let plan = compress::validate(&blocks, &settings(), &[range("m0", "m6")]).unwrap();
     assert_eq!(plan[0].absorbed, vec![(0, 2), (5, 6)]);
-    assert_eq!(plan[0].kept, vec!["m3", "m4"], "the hard-protected Write survives");
+    assert_eq!(
+        plan[0].kept,
+        vec!["m3", "m4"],
+        "the hard-protected Write survives"
+    );
     // Into the soft tail: the tail survives too.
     let plan = compress::validate(&blocks, &settings(), &[range("m5", "m10")]).unwrap();
     assert_eq!(plan[0].absorbed, vec![(5, 6)]);
@@ -80,7 +84,10 @@ fn a_mixed_tier_range_absorbs_only_the_lowest_tier() {
 #[test]
 fn every_failure_has_its_code_and_range() {
     assert_eq!(code(&[]), (codes::BATCH_SIZE, None));
-    assert_eq!(code(&vec![range("m0", "m2"); 17]), (codes::BATCH_SIZE, None));
+    assert_eq!(
+        code(&vec![range("m0", "m2"); 17]),
+        (codes::BATCH_SIZE, None)
+    );
     assert_eq!(code(&[range("x1", "m2")]), (codes::UNKNOWN_REF, Some(0)));
     assert_eq!(code(&[range("m0", "m99")]), (codes::UNKNOWN_REF, Some(0)));
     assert_eq!(code(&[range("m2", "m1")]), (codes::ORDER, Some(0)));
@@ -146,7 +153,11 @@ async fn a_batch_archives_the_originals_and_shows_summaries() {
     let archives = backend.archives.lock().unwrap().clone();
     assert_eq!(archives.len(), 1);
     assert_eq!(archives[0].message_count, 5);
-    let originals: Vec<Message> = archives[0].messages.as_array().unwrap().iter()
+    let originals: Vec<Message> = archives[0]
+        .messages
+        .as_array()
+        .unwrap()
+        .iter()
         .map(|m| serde_json::from_value(m["message"].clone()).unwrap())
         .collect();
     assert_eq!(originals, [&history[0..3], &history[5..7]].concat());
@@ -159,7 +170,13 @@ async fn a_batch_archives_the_originals_and_shows_summaries() {
     // The archive reads back, and so does a single message.
     let expanded = session.expand("a1", 0).await.unwrap();
     assert!(expanded.contains("[m1] assistant") && expanded.contains("tool call Read"));
-    assert!(session.expand("m3", 0).await.unwrap().contains("tool call Write"));
+    assert!(
+        session
+            .expand("m3", 0)
+            .await
+            .unwrap()
+            .contains("tool call Write")
+    );
     let missing = session.expand("a9", 0).await.unwrap_err();
     assert_eq!(missing.code, codes::UNKNOWN_REF);
     // The same range again overlaps what is compressed.

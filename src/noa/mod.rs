@@ -48,13 +48,13 @@ pub mod state;
 pub mod tools;
 
 #[cfg(test)]
-mod test_support;
+mod compress_tests;
 #[cfg(test)]
 mod pipeline_tests;
 #[cfg(test)]
-mod compress_tests;
-#[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod test_support;
 
 pub use session::NoaSession;
 pub use settings::{ContextSettings, NoaSettings};

@@ -120,12 +120,9 @@ pub fn calibrated(estimate: u64, calibration: Option<Calibration>) -> u64 {
 /// never change.
 pub fn assign_refs(turn: &mut Turn<'_>) {
     let known = turn.state.snapshots.len();
-    turn.state.snapshots.extend(
-        turn.history
-            .iter()
-            .skip(known)
-            .map(message_tokens),
-    );
+    turn.state
+        .snapshots
+        .extend(turn.history.iter().skip(known).map(message_tokens));
 }
 
 /// Step 2 (N25): blocks and tiers of the rendered messages, and the projected view.
@@ -332,9 +329,7 @@ pub fn nudge(turn: &mut Turn<'_>) {
             result.content.push_str("\n\n");
             result.content.push_str(&text);
         }
-        None if is_user => {
-            last.message.content.push(ContentBlock::Text { text })
-        }
+        None if is_user => last.message.content.push(ContentBlock::Text { text }),
         // A view ending on the model's own message (never sent by the loop): no place for it.
         None => {
             last.tokens -= added;

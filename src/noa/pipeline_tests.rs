@@ -76,7 +76,11 @@ fn sync_blocks_pairs_calls_with_results_and_sets_tiers() {
     let mut turn = Turn::new(&settings, &read_only, &history, &mut state);
     pipeline::assign_refs(&mut turn);
     pipeline::sync_blocks(&mut turn);
-    let tiers: Vec<(u32, u32, Tier)> = turn.blocks.iter().map(|b| (b.start, b.end, b.tier)).collect();
+    let tiers: Vec<(u32, u32, Tier)> = turn
+        .blocks
+        .iter()
+        .map(|b| (b.start, b.end, b.tier))
+        .collect();
     assert_eq!(
         tiers,
         vec![
@@ -131,7 +135,9 @@ fn prune_stubs_big_consumed_read_only_results_outside_the_tail() {
     let view = text_of(&outcome.view);
     assert!(view.contains("[ref m2] [result pruned"));
     assert_eq!(view.matches("result pruned").count(), 1);
-    assert!(matches!(&outcome.events[..], [RunEvent::ContextPruned(e)] if e.messages == 1 && e.tokens_after < e.tokens_before));
+    assert!(
+        matches!(&outcome.events[..], [RunEvent::ContextPruned(e)] if e.messages == 1 && e.tokens_after < e.tokens_before)
+    );
     // The next turn prunes the same result without a new event.
     let again = run_with(&settings(), &history, outcome.state, &STEPS);
     assert!(again.events.is_empty());
@@ -168,11 +174,21 @@ fn emergency_truncate_drops_whole_old_blocks_and_keeps_protected_ones() {
     let view = text_of(&outcome.view);
     assert!(view.contains("older messages are not shown"));
     assert!(!view.contains("[ref m1]") && !view.contains("[ref m2]"));
-    assert!(view.contains("[ref m3]") && view.contains("[ref m4]"), "hard kept");
-    assert!(view.contains("[ref m9]") && view.contains("[ref m10]"), "tail kept");
+    assert!(
+        view.contains("[ref m3]") && view.contains("[ref m4]"),
+        "hard kept"
+    );
+    assert!(
+        view.contains("[ref m9]") && view.contains("[ref m10]"),
+        "tail kept"
+    );
     // Never half a pair.
     assert_eq!(view.contains("[ref m5]"), view.contains("[ref m6]"));
-    assert!(outcome.events.iter().any(|e| matches!(e, RunEvent::ContextTruncated(t) if t.tokens_after < t.tokens_before)));
+    assert!(
+        outcome.events.iter().any(
+            |e| matches!(e, RunEvent::ContextTruncated(t) if t.tokens_after < t.tokens_before)
+        )
+    );
 }
 
 #[test]
@@ -189,7 +205,9 @@ fn nudge_is_appended_to_the_last_result_over_the_soft_limit() {
         panic!("the last message carries the result")
     };
     assert!(result.content.contains("<noa_nudge") && result.content.contains("compress please"));
-    assert!(matches!(&outcome.events[..], [RunEvent::ContextNudge(n)] if n.soft_limit_tokens == 100));
+    assert!(
+        matches!(&outcome.events[..], [RunEvent::ContextNudge(n)] if n.soft_limit_tokens == 100)
+    );
     // Under the limit: no nudge.
     let quiet = run_with(&self::settings(), &history, NoaState::default(), &STEPS);
     assert!(!text_of(&quiet.view).contains("noa_nudge"));
@@ -261,7 +279,10 @@ fn the_steps_run_in_the_order_n23_fixes() {
     // The canonical outcome: pruned, the Expand pair hidden, nothing truncated, nudged with
     // the size really sent.
     assert!(view.contains("result pruned"));
-    assert!(!view.contains("[ref m9]"), "the consumed Expand call is hidden");
+    assert!(
+        !view.contains("[ref m9]"),
+        "the consumed Expand call is hidden"
+    );
     assert!(!view.contains("not shown"), "nothing truncated");
     let nudged = canonical.events.iter().find_map(|e| match e {
         RunEvent::ContextNudge(n) => Some(n.projected_tokens),

@@ -88,7 +88,10 @@ fn pairs_whole(view: &[Message]) -> bool {
             }
         }
     }
-    results.is_subset(&uses) && uses.iter().all(|id| results.contains(id) || id == "toolu_pending")
+    results.is_subset(&uses)
+        && uses
+            .iter()
+            .all(|id| results.contains(id) || id == "toolu_pending")
 }
 
 proptest! {
@@ -143,7 +146,8 @@ proptest! {
             }
         }
         for position in &absorbed {
-            prop_assert!(!text.contains(&format!("[ref m{position}]")));
+            let marker = format!("[ref m{position}]");
+            prop_assert!(!text.contains(&marker), "m{} still shown", position);
         }
         prop_assert_eq!(&next.snapshots, &state.snapshots, "snapshots unchanged by a batch");
     }

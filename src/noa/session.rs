@@ -279,11 +279,13 @@ impl NoaSession {
             ..next
         };
         inner.version = stored;
-        inner.events.push(RunEvent::Compression(run_event::Compression {
-            ranges,
-            tokens_before: before,
-            tokens_after: after,
-        }));
+        inner
+            .events
+            .push(RunEvent::Compression(run_event::Compression {
+                ranges,
+                tokens_before: before,
+                tokens_after: after,
+            }));
         Ok(format!(
             "Compressed {} range(s); the context shrinks from about {before} to {after} tokens.\n{text}",
             plan.len()
@@ -405,7 +407,10 @@ fn page(text: &str, offset: usize) -> String {
     let piece: String = text.chars().skip(offset).take(EXPAND_PAGE_CHARS).collect();
     let end = offset.saturating_add(EXPAND_PAGE_CHARS);
     if end < total {
-        format!("{piece}\n[{} more characters: call Expand again with offset {end}]", total - end)
+        format!(
+            "{piece}\n[{} more characters: call Expand again with offset {end}]",
+            total - end
+        )
     } else {
         piece
     }

@@ -121,11 +121,20 @@ impl ContextSettings {
         };
         if self.policy != ContextPolicyKind::Noa {
             let given = [
-                ("context.soft_limit_tokens", self.soft_limit_tokens.is_some()),
-                ("context.hard_limit_tokens", self.hard_limit_tokens.is_some()),
+                (
+                    "context.soft_limit_tokens",
+                    self.soft_limit_tokens.is_some(),
+                ),
+                (
+                    "context.hard_limit_tokens",
+                    self.hard_limit_tokens.is_some(),
+                ),
                 ("context.protected_tail", self.protected_tail.is_some()),
                 ("context.min_range_tokens", self.min_range_tokens.is_some()),
-                ("context.max_summary_chars", self.max_summary_chars.is_some()),
+                (
+                    "context.max_summary_chars",
+                    self.max_summary_chars.is_some(),
+                ),
                 ("context.prune_min_tokens", self.prune_min_tokens.is_some()),
                 ("context.nudge", self.nudge.is_some()),
             ];
@@ -239,27 +248,63 @@ mod tests {
     #[test]
     fn every_inconsistency_has_its_reason() {
         for (body, field, reason) in [
-            (json!({"soft_limit_tokens": 2000}), "context.soft_limit_tokens", reasons::NOT_NOA),
-            (json!({"policy": "noa", "soft_limit_tokens": 5000, "hard_limit_tokens": 5000}),
-                "context.soft_limit_tokens", reasons::LIMITS_ORDER),
-            (json!({"policy": "noa", "soft_limit_tokens": 10}), "context.soft_limit_tokens",
-                reasons::LIMIT_RANGE),
-            (json!({"policy": "noa", "hard_limit_tokens": 20_000_000}),
-                "context.hard_limit_tokens", reasons::LIMIT_RANGE),
-            (json!({"policy": "noa", "protected_tail": 1}), "context.protected_tail",
-                reasons::TAIL_RANGE),
-            (json!({"policy": "noa", "min_range_tokens": 70_000}), "context.min_range_tokens",
-                reasons::FLOOR_RANGE),
-            (json!({"policy": "noa", "max_summary_chars": 10}), "context.max_summary_chars",
-                reasons::SUMMARY_RANGE),
-            (json!({"policy": "noa", "prune_min_tokens": 1}), "context.prune_min_tokens",
-                reasons::PRUNE_RANGE),
-            (json!({"policy": "noa", "nudge": "  "}), "context.nudge", reasons::NUDGE_LENGTH),
-            (json!({"policy": "noa", "nudge": "x".repeat(2001)}), "context.nudge",
-                reasons::NUDGE_LENGTH),
+            (
+                json!({"soft_limit_tokens": 2000}),
+                "context.soft_limit_tokens",
+                reasons::NOT_NOA,
+            ),
+            (
+                json!({"policy": "noa", "soft_limit_tokens": 5000, "hard_limit_tokens": 5000}),
+                "context.soft_limit_tokens",
+                reasons::LIMITS_ORDER,
+            ),
+            (
+                json!({"policy": "noa", "soft_limit_tokens": 10}),
+                "context.soft_limit_tokens",
+                reasons::LIMIT_RANGE,
+            ),
+            (
+                json!({"policy": "noa", "hard_limit_tokens": 20_000_000}),
+                "context.hard_limit_tokens",
+                reasons::LIMIT_RANGE,
+            ),
+            (
+                json!({"policy": "noa", "protected_tail": 1}),
+                "context.protected_tail",
+                reasons::TAIL_RANGE,
+            ),
+            (
+                json!({"policy": "noa", "min_range_tokens": 70_000}),
+                "context.min_range_tokens",
+                reasons::FLOOR_RANGE,
+            ),
+            (
+                json!({"policy": "noa", "max_summary_chars": 10}),
+                "context.max_summary_chars",
+                reasons::SUMMARY_RANGE,
+            ),
+            (
+                json!({"policy": "noa", "prune_min_tokens": 1}),
+                "context.prune_min_tokens",
+                reasons::PRUNE_RANGE,
+            ),
+            (
+                json!({"policy": "noa", "nudge": "  "}),
+                "context.nudge",
+                reasons::NUDGE_LENGTH,
+            ),
+            (
+                json!({"policy": "noa", "nudge": "x".repeat(2001)}),
+                "context.nudge",
+                reasons::NUDGE_LENGTH,
+            ),
         ] {
             let violation = parse(body.clone()).noa().unwrap_err();
-            assert_eq!((violation.field, violation.reason), (field, reason), "{body}");
+            assert_eq!(
+                (violation.field, violation.reason),
+                (field, reason),
+                "{body}"
+            );
         }
         assert!(serde_json::from_value::<ContextSettings>(json!({"policy": "other"})).is_err());
         assert!(serde_json::from_value::<ContextSettings>(json!({"softlimit": 1})).is_err());

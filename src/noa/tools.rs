@@ -87,10 +87,7 @@ impl Tool for CompressTool {
     }
     async fn call(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: CompressInput = serde_json::from_value(input).map_err(|error| {
-            ToolError::new(
-                crate::tools::codes::INPUT_SCHEMA_INVALID,
-                error.to_string(),
-            )
+            ToolError::new(crate::tools::codes::INPUT_SCHEMA_INVALID, error.to_string())
         })?;
         self.session
             .compress(&input.ranges)
@@ -134,10 +131,7 @@ impl Tool for ExpandTool {
     }
     async fn call(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: ExpandInput = serde_json::from_value(input).map_err(|error| {
-            ToolError::new(
-                crate::tools::codes::INPUT_SCHEMA_INVALID,
-                error.to_string(),
-            )
+            ToolError::new(crate::tools::codes::INPUT_SCHEMA_INVALID, error.to_string())
         })?;
         self.session
             .expand(&input.r#ref, input.offset)

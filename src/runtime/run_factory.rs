@@ -403,7 +403,11 @@ impl SessionRuntime {
             }
         }
         // Noa (only for sessions that opt in: no store read otherwise).
-        let noa = match config.context.noa().map_err(|v| RuntimeError::Setup(v.message))? {
+        let noa = match config
+            .context
+            .noa()
+            .map_err(|v| RuntimeError::Setup(v.message))?
+        {
             Some(settings) => {
                 let read_only: HashSet<String> = registry
                     .names()

@@ -9,13 +9,12 @@ pub(super) async fn state(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Option<NoaStateRecord>> {
-    let row = sqlx::query(
-        "SELECT version, state FROM noa_states WHERE session_id = ? AND tenant_id = ?",
-    )
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(store.reader())
-    .await?;
+    let row =
+        sqlx::query("SELECT version, state FROM noa_states WHERE session_id = ? AND tenant_id = ?")
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .fetch_optional(store.reader())
+            .await?;
     row.map(|row| {
         Ok(NoaStateRecord {
             version: row.try_get("version")?,

@@ -33,8 +33,14 @@ fn script(max_turns: u32, noa: bool) -> Value {
         json!({"when_last_tool_result_contains": "NOA_BLOCK_BOUNDARY"}),
         json!({"when_last_tool_result_contains": "<noa_nudge"}),
     ];
-    turns[0].as_object_mut().unwrap().extend(compress("{{ref:-10}}").as_object().unwrap().clone());
-    turns[1].as_object_mut().unwrap().extend(compress("{{ref:-9}}").as_object().unwrap().clone());
+    turns[0]
+        .as_object_mut()
+        .unwrap()
+        .extend(compress("{{ref:-10}}").as_object().unwrap().clone());
+    turns[1]
+        .as_object_mut()
+        .unwrap()
+        .extend(compress("{{ref:-9}}").as_object().unwrap().clone());
     for _ in 0..300 {
         turns.push(json!({"text": filler, "tool_calls": [{"name": "Glob", "input": {"pattern": "*.none"}}]}));
     }
@@ -58,7 +64,10 @@ async fn all_events(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
     let mut after = 0;
     loop {
         let page: Value = app
-            .get(&format!("/v1/sessions/{id}/events?after={after}&limit=1000"), token)
+            .get(
+                &format!("/v1/sessions/{id}/events?after={after}&limit=1000"),
+                token,
+            )
             .await
             .json()
             .await
@@ -78,7 +87,10 @@ async fn all_messages(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
     let mut after = 0;
     loop {
         let page: Value = app
-            .get(&format!("/v1/sessions/{id}/messages?after={after}&limit=1000"), token)
+            .get(
+                &format!("/v1/sessions/{id}/messages?after={after}&limit=1000"),
+                token,
+            )
             .await
             .json()
             .await
@@ -107,13 +119,20 @@ async fn run_prompt(app: &TestApp, token: &str, id: &str, text: &str) -> Value {
         if !matches!(record["status"].as_str(), Some("queued" | "running")) {
             return record;
         }
-        assert!(tokio::time::Instant::now() < deadline, "run did not end: {record}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run did not end: {record}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 fn kinds(events: &[Value], kind: &str) -> Vec<Value> {
-    events.iter().filter(|e| e["type"] == kind).cloned().collect()
+    events
+        .iter()
+        .filter(|e| e["type"] == kind)
+        .cloned()
+        .collect()
 }
 
 /// Checks that every archived original is the message at its ref, and returns how many
@@ -140,18 +159,30 @@ async fn check_archives(app: &TestApp, token: &str, id: &str, compressions: &[Va
         .flat_map(|c| c["payload"]["ranges"].as_array().unwrap().clone())
         .map(|r| r["archive_id"].as_str().unwrap().to_owned())
         .collect();
-    let ids: Vec<String> = listed.iter().map(|a| a["id"].as_str().unwrap().to_owned()).collect();
+    let ids: Vec<String> = listed
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(ids, expected, "one archive per compressed range");
     for archive in &listed {
         assert!(archive.get("messages").is_none(), "lists carry no messages");
         let full: Value = app
-            .get(&format!("/v1/sessions/{id}/archives/{}", archive["id"].as_str().unwrap()), token)
+            .get(
+                &format!(
+                    "/v1/sessions/{id}/archives/{}",
+                    archive["id"].as_str().unwrap()
+                ),
+                token,
+            )
             .await
             .json()
             .await
             .unwrap();
         let messages = full["messages"].as_array().unwrap();
-        assert_eq!(messages.len() as u64, full["message_count"].as_u64().unwrap());
+        assert_eq!(
+            messages.len() as u64,
+            full["message_count"].as_u64().unwrap()
+        );
         for original in messages {
             let position: usize = original["ref"].as_str().unwrap()[1..].parse().unwrap();
             assert_eq!(original["message"]["content"], history[position]["content"]);
@@ -184,28 +215,55 @@ async fn noa_compresses_and_archives_every_original(app: TestApp) {
 
     // Tenant-scoped: another tenant sees no such session, nor its archives.
     let other = app.token("globex");
-    let (status, code) =
-        error_code(app.get(&format!("/v1/sessions/{id}/archives"), &other).await).await;
+    let (status, code) = error_code(
+        app.get(&format!("/v1/sessions/{id}/archives"), &other)
+            .await,
+    )
+    .await;
     assert_eq!((status, code.as_str()), (404, "NOT_FOUND"));
-    let (status, _) =
-        error_code(app.get(&format!("/v1/sessions/{id}/archives/a1"), &other).await).await;
+    let (status, _) = error_code(
+        app.get(&format!("/v1/sessions/{id}/archives/a1"), &other)
+            .await,
+    )
+    .await;
     assert_eq!(status, 404);
-    let (status, _) =
-        error_code(app.get(&format!("/v1/sessions/{id}/archives/zz"), &token).await).await;
+    let (status, _) = error_code(
+        app.get(&format!("/v1/sessions/{id}/archives/zz"), &token)
+            .await,
+    )
+    .await;
     assert_eq!(status, 404);
-    let (status, code) =
-        error_code(app.get(&format!("/v1/sessions/{id}/archives?limit=0"), &token).await).await;
+    let (status, code) = error_code(
+        app.get(&format!("/v1/sessions/{id}/archives?limit=0"), &token)
+            .await,
+    )
+    .await;
     assert_eq!((status, code.as_str()), (422, "INVALID_REQUEST"));
 }
 
 async fn invalid_context_settings_are_refused_with_reasons(app: TestApp) {
     let token = app.token("acme");
     for (context, field, reason) in [
-        (json!({"policy": "noa", "soft_limit_tokens": 9000, "hard_limit_tokens": 5000}),
-            "context.soft_limit_tokens", "NOA_LIMITS_ORDER"),
-        (json!({"protected_tail": 4}), "context.protected_tail", "NOA_SETTING_WITHOUT_NOA"),
-        (json!({"policy": "noa", "protected_tail": 0}), "context.protected_tail", "NOA_TAIL_RANGE"),
-        (json!({"policy": "noa", "nudge": ""}), "context.nudge", "NOA_NUDGE_LENGTH"),
+        (
+            json!({"policy": "noa", "soft_limit_tokens": 9000, "hard_limit_tokens": 5000}),
+            "context.soft_limit_tokens",
+            "NOA_LIMITS_ORDER",
+        ),
+        (
+            json!({"protected_tail": 4}),
+            "context.protected_tail",
+            "NOA_SETTING_WITHOUT_NOA",
+        ),
+        (
+            json!({"policy": "noa", "protected_tail": 0}),
+            "context.protected_tail",
+            "NOA_TAIL_RANGE",
+        ),
+        (
+            json!({"policy": "noa", "nudge": ""}),
+            "context.nudge",
+            "NOA_NUDGE_LENGTH",
+        ),
     ] {
         let response = app
             .post_json("/v1/sessions", &token, &json!({"context": context}))
@@ -217,15 +275,25 @@ async fn invalid_context_settings_are_refused_with_reasons(app: TestApp) {
         assert_eq!(body["details"]["reason"], reason, "{body}");
     }
     let response = app
-        .post_json("/v1/sessions", &token, &json!({"context": {"policy": "noa", "extra": 1}}))
+        .post_json(
+            "/v1/sessions",
+            &token,
+            &json!({"context": {"policy": "noa", "extra": 1}}),
+        )
         .await;
     assert_eq!(response.status(), 422);
     let response = app
-        .post_json("/v1/sessions", &token, &json!({"context": {"policy": "lossy"}}))
+        .post_json(
+            "/v1/sessions",
+            &token,
+            &json!({"context": {"policy": "lossy"}}),
+        )
         .await;
     assert_eq!(response.status(), 422);
     // The server still serves another tenant.
-    let other = app.create_session("globex", &json!({"context": {"policy": "noa"}})).await;
+    let other = app
+        .create_session("globex", &json!({"context": {"policy": "noa"}}))
+        .await;
     let session: Value = app
         .get(&format!("/v1/sessions/{other}"), &app.token("globex"))
         .await
@@ -261,7 +329,10 @@ async fn a_thousand_turns_fit_a_small_window_with_noa() {
     let events = all_events(&app, &token, &id).await;
     let responses = kinds(&events, "assistant_message");
     assert_eq!(responses.len(), 1000, "1,000 model turns");
-    assert!(kinds(&events, "provider_error").is_empty(), "never over the window");
+    assert!(
+        kinds(&events, "provider_error").is_empty(),
+        "never over the window"
+    );
     let biggest = responses
         .iter()
         .map(|e| e["payload"]["usage"]["input_tokens"].as_u64().unwrap())
@@ -269,7 +340,14 @@ async fn a_thousand_turns_fit_a_small_window_with_noa() {
         .unwrap();
     assert!(biggest <= WINDOW, "largest request {biggest} tokens");
     let compressions = kinds(&events, "compression");
-    assert!(compressions.len() >= 20, "{} compressions", compressions.len());
+    assert!(
+        compressions.len() >= 20,
+        "{} compressions",
+        compressions.len()
+    );
     let archived = check_archives(&app, &token, &id, &compressions).await;
-    assert!(archived > 1500, "most of the 2,000+ messages were archived: {archived}");
+    assert!(
+        archived > 1500,
+        "most of the 2,000+ messages were archived: {archived}"
+    );
 }
