@@ -87,7 +87,7 @@ fn sync_blocks_pairs_calls_with_results_and_sets_tiers() {
             (0, 0, Tier::Normal),
             (1, 2, Tier::Normal),
             (3, 4, Tier::Hard),
-            (5, 6, Tier::Normal),
+            (5, 6, Tier::Soft), // m6 is among the last four messages
             (7, 8, Tier::Soft),
             (9, 9, Tier::Hard),
         ]
