@@ -17,6 +17,7 @@ pub mod llm;
 pub mod mcp;
 pub mod message;
 pub mod metrics;
+pub mod noa;
 pub mod permission;
 pub mod run_event;
 pub mod runtime;

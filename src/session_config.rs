@@ -16,6 +16,8 @@ pub struct ConfigViolation {
     /// Dotted path of the offending field (e.g. `budgets.max_turns`).
     pub field: String,
     pub message: String,
+    /// A stable reason code, for the checks that have one (`context`: `NOA_…`).
+    pub reason: Option<&'static str>,
 }
 
 impl ConfigViolation {
@@ -23,6 +25,7 @@ impl ConfigViolation {
         Self {
             field: field.into(),
             message: message.into(),
+            reason: None,
         }
     }
 }
@@ -59,6 +62,13 @@ pub struct SessionConfig {
     pub hooks: Vec<crate::hooks::runner::HookConfig>,
     #[serde(default)]
     pub budgets: Budgets,
+    /// The context policy of the session's runs: the built-in compaction (default) or Noa
+    /// (`{"policy": "noa", …}`; see README "Noa").
+    #[serde(
+        default,
+        skip_serializing_if = "crate::noa::ContextSettings::is_default"
+    )]
+    pub context: crate::noa::ContextSettings,
     #[serde(default)]
     pub approvals: ApprovalConfig,
     /// Outbound requests of this session's tools (WebFetch).
@@ -361,6 +371,13 @@ impl SessionConfig {
                 "budgets.max_turns",
                 "must be between 1 and 1000",
             ));
+        }
+        if let Err(violation) = self.context.noa() {
+            return Err(ConfigViolation {
+                field: violation.field.into(),
+                message: violation.message,
+                reason: Some(violation.reason),
+            });
         }
         if self.budgets.max_tokens.is_some_and(|tokens| tokens < 1000) {
             return Err(ConfigViolation::new(

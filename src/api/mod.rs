@@ -3,6 +3,7 @@
 pub mod ag_ui;
 pub mod approvals;
 pub mod contract;
+pub mod archives;
 pub mod cors;
 pub mod events;
 pub mod extract;
@@ -47,6 +48,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         sessions::close_session,
         sessions::fork_session,
         outputs::get_output,
+        archives::list_archives,
+        archives::get_archive,
         runs::post_prompt,
         runs::cancel_run,
         runs::list_runs,
@@ -151,6 +154,11 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/sessions/{id}/runs/{run_id}/cancel",
             axum::routing::post(runs::cancel_run),
+        )
+        .route("/sessions/{id}/archives", get(archives::list_archives))
+        .route(
+            "/sessions/{id}/archives/{archive_id}",
+            get(archives::get_archive),
         )
         .route("/sessions/{id}/events", get(events::list_events))
         .route("/sessions/{id}/messages", get(events::list_messages))

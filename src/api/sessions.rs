@@ -128,8 +128,11 @@ pub async fn create_session(
         return replay_session(&state, &principal, earlier).await;
     }
     let mut config = SessionConfig::from_json(body).map_err(|violation| {
-        ApiError::invalid(format!("invalid session config: {violation}"))
-            .with_details(json!({ "field": violation.field }))
+        let details = match violation.reason {
+            Some(reason) => json!({ "field": violation.field, "reason": reason }),
+            None => json!({ "field": violation.field }),
+        };
+        ApiError::invalid(format!("invalid session config: {violation}")).with_details(details)
     })?;
     ensure_script_allowed(&state, config.model.script.is_some())?;
     if config.mcp_servers.iter().any(|server| server.trusted) {

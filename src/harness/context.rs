@@ -8,12 +8,15 @@
 //! A [`ContextPolicy`] may replace the built-in behaviour: `pre` may change the history before
 //! each request, `view` (when it returns `Some`) fully decides the messages, and `reactive` may
 //! give one smaller view to retry after a context overflow. A custom policy disables the
-//! built-in compaction.
+//! built-in compaction. A stateful policy (Noa, `crate::noa`) persists what building a view
+//! changed in `after_view` — which also hands the engine the events to record — and learns
+//! the provider's exact input tokens through `observe_usage`.
 
 use crate::message::{ContentBlock, Message, Role};
 use std::collections::HashSet;
 
 /// A pluggable compactor / context view.
+#[async_trait::async_trait]
 pub trait ContextPolicy: Send + Sync {
     /// May rewrite the in-memory history before a request.
     fn pre(&self, _history: &mut Vec<Message>) {}
@@ -25,6 +28,13 @@ pub trait ContextPolicy: Send + Sync {
     fn reactive(&self, _history: &[Message]) -> Option<Vec<Message>> {
         None
     }
+    /// Called once the view of a request is built, before it is sent: persists the policy's
+    /// state and returns the events to record (an error ends the run).
+    async fn after_view(&self) -> Result<Vec<crate::run_event::RunEvent>, String> {
+        Ok(Vec::new())
+    }
+    /// The provider's input tokens of the request built from the last view.
+    fn observe_usage(&self, _input_tokens: u64) {}
 }
 
 /// Rough token estimate used for the compaction threshold: four characters per token.

@@ -196,6 +196,11 @@ impl Engine {
                 Some(view) => view,
                 None => self.request_view(&mut history),
             };
+            if let Some(policy) = &self.policy {
+                for event in policy.after_view().await.map_err(HostError)? {
+                    self.host.emit(event);
+                }
+            }
             let max_tokens = if matches!(reason, Some(ContinueReason::MaxOutputRecovery)) {
                 self.config.recovery_max_tokens
             } else {
@@ -237,6 +242,13 @@ impl Engine {
             let mut turn_write: Option<(Vec<HistoryAppend>, Vec<RunEvent>)> = None;
             match turn {
                 Ok(turn) => {
+                    if let Some(policy) = &self.policy {
+                        policy.observe_usage(
+                            turn.usage.input_tokens
+                                + turn.usage.cache_read_tokens
+                                + turn.usage.cache_write_tokens,
+                        );
+                    }
                     ledger.record_model_call(
                         turn.usage.input_tokens
                             + turn.usage.cache_read_tokens

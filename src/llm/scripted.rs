@@ -14,7 +14,8 @@
 //! the last message wins; otherwise the `k`-th *sequential* turn (one without) is played. A
 //! reaction therefore replaces the sequential turn at its position. Past the end of the script,
 //! a short end_turn text says so. `{{last_tool_result}}` and `{{last_user_text}}` are replaced
-//! in the text and in string values of tool inputs. Tool call ids are `toolu_scripted_{k}_{i}`.
+//! in the text and in string values of tool inputs. Tool call ids are `toolu_scripted_{k}_{i}`
+//! (`toolu_scripted_{k}_{ref}_{i}` when the request shows refs, `ref` the newest).
 //! `stop` defaults to `tool_use` when the turn calls tools and `end_turn` otherwise.
 //! With `"per_prompt": true`, `k` counts only the assistant messages since the last user
 //! text (the last prompt), so every prompt plays the script from its start (the built-in
@@ -26,6 +27,17 @@
 //! string — is computed from the placeholder counts *before* anything is expanded; over
 //! [`MAX_EXPANDED_BYTES`] the request fails with `MODEL_OUTPUT_TOO_LARGE`. Each block streams
 //! in at most [`MAX_DELTAS_PER_BLOCK`] deltas, so one turn yields a bounded number of events.
+//!
+//! **Context window.** With `"context_window": N` (tokens), a request whose estimated size
+//! (system, messages and tool schemas as JSON, four characters per token — the same estimate
+//! its usage reports) passes `N` fails with [`ProviderError::ContextOverflow`], like a real
+//! provider's context-overflow error.
+//!
+//! **Ref placeholders.** `{{ref:I}}` in a tool-input string resolves to the `I`-th message ref
+//! visible in the request (the `[ref m…]` markers a context policy such as Noa writes into its
+//! view), counting from 0 at the oldest, or from the end when `I` is negative (`-1` is the
+//! newest). An index with no ref resolves to `none`. So a scripted turn can call a
+//! compression tool on ranges that really exist in the request it answers.
 //!
 //! Without a script, every request is answered with one end_turn text turn echoing the last
 //! user text. Output streams as the same [`StreamItem`]s as the HTTP providers (several text
@@ -62,6 +74,9 @@ pub struct Script {
     /// Counts turns from the last prompt instead of from the start of the session.
     #[serde(default)]
     pub per_prompt: bool,
+    /// The model's context window in estimated tokens: a bigger request is a context overflow.
+    #[serde(default)]
+    pub context_window: Option<u64>,
 }
 
 /// One assistant turn of a script.
@@ -303,6 +318,72 @@ impl Context {
     }
 }
 
+const REF_MARKER: &str = "[ref ";
+
+/// The message refs visible in `request`, oldest first (`[ref m12]` markers in texts and
+/// tool results).
+fn visible_refs(request: &ModelRequest) -> Vec<String> {
+    let mut refs = Vec::new();
+    for message in &request.messages {
+        for block in &message.content {
+            let text = match block {
+                ContentBlock::Text { text } => text.as_str(),
+                ContentBlock::ToolResult(result) => result.content.as_str(),
+                _ => continue,
+            };
+            let mut rest = text;
+            while let Some(at) = rest.find(REF_MARKER) {
+                let after = &rest[at + REF_MARKER.len()..];
+                let Some(end) = after.find(']') else { break };
+                let name = &after[..end];
+                if name.len() <= 16 && name.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    refs.push(name.to_owned());
+                }
+                rest = &after[end..];
+            }
+        }
+    }
+    refs
+}
+
+/// Replaces `{{ref:I}}` placeholders in the strings of `value` (see the module doc).
+fn fill_refs(value: &Value, refs: &[String]) -> Value {
+    match value {
+        Value::String(text) if text.contains("{{ref:") => {
+            let mut out = String::new();
+            let mut rest = text.as_str();
+            while let Some(at) = rest.find("{{ref:") {
+                out.push_str(&rest[..at]);
+                let after = &rest[at + 6..];
+                let Some(end) = after.find("}}") else {
+                    out.push_str(&rest[at..]);
+                    rest = "";
+                    break;
+                };
+                let resolved = after[..end].trim().parse::<i64>().ok().and_then(|index| {
+                    let index = if index < 0 {
+                        refs.len().checked_sub(index.unsigned_abs() as usize)?
+                    } else {
+                        index as usize
+                    };
+                    refs.get(index)
+                });
+                out.push_str(resolved.map_or("none", String::as_str));
+                rest = &after[end + 2..];
+            }
+            out.push_str(rest);
+            Value::String(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|v| fill_refs(v, refs)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, v)| (key.clone(), fill_refs(v, refs)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 /// `value` cut to [`MAX_PLACEHOLDER_BYTES`] on a character boundary, with a marker.
 fn cut_placeholder_value(value: String) -> String {
     if value.len() <= MAX_PLACEHOLDER_BYTES {
@@ -361,6 +442,7 @@ fn play(turn: &ScriptTurn, request: &ModelRequest) -> Result<Vec<StreamItem>, Pr
              {MAX_EXPANDED_BYTES}-byte limit"
         )));
     }
+    let refs = visible_refs(request);
     let mut items = Vec::new();
     let mut output_chars = 0;
     if let Some(thinking) = turn.thinking.as_deref().filter(|t| !t.is_empty()) {
@@ -383,8 +465,13 @@ fn play(turn: &ScriptTurn, request: &ModelRequest) -> Result<Vec<StreamItem>, Pr
     }
     for (i, call) in turn.tool_calls.iter().enumerate() {
         let index = i;
-        let id = format!("toolu_scripted_{}_{i}", context.assistant_turns);
-        let input = context.fill_value(&call.input);
+        // Behind a context policy that drops messages the count repeats: the newest ref
+        // visible (a history position) keeps the ids unique.
+        let id = match refs.last() {
+            Some(newest) => format!("toolu_scripted_{}_{newest}_{i}", context.assistant_turns),
+            None => format!("toolu_scripted_{}_{i}", context.assistant_turns),
+        };
+        let input = fill_refs(&context.fill_value(&call.input), &refs);
         let json = input.to_string();
         output_chars += json.len() + call.name.len();
         items.push(StreamItem::ToolUseStart {
@@ -435,6 +522,14 @@ impl Provider for ScriptedProvider {
         if cancel.is_cancelled() {
             return Err(ProviderError::Cancelled);
         }
+        if let Some(window) = self.script.as_ref().and_then(|s| s.context_window) {
+            let tokens = estimate_tokens(request_chars(request));
+            if tokens > window {
+                return Err(ProviderError::ContextOverflow(format!(
+                    "prompt is too long: {tokens} tokens > {window} maximum"
+                )));
+            }
+        }
         let items = play(&self.choose(request), request)?;
         let cancel = cancel.clone();
         let stream = async_stream::stream! {
@@ -447,5 +542,65 @@ impl Provider for ScriptedProvider {
             }
         };
         Ok(stream.boxed())
+    }
+}
+
+#[cfg(test)]
+mod noa_tests {
+    use super::*;
+    use crate::message::{Message, ToolResultBlock};
+    use serde_json::json;
+
+    fn request(messages: Vec<Message>) -> ModelRequest {
+        ModelRequest {
+            model: "scripted".into(),
+            system: None,
+            messages,
+            tools: vec![],
+            max_tokens: 100,
+            temperature: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_over_the_window_is_a_context_overflow() {
+        let provider = ScriptedProvider::new(Some(&json!({
+            "context_window": 50, "turns": [{"text": "ok"}]
+        })))
+        .unwrap();
+        let cancel = CancellationToken::new();
+        assert!(
+            provider
+                .stream(&request(vec![Message::user_text("hi")]), &cancel)
+                .await
+                .is_ok()
+        );
+        let big = request(vec![Message::user_text("x".repeat(400))]);
+        assert!(matches!(
+            provider.stream(&big, &cancel).await,
+            Err(ProviderError::ContextOverflow(_))
+        ));
+    }
+
+    #[test]
+    fn ref_placeholders_resolve_to_the_refs_in_the_request() {
+        let mut results = Message {
+            role: Role::User,
+            content: vec![ContentBlock::ToolResult(ToolResultBlock::ok(
+                "t",
+                "[ref m7] done",
+            ))],
+        };
+        results.content.push(ContentBlock::Text {
+            text: "[ref m8]".into(),
+        });
+        let request = request(vec![Message::user_text("[ref m2]"), results]);
+        let refs = visible_refs(&request);
+        assert_eq!(refs, ["m2", "m7", "m8"]);
+        let input = json!({"a": "{{ref:0}}", "b": ["{{ref:-1}}..{{ref:-2}}"], "c": "{{ref:9}}"});
+        assert_eq!(
+            fill_refs(&input, &refs),
+            json!({"a": "m2", "b": ["m8..m7"], "c": "none"})
+        );
     }
 }

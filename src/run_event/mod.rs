@@ -67,6 +67,16 @@ pub enum RunEvent {
     Compaction(Compaction),
     /// Summarising failed; the run goes on uncompacted.
     CompactionFailed(CodedMessage),
+    /// Noa: the model compressed a batch of ranges (their originals were archived).
+    Compression(Compression),
+    /// Noa: consumed results of read-only calls were pruned from the view.
+    ContextPruned(ContextEdit),
+    /// Noa: consumed Compress/Expand calls were hidden from the view.
+    ContextHidden(ContextEdit),
+    /// Noa: the view was over the hard limit; its oldest unprotected blocks were dropped.
+    ContextTruncated(ContextEdit),
+    /// Noa: the view was over the soft limit; the model was nudged to compress.
+    ContextNudge(ContextNudge),
     /// A run was resumed after a crash, restart or hand-off.
     RunResumed(RunResumed),
     /// A run parked on approvals.
@@ -191,6 +201,45 @@ pub struct Compaction {
     /// Tokens of the summarising model call (absent in events of older servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<TurnUsage>,
+}
+
+/// A Noa compression batch: its ranges and the view's estimated tokens before and after.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Compression {
+    pub ranges: Vec<CompressedRange>,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+}
+
+/// One compressed range.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompressedRange {
+    pub archive_id: String,
+    pub from_ref: String,
+    pub to_ref: String,
+    /// Messages archived.
+    pub messages: usize,
+    /// Their snapshot tokens.
+    pub tokens: u64,
+    /// Protected messages inside the range that stayed in the view.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_refs: Vec<String>,
+}
+
+/// A change Noa made to one request view (never to history).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ContextEdit {
+    /// Messages pruned, hidden or dropped.
+    pub messages: usize,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+}
+
+/// The model was nudged to compress.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ContextNudge {
+    pub projected_tokens: u64,
+    pub soft_limit_tokens: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -103,6 +103,28 @@ fn fixtures() -> Vec<(&'static str, Value)> {
             json!({ "code": "PROVIDER_ERROR", "message": "boom" }),
         ),
         (
+            "compression",
+            json!({ "ranges": [{"archive_id": "a1", "from_ref": "m0", "to_ref": "m6",
+                    "messages": 5, "tokens": 900, "kept_refs": ["m3", "m4"]}],
+                    "tokens_before": 5000, "tokens_after": 4200 }),
+        ),
+        (
+            "context_pruned",
+            json!({ "messages": 2, "tokens_before": 5000, "tokens_after": 3000 }),
+        ),
+        (
+            "context_hidden",
+            json!({ "messages": 2, "tokens_before": 3000, "tokens_after": 2900 }),
+        ),
+        (
+            "context_truncated",
+            json!({ "messages": 6, "tokens_before": 12000, "tokens_after": 9800 }),
+        ),
+        (
+            "context_nudge",
+            json!({ "projected_tokens": 8100, "soft_limit_tokens": 8000 }),
+        ),
+        (
             "run_resumed",
             json!({ "run_id": "run_1", "replica": "r1", "interrupted": ["tu_1"], "rerun": [] }),
         ),
@@ -164,7 +186,7 @@ fn the_fixture_table_covers_every_variant() {
         .collect();
     seen.dedup();
     // One per typed variant (Other excluded); keep in step with the enum.
-    assert_eq!(seen.len(), 26, "{seen:?}");
+    assert_eq!(seen.len(), 31, "{seen:?}");
 }
 
 #[test]

@@ -430,6 +430,37 @@ impl SessionRuntime {
                 tracing::warn!(tool = %name, %error, "MCP tool not registered");
             }
         }
+        // Noa (only for sessions that opt in: no store read otherwise).
+        let noa = match config
+            .context
+            .noa()
+            .map_err(|v| RuntimeError::Setup(v.message))?
+        {
+            Some(settings) => {
+                let read_only: HashSet<String> = registry
+                    .names()
+                    .filter(|name| {
+                        registry
+                            .lookup(name)
+                            .is_some_and(|entry| entry.tool.is_read_only(&serde_json::json!({})))
+                    })
+                    .map(str::to_owned)
+                    .collect();
+                let backend = Arc::new(crate::noa::session::StoreBackend {
+                    store: self.store.clone(),
+                    tenant: tenant.clone(),
+                    session: session.clone(),
+                });
+                let noa = crate::noa::NoaSession::load(settings, read_only, backend).await?;
+                for tool in crate::noa::tools::noa_tools(noa.clone()) {
+                    registry
+                        .register(tool)
+                        .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+                }
+                Some(noa)
+            }
+            None => None,
+        };
         let unlocked = crate::tools::deferred::UnlockSet::default();
         let hidden = registry.deferred_tools();
         if !hidden.is_empty() {
@@ -572,7 +603,10 @@ impl SessionRuntime {
                 },
                 ..EngineConfig::default()
             },
-            policy: None,
+            policy: noa.map(|noa| {
+                Arc::new(crate::noa::session::NoaPolicy(noa))
+                    as Arc<dyn crate::harness::context::ContextPolicy>
+            }),
         };
         let records = self
             .store

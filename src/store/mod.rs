@@ -8,16 +8,19 @@
 mod idempotency;
 mod mcp_servers;
 mod models;
+mod noa;
 pub mod postgres;
 mod postgres_budgets;
 mod postgres_limits;
 mod postgres_mcp;
+mod postgres_noa;
 mod postgres_usage;
 mod postgres_webhooks;
 pub mod sqlite;
 mod sqlite_budgets;
 mod sqlite_limits;
 mod sqlite_mcp;
+mod sqlite_noa;
 mod sqlite_usage;
 mod sqlite_webhooks;
 mod sqlite_writer;
@@ -31,6 +34,7 @@ pub use crate::webhooks::{
 pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey};
 pub use mcp_servers::McpServerRecord;
 pub use models::*;
+pub use noa::*;
 pub use tool_state::*;
 
 use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
@@ -579,6 +583,44 @@ pub trait Store: Send + Sync + 'static {
         kind: HoldKind,
         session: Option<&SessionId>,
     ) -> StoreResult<u64>;
+
+    // --- Noa context state (sessions with `context.policy = "noa"` only) ---
+
+    /// The session's Noa state (`None` when never written or the session is not `tenant`'s).
+    async fn noa_state(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Option<NoaStateRecord>>;
+
+    /// Writes `archives` and the new Noa `state` in ONE transaction, when the stored version is
+    /// still `expected` (0: no state yet); returns the new version. `Conflict` when the version
+    /// moved, `NotFound` when the session is not `tenant`'s; on any error nothing is written.
+    async fn commit_noa(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        archives: &[NewNoaArchive],
+        state: &serde_json::Value,
+        expected: i64,
+    ) -> StoreResult<i64>;
+
+    /// The session's archives with `ordinal > after`, oldest first, without their messages.
+    async fn list_noa_archives(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: u32,
+        limit: u32,
+    ) -> StoreResult<Vec<NoaArchiveRecord>>;
+
+    /// One archive of the session, with its messages.
+    async fn get_noa_archive(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        ordinal: u32,
+    ) -> StoreResult<Option<NoaArchiveRecord>>;
 
     // --- tool state (todos, memory, permission mode) ---
 

@@ -1208,6 +1208,46 @@ impl Store for PgStore {
         self.count_holds_tx(tenant, kind, session).await
     }
 
+    // --- Noa context state ---
+
+    async fn noa_state(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<Option<NoaStateRecord>> {
+        super::postgres_noa::state(self, tenant, session).await
+    }
+
+    async fn commit_noa(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        archives: &[NewNoaArchive],
+        state: &serde_json::Value,
+        expected: i64,
+    ) -> StoreResult<i64> {
+        super::postgres_noa::commit(self, tenant, session, archives, state, expected).await
+    }
+
+    async fn list_noa_archives(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: u32,
+        limit: u32,
+    ) -> StoreResult<Vec<NoaArchiveRecord>> {
+        super::postgres_noa::list(self, tenant, session, after, limit).await
+    }
+
+    async fn get_noa_archive(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        ordinal: u32,
+    ) -> StoreResult<Option<NoaArchiveRecord>> {
+        super::postgres_noa::get(self, tenant, session, ordinal).await
+    }
+
     // --- tool state (todos, memory, permission mode) ---
 
     async fn unlock_tools(

@@ -19,6 +19,7 @@ mod limits;
 mod mcp;
 mod mcp_registry;
 mod mcp_requests;
+mod noa;
 mod openapi;
 mod outbound_webhooks;
 mod pg_outage;

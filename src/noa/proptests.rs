@@ -1,0 +1,198 @@
+//! Property tests over random histories and random compression batches (fixed seed): no
+//! pair is ever split, protected content is never archived, a refused or failed batch
+//! changes nothing, refs and snapshots are stable.
+
+use super::compress::{self, RangeRequest};
+use super::session::NoaSession;
+use super::settings::NoaSettings;
+use super::state::{NoaState, Tier};
+use super::test_support::*;
+use crate::message::{ContentBlock, Message};
+use proptest::prelude::*;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+#[derive(Clone, Debug)]
+enum Step {
+    Prompt,
+    Reply,
+    Read(usize),
+    Write(usize),
+    Noa,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        Just(Step::Prompt),
+        Just(Step::Reply),
+        (1usize..3000).prop_map(Step::Read),
+        (1usize..3000).prop_map(Step::Write),
+        Just(Step::Noa),
+    ]
+}
+
+fn build(steps: &[Step], pending: bool) -> Vec<Message> {
+    let mut history = vec![prompt("start")];
+    for step in steps {
+        match step {
+            Step::Prompt => history.push(prompt("more")),
+            Step::Reply => history.push(reply("noted")),
+            Step::Read(size) => pair(&mut history, "Read", *size),
+            Step::Write(size) => pair(&mut history, "Write", *size),
+            Step::Noa => pair(&mut history, "Compress", 20),
+        }
+    }
+    if pending {
+        history.push(call("toolu_pending", "Bash"));
+    }
+    history
+}
+
+fn settings() -> NoaSettings {
+    NoaSettings {
+        soft_limit_tokens: 2_000,
+        hard_limit_tokens: 10_000_000,
+        protected_tail: 4,
+        min_range_tokens: 50,
+        max_summary_chars: 100,
+        prune_min_tokens: 500,
+        nudge: "compress".into(),
+    }
+}
+
+fn batch_of(raw: &[(u8, u8, u8)], len: usize) -> Vec<RangeRequest> {
+    raw.iter()
+        .map(|&(from, to, summary)| RangeRequest {
+            from_ref: format!("m{}", from as usize % (len + 2)),
+            to_ref: format!("m{}", to as usize % (len + 2)),
+            summary: "s".repeat(summary as usize),
+        })
+        .collect()
+}
+
+/// Tool_use ids and tool_result ids of a view pair up (the last assistant message may wait).
+fn pairs_whole(view: &[Message]) -> bool {
+    let mut uses = HashSet::new();
+    let mut results = HashSet::new();
+    for message in view {
+        for block in &message.content {
+            match block {
+                ContentBlock::ToolUse { id, .. } => {
+                    uses.insert(id.clone());
+                }
+                ContentBlock::ToolResult(result) => {
+                    results.insert(result.tool_use_id.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+    results.is_subset(&uses)
+        && uses
+            .iter()
+            .all(|id| results.contains(id) || id == "toolu_pending")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(15),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn batches_never_split_pairs_nor_archive_protected_content(
+        steps in prop::collection::vec(step(), 0..40),
+        pending in any::<bool>(),
+        raw in prop::collection::vec((any::<u8>(), any::<u8>(), 0u8..120), 1..5),
+    ) {
+        let history = build(&steps, pending);
+        let settings = settings();
+        let read_only = read_only();
+        let mut state = NoaState::default();
+        let mut turn = super::pipeline::Turn::new(&settings, &read_only, &history, &mut state);
+        turn.run(&super::pipeline::STEPS);
+        let blocks = std::mem::take(&mut turn.blocks);
+        prop_assert!(pairs_whole(&turn.messages()));
+        let batch = batch_of(&raw, history.len());
+        let Ok(plan) = compress::validate(&blocks, &settings, &batch) else {
+            return Ok(()); // refusals are checked in the next property
+        };
+        let mut absorbed = HashSet::new();
+        for range in &plan {
+            for &(start, end) in &range.absorbed {
+                prop_assert!(blocks.iter().any(|b| b.start == start));
+                prop_assert!(blocks.iter().any(|b| b.end == end));
+            }
+            for position in range.positions() {
+                let block = blocks.iter().find(|b| b.start <= position && position <= b.end).unwrap();
+                prop_assert_eq!(block.tier, Tier::Normal, "protected m{} archived", position);
+                prop_assert!(absorbed.insert(position), "m{} archived twice", position);
+            }
+        }
+        // The view after the batch still pairs every call with its result, and keeps every
+        // protected message.
+        let mut next = compress::apply(&state, &plan);
+        let mut turn = super::pipeline::Turn::new(&settings, &read_only, &history, &mut next);
+        turn.run(&super::pipeline::STEPS);
+        let view = turn.messages();
+        prop_assert!(pairs_whole(&view));
+        let text = serde_json::to_string(&view).unwrap();
+        for block in blocks.iter().filter(|b| b.tier != Tier::Normal) {
+            for position in block.start..=block.end {
+                prop_assert!(text.contains(&format!("[ref m{position}]")), "m{} lost", position);
+            }
+        }
+        for position in &absorbed {
+            let marker = format!("[ref m{position}]");
+            prop_assert!(!text.contains(&marker), "m{} still shown", position);
+        }
+        prop_assert_eq!(&next.snapshots, &state.snapshots, "snapshots unchanged by a batch");
+    }
+
+    #[test]
+    fn refused_or_failed_batches_change_nothing_and_refs_stay_stable(
+        steps in prop::collection::vec(step(), 0..30),
+        more in prop::collection::vec(step(), 0..10),
+        raw in prop::collection::vec((any::<u8>(), any::<u8>(), 0u8..120), 1..5),
+        fail in any::<bool>(),
+    ) {
+        let history = build(&steps, false);
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let backend = Arc::new(MemoryBackend::default());
+            *backend.history.lock().unwrap() = history.clone();
+            let session = NoaSession::load(settings(), read_only(), backend.clone()).await.unwrap();
+            let view = session.build_view(&history, None);
+            session.settle().await.unwrap();
+            let state = session.state();
+            let stored = backend.state.lock().unwrap().clone();
+            backend.fail_archives.store(fail, Ordering::SeqCst);
+            let outcome = session.compress(&batch_of(&raw, history.len())).await;
+            if outcome.is_err() {
+                prop_assert_eq!(session.state(), state.clone());
+                prop_assert_eq!(backend.state.lock().unwrap().clone(), stored);
+                prop_assert!(backend.archives.lock().unwrap().is_empty());
+                prop_assert_eq!(session.build_view(&history, None), view);
+            } else {
+                prop_assert!(!fail);
+            }
+            // Refs and snapshots of rendered messages never change as history grows, and a
+            // session loaded from the store again renders the same view.
+            let mut longer = history.clone();
+            longer.extend(build(&more, false).into_iter().skip(1));
+            *backend.history.lock().unwrap() = longer.clone();
+            let before = session.state().snapshots;
+            let view = session.build_view(&longer, None);
+            session.settle().await.unwrap();
+            let after = session.state().snapshots;
+            prop_assert_eq!(&after[..before.len()], &before[..]);
+            backend.fail_archives.store(false, Ordering::SeqCst);
+            let reloaded = NoaSession::load(settings(), read_only(), backend.clone()).await.unwrap();
+            prop_assert_eq!(reloaded.build_view(&longer, None), view);
+            Ok(())
+        })?;
+    }
+}

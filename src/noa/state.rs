@@ -1,0 +1,172 @@
+//! Noa's durable state (N24) and the blocks and tiers derived from history each turn (N25).
+
+use crate::message::{ContentBlock, Message, Role};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+/// What a Noa session stores (one `noa_states` row, JSON): the first-render token snapshot of
+/// every message that has been rendered (its index is the message's position, so the ref of
+/// `snapshots[i]` is `m{i}`), the compressions applied and the archive counter.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NoaState {
+    /// First-render token estimate of each rendered message, by position (N24).
+    pub snapshots: Vec<u32>,
+    /// Compressions in the order they were applied; their absorbed positions are disjoint.
+    pub compressions: Vec<Compression>,
+    /// Archives written so far (the next one is `a{archives + 1}`).
+    pub archives: u32,
+    /// The estimate and the provider's exact input tokens of the last request, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
+    /// Messages pruned / hidden in the last view (an event is recorded when they grow).
+    #[serde(default)]
+    pub pruned: u32,
+    #[serde(default)]
+    pub hidden: u32,
+}
+
+/// The estimate of one request and the exact count the provider reported for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub estimated: u64,
+    pub exact: u64,
+}
+
+/// One applied compression: the archive holding the originals, the positions it absorbed and
+/// the summary shown in their place (at the first absorbed position).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compression {
+    pub archive_id: String,
+    pub from_ref: String,
+    pub to_ref: String,
+    /// Absorbed positions as inclusive runs, ascending.
+    pub absorbed: Vec<(u32, u32)>,
+    pub summary: String,
+    /// Snapshot tokens absorbed.
+    pub tokens: u64,
+}
+
+/// A block's protection (N25). Ordered: a range absorbs only its lowest tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Tier {
+    Normal,
+    /// In the recent protected tail.
+    Soft,
+    /// The latest call of a mutating tool, or a call still waiting for its result.
+    Hard,
+}
+
+/// Messages `start..=end` that are never split (an assistant tool call message and the
+/// message carrying its results, or one message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub start: u32,
+    pub end: u32,
+    pub tier: Tier,
+    /// Sum of the snapshots of its messages.
+    pub tokens: u64,
+    /// The compression (index into [`NoaState::compressions`]) that absorbed it.
+    pub absorbed: Option<usize>,
+    /// Every tool call of the block is a Noa tool (`Compress`/`Expand`).
+    pub noa_only: bool,
+    /// The block has a tool result whose call is read-only.
+    pub read_only_calls: bool,
+}
+
+/// The tokens of one message: the tokenizer-free estimate (at least 1).
+pub fn message_tokens(message: &Message) -> u32 {
+    let tokens = crate::harness::context::estimate_tokens(std::slice::from_ref(message));
+    u32::try_from(tokens).unwrap_or(u32::MAX).max(1)
+}
+
+fn results_of(message: &Message) -> bool {
+    message.role == Role::User
+        && message
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolResult(_)))
+}
+
+/// Cuts `history` into blocks and gives each its tier. `read_only` names the tools whose calls
+/// are read-only; every other tool is treated as mutating (closes safe).
+pub fn blocks_of(
+    history: &[Message],
+    snapshots: &[u32],
+    protected_tail: u32,
+    read_only: &HashSet<String>,
+    absorbed_by: &[Option<usize>],
+) -> Vec<Block> {
+    let len = history.len().min(snapshots.len());
+    let mut blocks = Vec::with_capacity(len);
+    let mut i = 0;
+    while i < len {
+        let message = &history[i];
+        let calls: Vec<&str> = message.tool_uses().map(|(_, name, _)| name).collect();
+        let end = if !calls.is_empty() && i + 1 < len && results_of(&history[i + 1]) {
+            i + 1
+        } else {
+            i
+        };
+        let tokens = snapshots[i..=end].iter().map(|t| u64::from(*t)).sum();
+        let unanswered = !calls.is_empty() && end == i;
+        blocks.push(Block {
+            start: i as u32,
+            end: end as u32,
+            tier: if unanswered { Tier::Hard } else { Tier::Normal },
+            tokens,
+            absorbed: absorbed_by.get(i).copied().flatten(),
+            noa_only: !calls.is_empty()
+                && calls
+                    .iter()
+                    .all(|n| *n == super::COMPRESS_TOOL || *n == super::EXPAND_TOOL),
+            read_only_calls: !calls.is_empty() && calls.iter().all(|n| read_only.contains(*n)),
+        });
+        i = end + 1;
+    }
+    // Soft tail: every block with a message among the last `protected_tail`.
+    let tail_start = len.saturating_sub(protected_tail as usize) as u32;
+    for block in blocks.iter_mut().rev() {
+        if block.end < tail_start {
+            break;
+        }
+        block.tier = block.tier.max(Tier::Soft);
+    }
+    // Hard: the latest block calling each mutating tool.
+    let mut seen: HashSet<&str> = HashSet::new();
+    for block in blocks.iter_mut().rev() {
+        let start = block.start as usize;
+        let mut latest = false;
+        for (_, name, _) in history[start].tool_uses() {
+            if !read_only.contains(name)
+                && name != super::COMPRESS_TOOL
+                && name != super::EXPAND_TOOL
+                && seen.insert(name)
+            {
+                latest = true;
+            }
+        }
+        if latest {
+            block.tier = Tier::Hard;
+        }
+    }
+    blocks
+}
+
+impl NoaState {
+    /// For each position, the compression that absorbed it.
+    pub fn absorbed_by(&self, len: usize) -> Vec<Option<usize>> {
+        let mut by = vec![None; len];
+        for (index, compression) in self.compressions.iter().enumerate() {
+            for &(start, end) in &compression.absorbed {
+                for slot in by
+                    .iter_mut()
+                    .take((end as usize + 1).min(len))
+                    .skip(start as usize)
+                {
+                    *slot = Some(index);
+                }
+            }
+        }
+        by
+    }
+}
