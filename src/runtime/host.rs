@@ -590,6 +590,10 @@ impl LoopHost for StoreHost {
     fn take_task_notifications(&self) -> Vec<String> {
         self.take_task_notifications_inner()
     }
+
+    async fn tenant_budget_spent(&self, pending: &[RunEvent]) -> Option<BudgetKind> {
+        self.tenant_budget_spent_inner(pending).await
+    }
 }
 
 impl StoreHost {
@@ -771,7 +775,7 @@ impl StoreHost {
             .unwrap_or_default()
     }
 
-    async fn tenant_budget_spent(&self, pending: &[RunEvent]) -> Option<BudgetKind> {
+    async fn tenant_budget_spent_inner(&self, pending: &[RunEvent]) -> Option<BudgetKind> {
         let spend = self.writer.pending_spend(pending);
         match self.budgets.check(&self.tenant, None, spend).await {
             Ok(()) => None,
