@@ -2,8 +2,8 @@
 
 pub mod ag_ui;
 pub mod approvals;
-pub mod contract;
 pub mod archives;
+pub mod contract;
 pub mod cors;
 pub mod events;
 pub mod extract;
