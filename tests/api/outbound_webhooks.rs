@@ -294,7 +294,15 @@ async fn retried_with_the_same_id(backend: Backend) {
     );
     assert_eq!(verified[0]["data"]["session_id"], id.as_str());
 
-    let log = deliveries(&app, &token, &webhook).await;
+    // The receiver has answered 200; the worker records the outcome just after.
+    let started = std::time::Instant::now();
+    let log = loop {
+        let log = deliveries(&app, &token, &webhook).await;
+        if log.iter().all(|d| d["status"] != "pending") || started.elapsed() > WITHIN {
+            break log;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert_eq!(log.len(), 1, "the other session notified nobody: {log:#?}");
     let delivery = &log[0];
     assert_eq!(delivery["id"], received[0].id.as_str());
