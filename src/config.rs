@@ -827,9 +827,11 @@ mod tests {
 
     #[test]
     fn metrics_never_share_the_public_listener() {
-        let mut settings = Settings::default();
-        settings.bind = "0.0.0.0:8080".parse().unwrap();
-        settings.dev = true;
+        let mut settings = Settings {
+            bind: "0.0.0.0:8080".parse().unwrap(),
+            dev: true,
+            ..Settings::default()
+        };
         for overlapping in ["127.0.0.1:8080", "0.0.0.0:8080"] {
             settings.metrics_bind = Some(overlapping.parse().unwrap());
             let error = settings.check_serving().unwrap_err().to_string();

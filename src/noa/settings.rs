@@ -140,7 +140,7 @@ impl ContextSettings {
             ];
             if let Some((field, _)) = given.iter().find(|(_, set)| *set) {
                 return violation(
-                    *field,
+                    field,
                     reasons::NOT_NOA,
                     "a Noa setting needs \"policy\": \"noa\"".into(),
                 );
