@@ -30,7 +30,9 @@
 //! separately. The fake model's CPU (`getrusage(RUSAGE_THREAD)` on its thread) and the bench
 //! client's (`RUSAGE_SELF` minus the fake) are printed beside, with the machine's load average:
 //! client, fake, server (and Postgres) share the machine's cores with whatever else runs.
-//! Memory: the server's `VmRSS` at rest after start-up and after the phases.
+//! Memory: the server's `VmRSS` at rest after start-up and after the phases, split into
+//! anonymous memory (what the server allocated) and file-backed pages (its code, shared with
+//! the page cache).
 //!
 //! Settings (environment): `NORMA_BENCH_PG=1`, `NORMA_BENCH_RUNS` (400 per phase),
 //! `NORMA_BENCH_INFLIGHT` (`1,16,64`), `NORMA_BENCH_APPROVALS` (100 per phase, 0 skips),
@@ -157,8 +159,10 @@ fn machine_jiffies() -> (u64, u64) {
     (total - idle, total)
 }
 
-/// `(VmRSS, VmHWM)` of `pid` in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
+/// `(VmRSS, VmHWM, RssAnon, RssFile)` of `pid` in KiB. `RssFile` is mostly the binary's own
+/// code pages, shared with the page cache (and mapped in read-ahead chunks); `RssAnon` is the
+/// memory the server allocated.
+fn rss_kib(pid: u32) -> (u64, u64, u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     let field = |name: &str| {
         status
@@ -168,7 +172,12 @@ fn rss_kib(pid: u32) -> (u64, u64) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    (field("VmRSS:"), field("VmHWM:"))
+    (
+        field("VmRSS:"),
+        field("VmHWM:"),
+        field("RssAnon:"),
+        field("RssFile:"),
+    )
 }
 
 fn thread_count(pid: u32) -> usize {
@@ -715,11 +724,14 @@ fn print_cpu(cpu: &CpuDelta, runs: usize) {
 }
 
 fn print_rss(label: &str, pid: u32) {
-    let (rss, hwm) = rss_kib(pid);
+    let (rss, hwm, anon, file) = rss_kib(pid);
+    let mib = |kib: u64| kib as f64 / 1024.0;
     println!(
-        "memory {label:<28} RSS {:>6.1} MiB  (peak {:>6.1} MiB, {} threads)",
-        rss as f64 / 1024.0,
-        hwm as f64 / 1024.0,
+        "memory {label:<28} RSS {:>6.1} MiB = anonymous {:>6.1} + file-backed {:>6.1}  (peak {:>6.1} MiB, {} threads)",
+        mib(rss),
+        mib(anon),
+        mib(file),
+        mib(hwm),
         thread_count(pid)
     );
 }

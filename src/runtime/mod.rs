@@ -573,7 +573,9 @@ impl SessionRuntime {
                 .await
             {
                 Ok(record) => {
-                    self.spawn_run(record, false);
+                    // The session was loaded for this prompt a moment ago: the run starts from
+                    // that record (no second read of the session and its config).
+                    self.spawn_run(record, false, Some(session.clone()));
                     return Ok((run_id, PromptStatus::Started));
                 }
                 Err(error) => {
@@ -781,12 +783,19 @@ impl SessionRuntime {
     }
 
     /// Drives a claimed run in a task; then starts the session's next queued run.
-    fn spawn_run(self: &Arc<Self>, record: crate::store::RunRecord, resume: bool) {
+    /// `known` is the session's record when the caller has just read it (a new prompt); the
+    /// run reads it from the store otherwise.
+    fn spawn_run(
+        self: &Arc<Self>,
+        record: crate::store::RunRecord,
+        resume: bool,
+        known: Option<SessionRecord>,
+    ) {
         let Some(lease) = record.lease() else {
             return;
         };
         let session = SessionId::from_string(record.session_id.clone());
-        self.drive(record.tenant, session, lease, record.prompt, resume);
+        self.drive(record.tenant, session, lease, record.prompt, resume, known);
     }
 
     /// Runs (or resumes) a run this replica holds the lease of, in a task. When it ends the
@@ -798,6 +807,7 @@ impl SessionRuntime {
         lease: RunLease,
         prompt: String,
         resume: bool,
+        known: Option<SessionRecord>,
     ) {
         let runtime = self.clone();
         let span = crate::telemetry::genai::invoke_agent(&crate::telemetry::genai::RunIds {
@@ -813,7 +823,7 @@ impl SessionRuntime {
         let task = self.run_tasks.spawn(tracing::Instrument::instrument(
             async move {
                 let outcome = runtime
-                    .run_one(&tenant, &session, &lease, prompt.clone(), resume, started)
+                    .run_one(&tenant, &session, &lease, prompt.clone(), resume, started, known)
                     .await;
                 if let Ok(Ended::Parked(_)) = &outcome {
                     runtime
@@ -937,7 +947,7 @@ impl SessionRuntime {
                 Ok(Some(record)) => {
                     // A fence above 1 means an earlier claim started it: it is resumed.
                     let resume = record.fence > 1;
-                    self.spawn_run(record, resume);
+                    self.spawn_run(record, resume, None);
                     return;
                 }
                 Ok(None) => {}

@@ -135,6 +135,7 @@ impl SessionRuntime {
                 parked.lease,
                 parked.prompt,
                 true,
+                None,
             );
         });
     }

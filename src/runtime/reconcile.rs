@@ -240,7 +240,7 @@ impl SessionRuntime {
                     Ok(Some(record)) => {
                         tracing::info!(run_id = %run, "the store answers again; resuming the run");
                         let resume = record.fence > 1;
-                        runtime.spawn_run(record, resume);
+                        runtime.spawn_run(record, resume, None);
                         return;
                     }
                     Err(error) if error.is_transient() => {}

@@ -301,13 +301,17 @@ impl SessionRuntime {
         text: String,
         resume: bool,
         started: std::time::Instant,
+        known: Option<SessionRecord>,
     ) -> Result<Ended, RuntimeError> {
         let run_id = &lease.run_id;
-        let record = self
-            .store
-            .get_session(tenant, session)
-            .await?
-            .ok_or(RuntimeError::Closed)?;
+        let record = match known {
+            Some(record) => record,
+            None => self
+                .store
+                .get_session(tenant, session)
+                .await?
+                .ok_or(RuntimeError::Closed)?,
+        };
         let config: SessionConfig = serde_json::from_value(record.config)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         let writer = self.run_writer(tenant, session, lease);
