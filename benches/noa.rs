@@ -93,7 +93,8 @@ fn compressed(
     for chunk in batch.chunks(compress::MAX_RANGES) {
         let mut turn = Turn::new(settings, read_only, history, &mut state_now);
         turn.run(&STEPS);
-        let plan = compress::validate(&turn.blocks, settings, chunk).expect("valid batch");
+        let plan = compress::validate(&turn.blocks, &turn.state.compressions, settings, chunk)
+            .expect("valid batch");
         state_now = compress::apply(&state_now, &plan);
     }
     state_now

@@ -387,6 +387,7 @@ impl App {
             self.state.store.clone(),
             self.state.runtime.egress().clone(),
             self.state.settings.webhooks.clone(),
+            self.state.runtime.metrics().clone(),
             runs_stop.clone(),
         ));
         let _stop_on_exit = runs_stop.clone().drop_guard();

@@ -4,7 +4,8 @@
 //!   strict OpenMetrics parser (Python `prometheus_client`): runs, model calls, tool calls,
 //!   permission decisions, HTTP requests by route template; a session's own model name and an
 //!   MCP-shaped tool name fold into `other` / `mcp`; the public listener answers 404 for
-//!   `/metrics`, and still serves another tenant;
+//!   `/metrics`, and still serves another tenant; outbound webhook attempts counted by
+//!   outcome (a 500 then a 200: one `failed`, one `delivered`);
 //! - spans exported over OTLP/HTTP to a receiver in this test process (started before the
 //!   server), decoded with `opentelemetry-proto`: `invoke_agent` per run with `chat {model}`
 //!   and `execute_tool {tool}` children and the GenAI attributes; prompts and tool content
@@ -12,6 +13,8 @@
 
 #[path = "support/server.rs"]
 mod server;
+#[path = "support/webhook_receiver.rs"]
+mod webhook_receiver;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
@@ -116,12 +119,36 @@ async fn metrics_are_parsed_by_a_real_parser_and_tenant_names_fold() {
     let metrics_port = free_port();
     let mut server = ServerProcess::new(None)
         .env("NORMA_METRICS_BIND", format!("127.0.0.1:{metrics_port}"))
-        .env("NORMA_PROVIDER__MODEL", CONFIGURED_MODEL);
+        .env("NORMA_PROVIDER__MODEL", CONFIGURED_MODEL)
+        .env("NORMA_ALLOW_PRIVATE_WEBHOOKS", "true")
+        .env("NORMA_WEBHOOKS__RETRY_BASE_MS", "50");
     server.start().await;
     let token = server.token(TENANT);
-    let (listing, _) = server
-        .session_with_prompt(&token, &listing_session(), "list the files")
+    // The listing session's completion is notified; the receiver fails the first attempt.
+    let receiver = webhook_receiver::Receiver::start().await;
+    receiver.fail_next(&[500]);
+    let (status, session) = server
+        .post("/v1/sessions", &token, &listing_session())
         .await;
+    assert_eq!(status, 201, "{session}");
+    let listing = session["id"].as_str().unwrap().to_owned();
+    let (status, webhook) = server
+        .post(
+            "/v1/webhooks",
+            &token,
+            &json!({"url": receiver.url, "events": ["run.completed"], "session_id": listing}),
+        )
+        .await;
+    assert_eq!(status, 201, "{webhook}");
+    let webhook = webhook["id"].as_str().unwrap().to_owned();
+    let (status, accepted) = server
+        .post(
+            &format!("/v1/sessions/{listing}/prompts"),
+            &token,
+            &json!({"text": "list the files"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{accepted}");
     let (hostile, _) = server
         .session_with_prompt(&token, &hostile_labels_session(), "go")
         .await;
@@ -132,6 +159,23 @@ async fn metrics_are_parsed_by_a_real_parser_and_tenant_names_fold() {
         "TOOL_NOT_FOUND",
         "{events:?}"
     );
+    // The delivery log shows the delivery once the worker counted both attempts.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, log) = server
+            .get(&format!("/v1/webhooks/{webhook}/deliveries"), &token)
+            .await;
+        if log["deliveries"][0]["status"] == "delivered" {
+            assert_eq!(log["deliveries"][0]["attempts"], 2, "{log}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not delivered: {log}\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // The public listener has no metrics, with or without a token.
     for token in [None, Some(&token)] {
@@ -249,6 +293,16 @@ async fn metrics_are_parsed_by_a_real_parser_and_tenant_names_fold() {
         .unwrap()
             >= 2.0
     );
+    let outbound = |outcome| {
+        sample(
+            &samples,
+            "norma_webhook_deliveries_total",
+            &[("kind", "outbound"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(outbound("failed"), Some(1.0), "{text}");
+    assert_eq!(outbound("delivered"), Some(1.0), "{text}");
+    assert_eq!(outbound("refused"), None, "{text}");
     assert_eq!(sample(&samples, "norma_sse_subscribers", &[]), Some(0.0));
     assert_eq!(sample(&samples, "norma_approvals_pending", &[]), Some(0.0));
     assert_eq!(sample(&samples, "norma_runs_queued", &[]), Some(0.0));

@@ -6,6 +6,7 @@
 //! |----------------------------------------------|----------------------------------------------------|
 //! | anything                                     | `422 INVALID_REQUEST` (a `%00` in the query is refused on every route), `500 INTERNAL` |
 //! | `security(("bearer" = []))`                  | `401` (`UNAUTHENTICATED`, `TOKEN_*`), `403 FORBIDDEN_SCOPE`, `503 STORE_UNAVAILABLE` |
+//! | `security(("operator" = []))`                | `401 UNAUTHENTICATED` (no or a wrong operator token), `404 NOT_FOUND` (the operator API is off), `503 STORE_UNAVAILABLE` |
 //! | a path parameter                             | `404 NOT_FOUND` (unknown, another tenant's, or a `%00` in the path) |
 //! | a JSON `request_body` (read with [`AppJson`]) | `400 INVALID_JSON`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` |
 //!
@@ -43,6 +44,18 @@ const UNAUTHENTICATED: Shared = Shared {
                   signature or algorithm) or `TOKEN_EXPIRED`, `TOKEN_NOT_YET_VALID`, \
                   `TOKEN_INVALID_AUDIENCE`, `TOKEN_INVALID_ISSUER`, `TOKEN_MISSING_TENANT`, \
                   `TOKEN_UNKNOWN_KEY`.",
+};
+const OPERATOR_UNAUTHENTICATED: Shared = Shared {
+    status: "401",
+    name: "OperatorUnauthenticated",
+    description: "`UNAUTHENTICATED`: no, or a wrong, operator token in `Authorization: Bearer` \
+                  (a tenant's JWT is never one).",
+};
+const OPERATOR_OFF: Shared = Shared {
+    status: "404",
+    name: "OperatorApiOff",
+    description: "`NOT_FOUND`: the operator API is off (the server has no \
+                  `operator.token_sha256`), or a `%00` in the path.",
 };
 const FORBIDDEN: Shared = Shared {
     status: "403",
@@ -86,9 +99,11 @@ const STORE_UNAVAILABLE: Shared = Shared {
                   seconds.",
 };
 
-const ALL: [&Shared; 9] = [
+const ALL: [&Shared; 11] = [
     &INVALID_JSON,
     &UNAUTHENTICATED,
+    &OPERATOR_UNAUTHENTICATED,
+    &OPERATOR_OFF,
     &FORBIDDEN,
     &NOT_FOUND,
     &PAYLOAD_TOO_LARGE,
@@ -132,20 +147,28 @@ impl utoipa::Modify for CommonResponses {
 /// The shared answers `operation` can give, from what it declares.
 fn applicable(operation: &Operation) -> Vec<&'static Shared> {
     let mut shared = vec![&INVALID_REQUEST, &INTERNAL];
-    let bearer = operation.security.iter().flatten().any(|requirement| {
-        serde_json::to_value(requirement)
-            .ok()
-            .is_some_and(|value| value.get("bearer").is_some())
-    });
-    if bearer {
+    let requires = |scheme: &str| {
+        operation.security.iter().flatten().any(|requirement| {
+            serde_json::to_value(requirement)
+                .ok()
+                .is_some_and(|value| value.get(scheme).is_some())
+        })
+    };
+    if requires("bearer") {
         shared.extend([&UNAUTHENTICATED, &FORBIDDEN, &STORE_UNAVAILABLE]);
+    }
+    // The operator credential has no scopes and no tenant: its path names a target tenant,
+    // never a resource that may be missing; `404` means the operator API is off.
+    let operator = requires("operator");
+    if operator {
+        shared.extend([&OPERATOR_UNAUTHENTICATED, &OPERATOR_OFF, &STORE_UNAVAILABLE]);
     }
     let has_path_parameter = operation
         .parameters
         .iter()
         .flatten()
         .any(|parameter| parameter.parameter_in == ParameterIn::Path);
-    if has_path_parameter {
+    if has_path_parameter && !operator {
         shared.push(&NOT_FOUND);
     }
     let json_body = operation

@@ -174,10 +174,7 @@ async fn view(state: &AppState, tenant: &TenantId) -> ApiResult<TenantBudgetView
     params(("tenant" = String, Path, description = "Tenant id (1..=128 of letters, digits, - _ . : @)")),
     responses(
         (status = 200, body = TenantBudgetView),
-        (status = 401, body = ErrorBody, description = "`UNAUTHENTICATED`: no, or a wrong, operator token (a tenant JWT is one)"),
-        (status = 404, body = ErrorBody, description = "`NOT_FOUND`: the operator API is off (no `operator.token_sha256`)"),
         (status = 422, body = ErrorBody, description = "`INVALID_REQUEST`: a malformed tenant id"),
-        (status = 503, body = ErrorBody),
     ),
     security(("operator" = [])))]
 pub async fn get_budget(
@@ -196,13 +193,7 @@ pub async fn get_budget(
     request_body = Budget,
     responses(
         (status = 200, body = TenantBudgetView),
-        (status = 400, body = ErrorBody, description = "`INVALID_JSON`"),
-        (status = 401, body = ErrorBody, description = "`UNAUTHENTICATED`: no, or a wrong, operator token (a tenant JWT is one)"),
-        (status = 404, body = ErrorBody, description = "`NOT_FOUND`: the operator API is off (no `operator.token_sha256`)"),
-        (status = 413, body = ErrorBody),
-        (status = 415, body = ErrorBody),
         (status = 422, body = ErrorBody, description = "`INVALID_REQUEST`: a malformed tenant id, an unknown field, a value that is not an integer in 0..=10^15"),
-        (status = 503, body = ErrorBody),
     ),
     security(("operator" = [])))]
 pub async fn put_budget(
@@ -237,10 +228,7 @@ pub async fn put_budget(
     params(("tenant" = String, Path, description = "Tenant id (1..=128 of letters, digits, - _ . : @)")),
     responses(
         (status = 200, body = TenantBudgetView),
-        (status = 401, body = ErrorBody, description = "`UNAUTHENTICATED`: no, or a wrong, operator token (a tenant JWT is one)"),
-        (status = 404, body = ErrorBody, description = "`NOT_FOUND`: the operator API is off (no `operator.token_sha256`)"),
         (status = 422, body = ErrorBody, description = "`INVALID_REQUEST`: a malformed tenant id"),
-        (status = 503, body = ErrorBody),
     ),
     security(("operator" = [])))]
 pub async fn delete_budget(

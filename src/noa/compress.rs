@@ -3,6 +3,7 @@
 //! failure with its code; [`apply`] returns the state with the plan applied. The session
 //! ([`super::session`]) archives the originals and commits the new state in one transaction.
 
+use super::pipeline::summary_message;
 use super::settings::NoaSettings;
 use super::state::{Block, Compression, NoaState, Tier, message_tokens};
 use super::{archive_id, message_ref, parse_message_ref};
@@ -20,7 +21,8 @@ pub mod codes {
     pub const UNKNOWN_REF: &str = "NOA_UNKNOWN_REF";
     /// `from_ref` after `to_ref`, or ranges not in ascending order.
     pub const ORDER: &str = "NOA_RANGE_ORDER";
-    /// Two ranges overlap, or a range covers messages already compressed.
+    /// Two ranges overlap, or a range covers part of an earlier compression (it may cover
+    /// an earlier compression whole: its summary is then compressed again).
     pub const OVERLAP: &str = "NOA_RANGE_OVERLAP";
     /// A range starts or ends inside a block (it would split a tool call from its result).
     pub const BLOCK_BOUNDARY: &str = "NOA_BLOCK_BOUNDARY";
@@ -73,8 +75,16 @@ pub struct PlannedRange {
     pub from_ref: String,
     pub to_ref: String,
     pub summary: String,
-    /// Absorbed positions as inclusive runs (normal-tier blocks only).
+    /// Absorbed positions as inclusive runs: its normal-tier blocks and every position of the
+    /// earlier compressions it replaces.
     pub absorbed: Vec<(u32, u32)>,
+    /// The positions it archives as originals (normal-tier blocks not compressed before).
+    pub fresh: Vec<(u32, u32)>,
+    /// The earlier compressions (indexes into [`NoaState::compressions`]) whose summaries it
+    /// compresses again, ascending.
+    pub replaces: Vec<usize>,
+    /// Tokens it removes from the view: the snapshots of its fresh positions and the
+    /// summaries it replaces.
     pub tokens: u64,
     /// Refs of protected messages inside the range, which stay in the view.
     pub kept: Vec<String>,
@@ -85,12 +95,41 @@ impl PlannedRange {
     pub fn positions(&self) -> impl Iterator<Item = u32> + '_ {
         self.absorbed.iter().flat_map(|&(start, end)| start..=end)
     }
+
+    /// The positions archived as originals, ascending.
+    pub fn fresh_positions(&self) -> impl Iterator<Item = u32> + '_ {
+        self.fresh.iter().flat_map(|&(start, end)| start..=end)
+    }
+}
+
+/// Appends block `start..=end` to inclusive runs, merging with an adjacent last run.
+fn extend_runs(runs: &mut Vec<(u32, u32)>, start: u32, end: u32) {
+    match runs.last_mut() {
+        Some(run) if run.1 + 1 == start => run.1 = end,
+        _ => runs.push((start, end)),
+    }
+}
+
+/// The first and last position a compression absorbed.
+fn span_of(compression: &Compression) -> Option<(u32, u32)> {
+    Some((
+        compression.absorbed.first()?.0,
+        compression.absorbed.last()?.1,
+    ))
+}
+
+/// The tokens a compression's summary takes in the view.
+pub fn summary_tokens(compression: &Compression) -> u64 {
+    u64::from(message_tokens(&summary_message(compression)))
 }
 
 /// Checks the whole batch before anything changes (N25, N26). `blocks` are the blocks of the
-/// last view (every rendered message is in exactly one).
+/// last view (every rendered message is in exactly one), `compressions` the state's (what the
+/// blocks' `absorbed` index). A range may cover earlier compressions, each whole: their
+/// summaries are compressed again into the range's.
 pub fn validate(
     blocks: &[Block],
+    compressions: &[Compression],
     settings: &NoaSettings,
     batch: &[RangeRequest],
 ) -> Result<Vec<PlannedRange>, Rejection> {
@@ -108,6 +147,7 @@ pub fn validate(
             .min(blocks.len().saturating_sub(1))
     };
     let mut spans: Vec<(u32, u32, usize, usize)> = Vec::with_capacity(batch.len());
+    let mut replaced: Vec<Vec<usize>> = Vec::with_capacity(batch.len());
     for (index, range) in batch.iter().enumerate() {
         let parse = |text: &str| {
             parse_message_ref(text.trim())
@@ -159,13 +199,33 @@ pub fn validate(
                 ),
             ));
         }
-        if blocks[first..=last].iter().any(|b| b.absorbed.is_some()) {
-            return Err(reject(
-                codes::OVERLAP,
-                Some(index),
-                "the range covers messages that are already compressed",
-            ));
+        // Earlier compressions inside the range are compressed again, but only whole.
+        let mut replaces: Vec<usize> = Vec::new();
+        for compressed in blocks[first..=last].iter().filter_map(|b| b.absorbed) {
+            if replaces.contains(&compressed) {
+                continue;
+            }
+            let compression = compressions.get(compressed);
+            let span = compression.and_then(span_of);
+            if !span.is_some_and(|(start, end)| from <= start && end <= to) {
+                let (id, start, end) = match (compression, span) {
+                    (Some(c), Some((start, end))) => (c.archive_id.as_str(), start, end),
+                    _ => ("?", from, to),
+                };
+                return Err(reject(
+                    codes::OVERLAP,
+                    Some(index),
+                    format!(
+                        "the range covers part of archive {id} ({}..{}): cover all of it to \
+                         compress its summary again, or none of it",
+                        message_ref(start),
+                        message_ref(end)
+                    ),
+                ));
+            }
+            replaces.push(compressed);
         }
+        replaces.sort_unstable();
         let chars = range.summary.chars().count();
         if range.summary.trim().is_empty() || chars > settings.max_summary_chars as usize {
             return Err(reject(
@@ -178,13 +238,17 @@ pub fn validate(
             ));
         }
         spans.push((from, to, first, last));
+        replaced.push(replaces);
     }
     // Tiers: only the lowest tier of each range is absorbed; a range of protected blocks only
     // is refused.
+    let absorbable = |b: &Block| b.tier == Tier::Normal || b.absorbed.is_some();
     let mut plan = Vec::with_capacity(batch.len());
-    for (index, (range, &(_, _, first, last))) in batch.iter().zip(&spans).enumerate() {
+    for (index, ((range, &(_, _, first, last)), replaces)) in
+        batch.iter().zip(&spans).zip(replaced).enumerate()
+    {
         let inside = &blocks[first..=last];
-        if inside.iter().all(|b| b.tier != Tier::Normal) {
+        if !inside.iter().any(absorbable) {
             return Err(reject(
                 codes::PROTECTED,
                 Some(index),
@@ -193,15 +257,20 @@ pub fn validate(
             ));
         }
         let mut absorbed: Vec<(u32, u32)> = Vec::new();
+        let mut fresh: Vec<(u32, u32)> = Vec::new();
         let mut kept = Vec::new();
-        let mut tokens = 0;
+        let mut tokens: u64 = replaces
+            .iter()
+            .filter_map(|&c| compressions.get(c))
+            .map(summary_tokens)
+            .sum();
         for block in inside {
-            if block.tier == Tier::Normal {
+            if block.absorbed.is_some() {
+                extend_runs(&mut absorbed, block.start, block.end);
+            } else if block.tier == Tier::Normal {
                 tokens += block.tokens;
-                match absorbed.last_mut() {
-                    Some(run) if run.1 + 1 == block.start => run.1 = block.end,
-                    _ => absorbed.push((block.start, block.end)),
-                }
+                extend_runs(&mut absorbed, block.start, block.end);
+                extend_runs(&mut fresh, block.start, block.end);
             } else {
                 kept.extend((block.start..=block.end).map(message_ref));
             }
@@ -211,6 +280,8 @@ pub fn validate(
             to_ref: range.to_ref.trim().to_owned(),
             summary: range.summary.clone(),
             absorbed,
+            fresh,
+            replaces,
             tokens,
             kept,
         });
@@ -236,11 +307,19 @@ pub fn validate(
     Ok(plan)
 }
 
-/// `state` with `plan` applied: one compression (and archive ordinal) per range.
+/// `state` with `plan` applied: one compression (and archive ordinal) per range. A
+/// compression that replaces earlier ones absorbs their positions too; being later in the
+/// list, it is the one that shows (the earlier ones stay, with their archives).
 pub fn apply(state: &NoaState, plan: &[PlannedRange]) -> NoaState {
     let mut next = state.clone();
     for range in plan {
         next.archives += 1;
+        let replaces = range
+            .replaces
+            .iter()
+            .filter_map(|&c| state.compressions.get(c))
+            .map(|c| c.archive_id.clone())
+            .collect();
         next.compressions.push(Compression {
             archive_id: archive_id(next.archives),
             from_ref: range.from_ref.clone(),
@@ -248,18 +327,32 @@ pub fn apply(state: &NoaState, plan: &[PlannedRange]) -> NoaState {
             absorbed: range.absorbed.clone(),
             summary: range.summary.clone(),
             tokens: range.tokens,
+            replaces,
         });
     }
     next
 }
 
-/// Tokens of the live view before and after `plan` (estimates).
-pub fn tokens_before_after(blocks: &[Block], plan: &[PlannedRange]) -> (u64, u64) {
+/// Tokens of the view (live messages and summaries) before and after `plan` (estimates).
+pub fn tokens_before_after(
+    blocks: &[Block],
+    compressions: &[Compression],
+    plan: &[PlannedRange],
+) -> (u64, u64) {
+    let mut shown: Vec<usize> = blocks.iter().filter_map(|b| b.absorbed).collect();
+    shown.sort_unstable();
+    shown.dedup();
+    let summaries_shown: u64 = shown
+        .iter()
+        .filter_map(|&c| compressions.get(c))
+        .map(summary_tokens)
+        .sum();
     let before: u64 = blocks
         .iter()
         .filter(|b| b.absorbed.is_none())
         .map(|b| b.tokens)
-        .sum();
+        .sum::<u64>()
+        + summaries_shown;
     let absorbed: u64 = plan.iter().map(|p| p.tokens).sum();
     let summaries: u64 = plan
         .iter()

@@ -51,7 +51,7 @@ fn range(from: &str, to: &str) -> RangeRequest {
 fn code(batch: &[RangeRequest]) -> (&'static str, Option<usize>) {
     let history = history();
     let blocks = blocks(&history, &mut NoaState::default());
-    let rejection = compress::validate(&blocks, &settings(), batch).unwrap_err();
+    let rejection = compress::validate(&blocks, &[], &settings(), batch).unwrap_err();
     (rejection.code, rejection.range)
 }
 
@@ -59,7 +59,7 @@ fn code(batch: &[RangeRequest]) -> (&'static str, Option<usize>) {
 fn a_range_of_whole_normal_blocks_is_planned() {
     let history = history();
     let blocks = blocks(&history, &mut NoaState::default());
-    let plan = compress::validate(&blocks, &settings(), &[range("m0", "m2")]).unwrap();
+    let plan = compress::validate(&blocks, &[], &settings(), &[range("m0", "m2")]).unwrap();
     assert_eq!(plan[0].absorbed, vec![(0, 2)]);
     assert!(plan[0].kept.is_empty());
 }
@@ -68,7 +68,7 @@ fn a_range_of_whole_normal_blocks_is_planned() {
 fn a_mixed_tier_range_absorbs_only_the_lowest_tier() {
     let history = history();
     let blocks = blocks(&history, &mut NoaState::default());
-    let plan = compress::validate(&blocks, &settings(), &[range("m0", "m6")]).unwrap();
+    let plan = compress::validate(&blocks, &[], &settings(), &[range("m0", "m6")]).unwrap();
     assert_eq!(plan[0].absorbed, vec![(0, 2), (5, 6)]);
     assert_eq!(
         plan[0].kept,
@@ -76,7 +76,7 @@ fn a_mixed_tier_range_absorbs_only_the_lowest_tier() {
         "the hard-protected Write survives"
     );
     // Into the soft tail: the tail survives too.
-    let plan = compress::validate(&blocks, &settings(), &[range("m5", "m10")]).unwrap();
+    let plan = compress::validate(&blocks, &[], &settings(), &[range("m5", "m10")]).unwrap();
     assert_eq!(plan[0].absorbed, vec![(5, 6)]);
     assert_eq!(plan[0].kept, vec!["m7", "m8", "m9", "m10"]);
 }
@@ -123,7 +123,7 @@ fn the_floor_applies_to_the_whole_batch_except_against_protected_blocks() {
     // before it and the soft tail after it: allowed.
     let history = history();
     let blocks = blocks(&history, &mut NoaState::default());
-    assert!(compress::validate(&blocks, &settings(), &[range("m5", "m6")]).is_ok());
+    assert!(compress::validate(&blocks, &[], &settings(), &[range("m5", "m6")]).is_ok());
 }
 
 async fn session_over(history: &[Message]) -> (Arc<NoaSession>, Arc<MemoryBackend>) {
@@ -226,4 +226,75 @@ async fn expand_pages_long_archives() {
     assert!(first.contains("call Expand again with offset 16000"));
     let last = session.expand("a1", 32_000).await.unwrap();
     assert!(!last.contains("call Expand again"));
+}
+
+#[tokio::test]
+async fn a_range_may_compress_earlier_summaries_again_but_only_whole() {
+    let history = history();
+    let (session, backend) = session_over(&history).await;
+    session.build_view(&history, None);
+    session.compress(&[range("m0", "m2")]).await.unwrap();
+    session.build_view(&history, None);
+    // Part of a1 (m0..m2) is refused, the whole batch with it.
+    let partial = session
+        .compress(&[range("m1", "m2"), range("m5", "m6")])
+        .await
+        .unwrap_err();
+    assert_eq!((partial.code, partial.range), (codes::OVERLAP, Some(0)));
+    assert!(
+        partial.message.contains("archive a1 (m0..m2)"),
+        "{partial:?}"
+    );
+    assert_eq!(backend.archives.lock().unwrap().len(), 1);
+
+    // a1 whole, the hard-protected Write kept, m5..m6 fresh.
+    let result = session
+        .compress(&[RangeRequest {
+            from_ref: "m0".into(),
+            to_ref: "m6".into(),
+            summary: "all of it".into(),
+        }])
+        .await
+        .unwrap();
+    assert!(
+        result.contains("archive a2") && result.contains("summaries compressed again: a1"),
+        "{result}"
+    );
+    let state = session.state();
+    assert_eq!(state.compressions[1].replaces, ["a1"]);
+    assert_eq!(state.compressions[1].absorbed, vec![(0, 2), (5, 6)]);
+    // The new archive records the summary it replaced (by a1's id) and the fresh originals.
+    let archives = backend.archives.lock().unwrap().clone();
+    assert_eq!(archives.len(), 2);
+    let refs: Vec<&str> = archives[1]
+        .messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["ref"].as_str().unwrap())
+        .collect();
+    assert_eq!(refs, ["a1", "m5", "m6"]);
+    assert_eq!(archives[1].message_count, 3);
+    // The view shows only the newest summary; the protected Write stays.
+    let view = serde_json::to_string(&session.build_view(&history, None)).unwrap();
+    assert!(view.contains("all of it") && view.contains("[archive a2: m0..m6"));
+    assert!(!view.contains("the gist") && !view.contains("[archive a1"));
+    assert!(view.contains("[ref m3]") && !view.contains("[ref m5]"));
+    let events = session.settle().await.unwrap();
+    assert!(events.iter().any(|e| matches!(e, RunEvent::Compression(c)
+        if c.ranges[0].archive_id == "a2" && c.tokens_after < c.tokens_before)));
+    // Expanding a2 shows a1's summary; a1's originals stay readable.
+    let expanded = session.expand("a2", 0).await.unwrap();
+    assert!(expanded.contains("[a1] user") && expanded.contains("the gist"));
+    assert!(expanded.contains("[m5] assistant"));
+    assert!(
+        session
+            .expand("a1", 0)
+            .await
+            .unwrap()
+            .contains("[m1] assistant")
+    );
+    // A range cutting into a2 is refused; a2's positions stay compressed.
+    let cut = session.compress(&[range("m5", "m10")]).await.unwrap_err();
+    assert_eq!(cut.code, codes::OVERLAP);
 }

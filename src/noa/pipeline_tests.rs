@@ -111,6 +111,7 @@ fn sync_blocks_shows_a_compression_as_its_summary() {
             absorbed: vec![(0, 2)],
             summary: "read x twice".into(),
             tokens: 30,
+            replaces: Vec::new(),
         }],
         archives: 1,
         ..NoaState::default()

@@ -117,7 +117,7 @@ proptest! {
         let blocks = std::mem::take(&mut turn.blocks);
         prop_assert!(pairs_whole(&turn.messages()));
         let batch = batch_of(&raw, history.len());
-        let Ok(plan) = compress::validate(&blocks, &settings, &batch) else {
+        let Ok(plan) = compress::validate(&blocks, &state.compressions, &settings, &batch) else {
             return Ok(()); // refusals are checked in the next property
         };
         let mut absorbed = HashSet::new();
@@ -150,6 +150,70 @@ proptest! {
             prop_assert!(!text.contains(&marker), "m{} still shown", position);
         }
         prop_assert_eq!(&next.snapshots, &state.snapshots, "snapshots unchanged by a batch");
+    }
+
+    #[test]
+    fn a_second_batch_over_earlier_summaries_keeps_everything_compressed_and_protected_shown(
+        steps in prop::collection::vec(step(), 0..40),
+        first in prop::collection::vec((any::<u8>(), any::<u8>(), 1u8..120), 1..5),
+        second in prop::collection::vec((any::<u8>(), any::<u8>(), 1u8..120), 1..5),
+    ) {
+        let history = build(&steps, false);
+        let settings = settings();
+        let read_only = read_only();
+        let mut state = NoaState::default();
+        let blocks = {
+            let mut turn = super::pipeline::Turn::new(&settings, &read_only, &history, &mut state);
+            turn.run(&super::pipeline::STEPS);
+            std::mem::take(&mut turn.blocks)
+        };
+        let Ok(plan) = compress::validate(&blocks, &state.compressions, &settings, &batch_of(&first, history.len())) else {
+            return Ok(());
+        };
+        let mut once = compress::apply(&state, &plan);
+        let blocks = {
+            let mut turn = super::pipeline::Turn::new(&settings, &read_only, &history, &mut once);
+            turn.run(&super::pipeline::STEPS);
+            std::mem::take(&mut turn.blocks)
+        };
+        let Ok(plan) = compress::validate(&blocks, &once.compressions, &settings, &batch_of(&second, history.len())) else {
+            return Ok(());
+        };
+        for range in &plan {
+            // Earlier compressions are taken whole, and fresh positions were live and normal.
+            for &c in &range.replaces {
+                let compressed: Vec<u32> = blocks.iter().filter(|b| b.absorbed == Some(c))
+                    .flat_map(|b| b.start..=b.end).collect();
+                prop_assert!(compressed.iter().all(|p| range.positions().any(|q| q == *p)));
+            }
+            for position in range.fresh_positions() {
+                let block = blocks.iter().find(|b| b.start <= position && position <= b.end).unwrap();
+                prop_assert_eq!(block.tier, Tier::Normal, "protected m{} archived", position);
+                prop_assert!(block.absorbed.is_none(), "m{} archived twice", position);
+            }
+        }
+        let mut twice = compress::apply(&once, &plan);
+        let mut turn = super::pipeline::Turn::new(&settings, &read_only, &history, &mut twice);
+        turn.run(&super::pipeline::STEPS);
+        let view = turn.messages();
+        prop_assert!(pairs_whole(&view));
+        let text = serde_json::to_string(&view).unwrap();
+        for block in &blocks {
+            for position in block.start..=block.end {
+                let marker = format!("[ref m{position}]");
+                if block.absorbed.is_some() {
+                    prop_assert!(!text.contains(&marker), "m{} shown again", position);
+                } else if block.tier != Tier::Normal {
+                    prop_assert!(text.contains(&marker), "m{} lost", position);
+                }
+            }
+        }
+        // Every summary shown belongs to a compression nothing replaced.
+        let replaced: HashSet<&str> = twice.compressions.iter()
+            .flat_map(|c| c.replaces.iter().map(String::as_str)).collect();
+        for id in replaced {
+            prop_assert!(!text.contains(&format!("[archive {id}:")), "{} still shown", id);
+        }
     }
 
     #[test]

@@ -201,11 +201,13 @@ impl NoaSession {
 
     /// Validates and applies one batch (N25, N26). On any failure nothing changes.
     pub async fn compress(&self, batch: &[RangeRequest]) -> Result<String, Rejection> {
-        let (plan, next, version, blocks) = {
+        let (plan, next, version, (before, after)) = {
             let inner = self.lock();
-            let plan = compress::validate(&inner.blocks, &self.settings, batch)?;
+            let compressions = &inner.state.compressions;
+            let plan = compress::validate(&inner.blocks, compressions, &self.settings, batch)?;
             let next = compress::apply(&inner.state, &plan);
-            (plan, next, inner.version, inner.blocks.clone())
+            let tokens = compress::tokens_before_after(&inner.blocks, compressions, &plan);
+            (plan, next, inner.version, tokens)
         };
         let store_failed = |error: StoreError| Rejection {
             code: match error {
@@ -223,7 +225,6 @@ impl NoaSession {
             .commit(&archives, &value, version)
             .await
             .map_err(store_failed)?;
-        let (before, after) = compress::tokens_before_after(&blocks, &plan);
         let first_archive = next.compressions.len() - plan.len();
         let mut inner = self.lock();
         let ranges: Vec<run_event::CompressedRange> = plan
@@ -254,6 +255,17 @@ impl NoaSession {
                         format!("; protected and kept: {}", r.kept_refs.join(", "))
                     }
                 )
+            })
+            .zip(&next.compressions[first_archive..])
+            .map(|(line, compression)| {
+                if compression.replaces.is_empty() {
+                    line
+                } else {
+                    format!(
+                        "{line}; summaries compressed again: {}",
+                        compression.replaces.join(", ")
+                    )
+                }
             })
             .collect::<Vec<_>>()
             .join("\n");
@@ -344,7 +356,9 @@ fn state_json(state: &NoaState) -> Result<Value, StoreError> {
     serde_json::to_value(state).map_err(|error| StoreError::Internal(error.to_string()))
 }
 
-/// The archives of a plan: the original messages of every range.
+/// The archives of a plan: the original messages of every range, and in the place of an
+/// earlier compression it compressed again, that compression's summary message (its ref is
+/// the earlier archive's id, whose originals stay readable).
 fn archives_of(
     plan: &[PlannedRange],
     next: &NoaState,
@@ -354,20 +368,42 @@ fn archives_of(
     plan.iter()
         .zip(&next.compressions[first..])
         .map(|(range, compression)| {
-            let messages = range
-                .positions()
+            let mut messages = range
+                .fresh_positions()
                 .map(|position| {
                     history
                         .get(position as usize)
-                        .map(|message| ArchivedMessage {
-                            r#ref: message_ref(position),
-                            message: message.clone(),
+                        .map(|message| {
+                            (
+                                position,
+                                ArchivedMessage {
+                                    r#ref: message_ref(position),
+                                    message: message.clone(),
+                                },
+                            )
                         })
                         .ok_or_else(|| {
                             StoreError::Internal(format!("message {position} is not in history"))
                         })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            for earlier in range
+                .replaces
+                .iter()
+                .filter_map(|&c| next.compressions.get(c))
+            {
+                let at = earlier.absorbed.first().map_or(0, |run| run.0);
+                messages.push((
+                    at,
+                    ArchivedMessage {
+                        r#ref: earlier.archive_id.clone(),
+                        message: super::pipeline::summary_message(earlier),
+                    },
+                ));
+            }
+            messages.sort_by_key(|(position, _)| *position);
+            let messages: Vec<ArchivedMessage> =
+                messages.into_iter().map(|(_, message)| message).collect();
             Ok(NewNoaArchive {
                 ordinal: parse_archive_id(&compression.archive_id).unwrap_or_default(),
                 from_ref: range.from_ref.clone(),

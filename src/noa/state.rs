@@ -11,7 +11,9 @@ use std::collections::HashSet;
 pub struct NoaState {
     /// First-render token estimate of each rendered message, by position (N24).
     pub snapshots: Vec<u32>,
-    /// Compressions in the order they were applied; their absorbed positions are disjoint.
+    /// Compressions in the order they were applied. A later one may absorb earlier ones
+    /// whole (it compresses their summaries again): a position shows the latest compression
+    /// that absorbed it.
     pub compressions: Vec<Compression>,
     /// Archives written so far (the next one is `a{archives + 1}`).
     pub archives: u32,
@@ -42,8 +44,12 @@ pub struct Compression {
     /// Absorbed positions as inclusive runs, ascending.
     pub absorbed: Vec<(u32, u32)>,
     pub summary: String,
-    /// Snapshot tokens absorbed.
+    /// Tokens it took out of the view: snapshots of the originals it archived and the
+    /// summaries it replaced.
     pub tokens: u64,
+    /// The archives of the earlier compressions whose summaries it compressed again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
 }
 
 /// A block's protection (N25). Ordered: a range absorbs only its lowest tier.
@@ -153,7 +159,7 @@ pub fn blocks_of(
 }
 
 impl NoaState {
-    /// For each position, the compression that absorbed it.
+    /// For each position, the latest compression that absorbed it.
     pub fn absorbed_by(&self, len: usize) -> Vec<Option<usize>> {
         let mut by = vec![None; len];
         for (index, compression) in self.compressions.iter().enumerate() {

@@ -413,8 +413,8 @@ pub struct StoreHost {
     pub handoff: CancellationToken,
     /// `snapshot` storage: the session's snapshots, and the most bytes one may hold.
     pub snapshots: Option<(Arc<crate::workspace_snapshot::SessionSnapshots>, u64)>,
-    /// The tenant's spend budgets, checked between turns.
-    pub budgets: super::budget_gate::BudgetGate,
+    /// The tenant's spend budgets, checked at the run's start and between turns.
+    pub budgets: super::budget_gate::RunBudget,
     /// Tool calls count here (tool, outcome, duration, deciding permission stage).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The ids of the run's `execute_tool` spans.
@@ -777,7 +777,7 @@ impl StoreHost {
 
     async fn tenant_budget_spent_inner(&self, pending: &[RunEvent]) -> Option<BudgetKind> {
         let spend = self.writer.pending_spend(pending);
-        match self.budgets.check(&self.tenant, None, spend).await {
+        match self.budgets.check(&self.tenant, spend).await {
             Ok(()) => None,
             Err(super::budget_gate::BudgetRefusal::Exceeded(exceeded)) => {
                 tracing::info!(%exceeded, "tenant budget spent; the run ends after this turn");

@@ -15,9 +15,12 @@
 //! `webhook-id`.
 //!
 //! What the tenant sees of a failed attempt (the delivery log) is its HTTP status or the code
-//! `WEBHOOK_FAILED`; the detail (host, address, error) goes to the server log only.
+//! `WEBHOOK_FAILED`; the detail (host, address, error) goes to the server log only. Every
+//! attempt is counted in `norma_webhook_deliveries_total{kind="outbound"}` (`delivered`,
+//! `failed` — retried or not — or `refused` by the address checks).
 
-use crate::egress::{EgressClient, Purpose, RequestLimits};
+use crate::egress::{EgressClient, EgressError, Purpose, RequestLimits};
+use crate::metrics::{DeliveryOutcome, Metrics, WebhookKind};
 use crate::signing::{SignedHeaders, WebhookSecret, sign};
 use crate::store::{AttemptResult, DueDelivery, Store, TRANSIENT_RETRY_WINDOW, retry_transient};
 use crate::webhooks::{DeliveryAttempt, DeliveryStatus, WebhookSettings};
@@ -45,6 +48,7 @@ pub async fn run(
     store: Arc<dyn Store>,
     egress: EgressClient,
     settings: WebhookSettings,
+    metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
     let wakeup = store.webhook_wakeup();
@@ -70,8 +74,14 @@ pub async fn run(
                             webhook_id = %due.webhook_id, delivery_id = %due.id,
                             event = %due.event_type, attempt = due.attempt);
                         in_flight.spawn(
-                            deliver(store.clone(), egress.clone(), settings.clone(), due)
-                                .instrument(span),
+                            deliver(
+                                store.clone(),
+                                egress.clone(),
+                                settings.clone(),
+                                metrics.clone(),
+                                due,
+                            )
+                            .instrument(span),
                         );
                     }
                 }
@@ -116,9 +126,13 @@ async fn deliver(
     store: Arc<dyn Store>,
     egress: EgressClient,
     settings: Arc<WebhookSettings>,
+    metrics: Arc<Metrics>,
     due: DueDelivery,
 ) {
-    let result = attempt(&egress, &settings, &due).await;
+    let (result, outcome) = attempt(&egress, &settings, &due).await;
+    // Counted before the attempt is recorded: whoever reads the delivery log afterwards finds
+    // it counted too.
+    metrics.webhook_delivery(WebhookKind::outbound, outcome);
     match result.status {
         DeliveryStatus::Delivered => tracing::info!("webhook delivered"),
         DeliveryStatus::Pending => {
@@ -136,21 +150,29 @@ async fn deliver(
     }
 }
 
-/// Sends `due` once and decides what follows.
+/// Sends `due` once and decides what follows; how the attempt ended, for the metrics.
 async fn attempt(
     egress: &EgressClient,
     settings: &WebhookSettings,
     due: &DueDelivery,
-) -> AttemptResult {
+) -> (AttemptResult, DeliveryOutcome) {
     let started = chrono::Utc::now();
     let clock = tokio::time::Instant::now();
     let sent = send(egress, due, started.timestamp()).await;
     let duration_ms = clock.elapsed().as_millis() as u64;
+    let mut outcome = DeliveryOutcome::failed;
     let (delivered, permanent, status_code, error) = match sent {
         Ok(status) if (200..300).contains(&status) => (true, false, Some(status), None),
         Ok(status) => (false, false, Some(status), Some(WEBHOOK_HTTP_STATUS)),
-        Err(Failure { permanent, detail }) => {
+        Err(Failure {
+            permanent,
+            refused,
+            detail,
+        }) => {
             tracing::warn!(%detail, permanent, "webhook attempt failed");
+            if refused {
+                outcome = DeliveryOutcome::refused;
+            }
             (false, permanent, None, Some(WEBHOOK_FAILED))
         }
     };
@@ -162,19 +184,20 @@ async fn attempt(
         duration_ms,
     };
     if delivered {
-        return AttemptResult {
+        let result = AttemptResult {
             delivery_id: due.id.clone(),
             log,
             status: DeliveryStatus::Delivered,
             next_attempt_at: None,
         };
+        return (result, DeliveryOutcome::delivered);
     }
     let delay = settings.backoff(due.attempt, rand::thread_rng().r#gen::<f64>());
     let next = chrono::Utc::now()
         + chrono::Duration::from_std(delay).unwrap_or_else(|_| chrono::Duration::hours(1));
     let deadline = due.created_at + chrono::Duration::seconds(settings.max_age_seconds as i64);
     let retry = !permanent && due.attempt < settings.max_attempts && next <= deadline;
-    AttemptResult {
+    let result = AttemptResult {
         delivery_id: due.id.clone(),
         log,
         status: if retry {
@@ -183,12 +206,16 @@ async fn attempt(
             DeliveryStatus::Failed
         },
         next_attempt_at: retry.then_some(next),
-    }
+    };
+    (result, outcome)
 }
 
 /// Why an attempt got no answer (for the server log).
 struct Failure {
     permanent: bool,
+    /// The destination itself is refused: a malformed URL or secret, or an address the
+    /// outbound checks do not allow.
+    refused: bool,
     detail: String,
 }
 
@@ -196,6 +223,7 @@ struct Failure {
 async fn send(egress: &EgressClient, due: &DueDelivery, timestamp: i64) -> Result<u16, Failure> {
     let permanent = |detail: String| Failure {
         permanent: true,
+        refused: true,
         detail,
     };
     let url = url::Url::parse(&due.url).map_err(|error| permanent(error.to_string()))?;
@@ -222,6 +250,10 @@ async fn send(egress: &EgressClient, due: &DueDelivery, timestamp: i64) -> Resul
         .map(|answer| answer.status.as_u16())
         .map_err(|error| Failure {
             permanent: error.is_permanent(),
+            refused: matches!(
+                error,
+                EgressError::Refused { .. } | EgressError::InvalidUrl(_)
+            ),
             detail: error.to_string(),
         })
 }
@@ -250,7 +282,9 @@ mod tests {
     async fn a_refused_address_fails_at_once_and_a_dead_port_is_retried_until_the_last_attempt() {
         let public = EgressClient::new(crate::egress::AddressPolicy::PublicOnly).unwrap();
         let settings = WebhookSettings::default();
-        let refused = attempt(&public, &settings, &due(1, "http://127.0.0.1:9/in")).await;
+        let (refused, outcome) =
+            attempt(&public, &settings, &due(1, "http://127.0.0.1:9/in")).await;
+        assert_eq!(outcome, DeliveryOutcome::refused);
         assert_eq!(refused.status, DeliveryStatus::Failed);
         assert_eq!(refused.log.error.as_deref(), Some(WEBHOOK_FAILED));
         assert_eq!(refused.log.status_code, None);
@@ -259,10 +293,12 @@ mod tests {
         let url = format!("http://{}/in", closed.local_addr().unwrap());
         drop(closed);
         let open = EgressClient::new(crate::egress::AddressPolicy::AllowPrivate).unwrap();
-        let retried = attempt(&open, &settings, &due(1, &url)).await;
+        let (retried, outcome) = attempt(&open, &settings, &due(1, &url)).await;
+        assert_eq!(outcome, DeliveryOutcome::failed);
         assert_eq!(retried.status, DeliveryStatus::Pending);
         assert!(retried.next_attempt_at.unwrap() > chrono::Utc::now());
-        let last = attempt(&open, &settings, &due(settings.max_attempts, &url)).await;
+        let (last, outcome) = attempt(&open, &settings, &due(settings.max_attempts, &url)).await;
+        assert_eq!(outcome, DeliveryOutcome::failed);
         assert_eq!(last.status, DeliveryStatus::Failed);
         assert_eq!(last.next_attempt_at, None);
     }

@@ -576,15 +576,16 @@ impl SessionRuntime {
                 .snapshots
                 .clone()
                 .map(|snapshots| (snapshots, self.settings.limits.workspace_bytes)),
-            budgets: self.budgets.clone(),
+            budgets: self.budgets.for_run(),
             metrics: self.settings.metrics.clone(),
             ids: ids.clone(),
             capture_content: self.settings.capture_content,
         });
         let provider = self.provider_for(&ids, &config)?;
         let meter = self.usage_meter(tenant, &config)?;
-        // The budget may have changed since the prompt was accepted (queued, resumed runs).
-        self.budgets.ensure_priced(tenant, &meter).await?;
+        // The budget may have changed since the prompt was accepted (queued, resumed runs);
+        // without a budget, this read serves the first turn's check too.
+        host.budgets.ensure_priced(tenant, &meter).await?;
         writer.meter_usage(meter);
         let engine = Engine {
             provider,
