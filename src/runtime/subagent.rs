@@ -359,6 +359,12 @@ impl Child {
                             codes::HOOK_BLOCKED,
                             format!("UserPromptSubmit hook: {}", block.reason),
                         ),
+                        super::RuntimeError::Store(crate::store::StoreError::TenantLimit(
+                            limit,
+                        )) => ToolError::new(
+                            codes::TENANT_LIMIT,
+                            format!("the subagent could not be started: {limit}"),
+                        ),
                         other => {
                             ToolError::failed(format!("the subagent could not be started: {other}"))
                         }
