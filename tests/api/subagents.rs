@@ -14,6 +14,7 @@ on_both_backends! {
     subagents_approval_inside_a_subagent_is_answered_over_rest => approval_in_subagent;
     subagents_are_cancelled_with_the_parent => cancelled_with_parent;
     subagents_widening_configs_are_refused => widening_refused;
+    subagents_tokens_count_into_the_parents_budget => tokens_into_parent_budget;
 }
 
 /// The nested events of one `Agent` call in the parent's transcript.
@@ -388,4 +389,61 @@ async fn widening_refused(app: TestApp) {
     assert_eq!(ok.status().as_u16(), 201);
     let (status, _) = error_code(app.get("/v1/sessions/ses_nope", &token).await).await;
     assert_eq!(status, 404);
+}
+
+async fn tokens_into_parent_budget(app: TestApp) {
+    let token = app.token("acme");
+    // Each subagent call costs about 2,000 tokens (its system prompt); the parent's own calls
+    // a few hundred. Two of them cross the parent's 4,000-token budget.
+    let id = app
+        .create_session(
+            "acme",
+            &json!({
+                "tools": ["Read"],
+                "budgets": {"max_turns": 10, "max_tokens": 4000},
+                "model": {"script": {"turns": [
+                    {"tool_calls": [
+                        {"name": "Agent", "input": {"subagent_type": "big", "prompt": "one"}},
+                        {"name": "Agent", "input": {"subagent_type": "big", "prompt": "two"}}
+                    ]},
+                    {"text": "first answer"},
+                    {"text": "second answer"},
+                    {"text": "third answer"}
+                ]}},
+                "agents": {"big": {
+                    "description": "Costly",
+                    "tools": [],
+                    "system_prompt": "x".repeat(8000),
+                    "model": {"script": {"turns": [{"text": "small answer"}]}}
+                }}
+            }),
+        )
+        .await;
+    assert_eq!(app.prompt(&token, &id, "go").await.status(), 202);
+    let events = wait_terminal(&app, &token, &id).await;
+    let delegated: u64 = of_kind(&events, "subagent_finished")
+        .iter()
+        .map(|e| e["payload"]["usage"]["input_tokens"].as_u64().unwrap())
+        .sum();
+    assert!(delegated >= 4000, "{delegated}");
+    let own: u64 = of_kind(&events, "usage")
+        .iter()
+        .map(|e| {
+            e["payload"]["input_tokens"].as_u64().unwrap()
+                + e["payload"]["output_tokens"].as_u64().unwrap()
+        })
+        .sum();
+    assert!(own < 4000, "the parent alone stays under its budget: {own}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "continue"
+                && e["payload"]["reason"] == "token_budget_continuation"),
+        "{events:#?}"
+    );
+    assert_eq!(
+        of_kind(&events, "terminal")[0]["payload"]["reason"],
+        "budget_exhausted",
+        "{events:#?}"
+    );
 }
