@@ -26,6 +26,7 @@ pub mod search;
 pub mod session_config;
 pub mod signing;
 pub mod store;
+pub mod subagents;
 pub mod telemetry;
 pub mod tools;
 pub mod usage;

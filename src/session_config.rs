@@ -91,6 +91,21 @@ pub struct SessionConfig {
     /// is `422` naming `use_mcp_servers[i]`. At most 8 servers in all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub use_mcp_servers: Vec<String>,
+    /// Named subagent types the model may start with the `Agent` tool (at most 16; see
+    /// README "Subagents"). Each one can only narrow this session's policy: a definition
+    /// that would widen it is `422 INVALID_REQUEST` with `details.reason` =
+    /// `SUBAGENT_…`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub agents: std::collections::BTreeMap<String, crate::subagents::AgentDefinition>,
+    /// How deep subagents may nest: 1 (default) lets this session start subagents that
+    /// cannot start their own; at most 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 3)]
+    pub agent_max_depth: Option<u8>,
+    /// Set by the server on a subagent's own session (its parent session, run and `Agent`
+    /// call); a client that sends it gets `422` (`SUBAGENT_LINK_RESERVED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<crate::subagents::SubagentLink>,
     /// Free-form client data kept with the session (at most 16 KiB as JSON).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schema(value_type = Object)]
@@ -457,6 +472,7 @@ impl SessionConfig {
             .map_err(|(field, message)| ConfigViolation::new(field, message))?;
         crate::mcp::registry::validate_uses(&self.use_mcp_servers)
             .map_err(|(field, message)| ConfigViolation::new(field, message))?;
+        crate::subagents::validate(self)?;
         let metadata_size = serde_json::to_vec(&self.metadata).map_or(usize::MAX, |v| v.len());
         if metadata_size > MAX_METADATA_BYTES {
             return Err(ConfigViolation::new(

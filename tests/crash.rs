@@ -6,7 +6,10 @@
 //!   `end_turn`, the prompt is in history once and nothing of the half stream is;
 //! - (b) killed while a tool call waits for approval: the same approval is still pending on the
 //!   new process, answering it runs the tool exactly once;
-//! - (c) killed while a tool runs: the call gets an `INTERRUPTED` result and is not run again.
+//! - (c) killed while a tool runs: the call gets an `INTERRUPTED` result and is not run again;
+//! - (d) killed while a subagent runs a slow tool: the subagent run resumes like any run (its
+//!   own call `INTERRUPTED`), and the parent's `Agent` call re-attaches to it (no
+//!   `INTERRUPTED` for the parent) and gets its final answer.
 //!
 //! Every case runs on SQLite (the default file in the data dir) and on Postgres (a fresh
 //! database; skipped loudly when Postgres is unreachable outside CI, failing in CI). In every
@@ -78,6 +81,7 @@ on_both_backends! {
     kill_during_model_stream => kill_during_model_stream;
     kill_while_parked_on_approval => kill_while_parked_on_approval;
     kill_during_slow_tool => kill_during_slow_tool;
+    kill_during_subagent_run => kill_during_subagent_run;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -486,6 +490,126 @@ async fn kill_during_slow_tool(mut server: ServerProcess) {
     // It was not run again.
     assert_eq!(read_lines(&marker), vec!["ran".to_owned()]);
 
+    let record = wait_run_final(&server, &token, &id, &run).await;
+    assert_eq!(record["status"], "completed", "{record}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) Killed while a subagent runs
+// ---------------------------------------------------------------------------------------------
+
+async fn kill_during_subagent_run(mut server: ServerProcess) {
+    server.start().await;
+    let token = server.token(TENANT);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let sleep = format!("sleep 20.{nanos:09}");
+    let config = json!({
+        "title": "subagent crash",
+        "permission": {"mode": "bypass"},
+        "model": {"script": {"turns": [
+            {"tool_calls": [{"name": "Agent", "input": {"subagent_type": "worker", "prompt": "work"}}]},
+            {"text": "parent after restart"}
+        ]}},
+        "agents": {"worker": {
+            "description": "Runs commands",
+            "tools": ["Bash"],
+            "model": {"script": {"turns": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": format!("echo ran >> marker; {sleep}")}}]},
+                {"text": "worker finished"}
+            ]}}
+        }}
+    });
+    let (id, run) = server
+        .session_with_prompt(&token, &config, "delegate")
+        .await;
+    let nested_executing = |e: &[Value]| {
+        e.iter()
+            .any(|e| e["type"] == "subagent_event" && e["payload"]["kind"] == "tool_executing")
+    };
+    let before = server
+        .wait_for_events(
+            &token,
+            &id,
+            Duration::from_secs(20),
+            "the subagent's call executing",
+            nested_executing,
+        )
+        .await;
+    let started = of_kind(&before, "subagent_started")[0]["payload"].clone();
+    let agent_call = started["tool_use_id"].as_str().unwrap().to_owned();
+    let child = started["session_id"].as_str().unwrap().to_owned();
+    let child_run = started["run_id"].as_str().unwrap().to_owned();
+    // The subagent works in the parent's workspace.
+    let marker = server.workspace(TENANT, &id).join("marker");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while read_lines(&marker).is_empty() || !processes_running(&sleep) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the subagent's command never started\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    server.kill();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while processes_running(&sleep) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sandboxed command survived the server"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    server.start().await;
+    let events = server
+        .wait_for_events(
+            &token,
+            &id,
+            FINISH_WITHIN,
+            "parent terminal after restart",
+            |e| count(e, "terminal") >= 1,
+        )
+        .await;
+    assert_eq!(single_terminal_reason(&events), "end_turn");
+    assert_contiguous(&events);
+    // The parent's Agent call was re-attached, not interrupted.
+    let resumed = run_resumed(&events, &run);
+    assert_eq!(resumed["interrupted"], json!([]), "{resumed}");
+    assert_eq!(resumed["rerun"], json!([agent_call]), "{resumed}");
+    let starts = of_kind(&events, "subagent_started");
+    assert_eq!(starts.len(), 2, "{}", summarize(&events));
+    assert_eq!(starts[1]["payload"]["reattached"], true, "{}", starts[1]);
+    assert_eq!(starts[1]["payload"]["session_id"], child.as_str());
+    assert_eq!(starts[1]["payload"]["run_id"], child_run.as_str());
+    // Each child event is nested once, across the restart.
+    let mut nested: Vec<i64> = of_kind(&events, "subagent_event")
+        .iter()
+        .map(|e| e["payload"]["seq"].as_i64().unwrap())
+        .collect();
+    let all = nested.len();
+    nested.sort_unstable();
+    nested.dedup();
+    assert_eq!(nested.len(), all, "{}", summarize(&events));
+    // The parent's result is the subagent's final answer.
+    let messages = server.all_messages(&token, &id).await;
+    let results = history_results(&messages, &agent_call);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["content"], "worker finished", "{}", results[0]);
+
+    // The subagent's run resumed like any run: its own call INTERRUPTED, not run again.
+    let own = server.all_events(&token, &child).await;
+    assert_contiguous(&own);
+    assert_eq!(single_terminal_reason(&own), "end_turn");
+    let child_resumed = run_resumed(&own, &child_run);
+    assert_eq!(
+        child_resumed["interrupted"].as_array().map(Vec::len),
+        Some(1),
+        "{child_resumed}"
+    );
+    assert_eq!(read_lines(&marker), vec!["ran".to_owned()]);
     let record = wait_run_final(&server, &token, &id, &run).await;
     assert_eq!(record["status"], "completed", "{record}");
 }

@@ -15,6 +15,7 @@ pub mod outputs;
 pub mod runs;
 pub mod sessions;
 pub mod stream_tickets;
+pub mod subagents;
 pub mod usage;
 pub mod webhooks;
 

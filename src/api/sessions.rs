@@ -135,6 +135,7 @@ pub async fn create_session(
         ApiError::invalid(format!("invalid session config: {violation}")).with_details(details)
     })?;
     ensure_script_allowed(&state, config.model.script.is_some())?;
+    crate::api::subagents::check_creation(&state, &config)?;
     if config.mcp_servers.iter().any(|server| server.trusted) {
         principal.require(crate::auth::scopes::TENANT_ADMIN)?;
     }
@@ -380,6 +381,7 @@ pub async fn fork_session(
     principal.require(scopes::SESSIONS_WRITE)?;
     let source = crate::api::runs::load_owned_session(&state, &principal, id).await?;
     ensure_script_allowed(&state, !source.config["model"]["script"].is_null())?;
+    crate::api::subagents::check_fork(&state, &source.config)?;
     let mut messages = state
         .store
         .list_messages(&principal.tenant, &source.id, 0, u32::MAX)

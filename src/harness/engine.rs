@@ -78,6 +78,11 @@ pub trait LoopHost: Send + Sync + 'static {
     fn take_task_notifications(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Tokens the run's subagents used (`Agent` calls): they count into the run's token
+    /// budget.
+    fn delegated_tokens(&self) -> u64 {
+        0
+    }
     /// Asked between turns (and before a run's first request): `Some` when one of the
     /// tenant's spend budgets is spent, counting the model calls among `pending` (the turn
     /// that just ended, not committed yet). The run then ends with `budget_exhausted`.
@@ -310,7 +315,8 @@ impl Engine {
                     });
                 }
             }
-            state.tokens_used = ledger.usage().total_tokens();
+            state.tokens_used =
+                (ledger.usage().total_tokens()).saturating_add(self.host.delegated_tokens());
             state.pending_task_notifications = self.host.pending_task_notifications();
             if stop_hooks_needed(&state, &self.config.limits)
                 && let Some(last) = &last_assistant

@@ -96,6 +96,12 @@ pub enum RunEvent {
     /// An outbound request made for the session (WebFetch, WebSearch, a command's proxied
     /// connection, a hook, an approval webhook), allowed or refused.
     Egress(Egress),
+    /// The `Agent` call `tool_use_id` started (or re-attached to) a subagent run.
+    SubagentStarted(SubagentStarted),
+    /// An event of a subagent's own session, nested in the parent's transcript.
+    SubagentEvent(SubagentEvent),
+    /// A subagent run ended; its usage counts into the parent run's token budget.
+    SubagentFinished(SubagentFinished),
     /// A stored event this build does not know (or whose payload no longer fits), passed
     /// through as stored. Never built by the server itself.
     #[serde(skip)]
@@ -319,6 +325,47 @@ pub struct Egress {
     pub tool_use_id: Option<String>,
 }
 
+/// A subagent run started by an `Agent` call (`session_id`/`run_id` are the subagent's own:
+/// its events and history are readable there).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubagentStarted {
+    pub tool_use_id: String,
+    pub agent: String,
+    pub session_id: String,
+    pub run_id: String,
+    pub depth: u8,
+    /// True when a resumed parent re-attached to a subagent started before the restart.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reattached: bool,
+}
+
+/// One event of a subagent's session (`seq` in that session), tagged with the parent's
+/// `Agent` call and the agent type. Text deltas are not nested (the subagent's session has
+/// them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubagentEvent {
+    pub tool_use_id: String,
+    pub agent: String,
+    pub session_id: String,
+    pub seq: i64,
+    /// The nested event's wire name and payload.
+    pub kind: String,
+    pub payload: Value,
+}
+
+/// A subagent run ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubagentFinished {
+    pub tool_use_id: String,
+    pub agent: String,
+    pub session_id: String,
+    pub run_id: String,
+    /// The subagent run's terminal reason (as its `terminal` event).
+    pub terminal: Value,
+    /// Its model calls and tokens (from its usage ledger).
+    pub usage: crate::usage::UsageTotals,
+}
+
 /// The wire names of the events resume reads (see `runtime::resume`).
 pub mod kinds {
     pub const RUN_STARTED: &str = "run_started";
@@ -328,6 +375,7 @@ pub mod kinds {
     pub const TOOL_EXECUTING: &str = "tool_executing";
     pub const TOOL_RESULT: &str = "tool_result";
     pub const APPROVAL_DECIDED: &str = "approval_decided";
+    pub const SUBAGENT_FINISHED: &str = "subagent_finished";
 }
 
 impl RunEvent {

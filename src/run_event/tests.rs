@@ -163,6 +163,25 @@ fn fixtures() -> Vec<(&'static str, Value)> {
             json!({ "purpose": "command", "host": "pypi.org", "port": 443,
                     "decision": "allowed", "bytes": 900, "bytes_out": 300, "hop": 0 }),
         ),
+        (
+            "subagent_started",
+            json!({ "tool_use_id": "tu_1", "agent": "explorer", "session_id": "ses_2",
+                    "run_id": "run_2", "depth": 1 }),
+        ),
+        (
+            "subagent_event",
+            json!({ "tool_use_id": "tu_1", "agent": "explorer", "session_id": "ses_2",
+                    "seq": 4, "kind": "tool_call",
+                    "payload": { "tool_use_id": "tu_9", "name": "Read", "input": {} } }),
+        ),
+        (
+            "subagent_finished",
+            json!({ "tool_use_id": "tu_1", "agent": "explorer", "session_id": "ses_2",
+                    "run_id": "run_2", "terminal": { "reason": "end_turn" },
+                    "usage": { "model_calls": 2, "input_tokens": 10, "output_tokens": 5,
+                               "cache_read_tokens": 0, "cache_write_tokens": 0,
+                               "cost_micros": 0, "unpriced_model_calls": 2 } }),
+        ),
     ]
 }
 
@@ -186,7 +205,7 @@ fn the_fixture_table_covers_every_variant() {
         .collect();
     seen.dedup();
     // One per typed variant (Other excluded); keep in step with the enum.
-    assert_eq!(seen.len(), 31, "{seen:?}");
+    assert_eq!(seen.len(), 34, "{seen:?}");
 }
 
 #[test]

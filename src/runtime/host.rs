@@ -421,6 +421,8 @@ pub struct StoreHost {
     pub ids: crate::telemetry::genai::RunIds,
     /// Record tool arguments and results on the spans (`telemetry.capture_content`).
     pub capture_content: bool,
+    /// Tokens of the run's subagents (its `Agent` calls), counted into its token budget.
+    pub delegated: super::subagent::DelegatedUsage,
 }
 
 /// How a tool call's result counts: denied by the ladder or the approver, failed, or ok.
@@ -589,6 +591,10 @@ impl LoopHost for StoreHost {
 
     fn take_task_notifications(&self) -> Vec<String> {
         self.take_task_notifications_inner()
+    }
+
+    fn delegated_tokens(&self) -> u64 {
+        self.delegated.tokens()
     }
 
     async fn tenant_budget_spent(&self, pending: &[RunEvent]) -> Option<BudgetKind> {

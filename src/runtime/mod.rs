@@ -31,6 +31,7 @@ mod replicas;
 pub mod resume;
 mod run_factory;
 mod snapshots;
+pub mod subagent;
 pub mod webhook;
 pub mod workspace_quota;
 
@@ -308,6 +309,8 @@ pub struct SessionRuntime {
     run_tasks: tokio_util::task::TaskTracker,
     /// How to stop each run task still going when the grace period ends.
     run_aborts: Mutex<HashMap<RunId, tokio::task::AbortHandle>>,
+    /// This runtime, for the `Agent` tools of its runs (they start subagent runs).
+    me: std::sync::Weak<SessionRuntime>,
 }
 
 /// A tool this server cannot offer a tenant's sessions, and why (`absent_tools` of a session).
@@ -371,7 +374,8 @@ impl SessionRuntime {
             settings.run_lease,
         );
         let budgets = budget_gate::BudgetGate::new(store.clone(), settings.limits.budget);
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             holds,
             budgets,
             store,

@@ -149,11 +149,15 @@ pub async fn recover(
     let interrupted: Vec<&str> = calls
         .iter()
         .filter(|c| !results.contains_key(&c.id) && executing.contains(&c.id))
+        .filter(|c| !super::subagent::reattaches(&c.name))
         .map(|c| c.id.as_str())
         .collect();
     let rerun: Vec<&str> = calls
         .iter()
-        .filter(|c| !results.contains_key(&c.id) && !executing.contains(&c.id))
+        .filter(|c| {
+            !results.contains_key(&c.id)
+                && (!executing.contains(&c.id) || super::subagent::reattaches(&c.name))
+        })
         .map(|c| c.id.as_str())
         .collect();
     run.host
@@ -166,7 +170,8 @@ pub async fn recover(
     for call in &calls {
         let result = match results.remove(&call.id) {
             Some(result) => result,
-            None if executing.contains(&call.id) => {
+            // An `Agent` call re-attaches to its subagent run, which resumes on its own.
+            None if executing.contains(&call.id) && !super::subagent::reattaches(&call.name) => {
                 let result = ToolResultBlock::error(
                     &call.id,
                     codes::INTERRUPTED,

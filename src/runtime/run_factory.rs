@@ -32,8 +32,17 @@ impl SessionRuntime {
         if let Some(env) = envs.get(session) {
             return Ok(env.clone());
         }
-        let workspace = Workspace::create(&self.settings.workspaces_dir, tenant, session)
-            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        // A subagent works in its top-level session's workspace.
+        let workspace_session = config
+            .subagent
+            .as_ref()
+            .map(|link| SessionId::from_string(link.workspace_session_id.clone()));
+        let workspace = Workspace::create(
+            &self.settings.workspaces_dir,
+            tenant,
+            workspace_session.as_ref().unwrap_or(session),
+        )
+        .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         let tasks = builtin::tasks::TaskRegistry::new(&self.settings.files_root, session)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         let holds = crate::limits::SessionHolds {
@@ -486,6 +495,15 @@ impl SessionRuntime {
                     .map_err(|error| RuntimeError::Setup(error.to_string()))?;
             }
         }
+        let delegated = self
+            .register_agent_tool(
+                &mut registry,
+                (tenant, session, run_id),
+                &config,
+                (&writer, &mode, &unlocked),
+                resuming,
+            )
+            .await?;
         // Hooks and the approval webhook post through the shared client, recording each
         // request as an `egress` event of this run.
         let egress = self.egress.recording(Arc::new(RunJournal {
@@ -580,6 +598,7 @@ impl SessionRuntime {
             metrics: self.settings.metrics.clone(),
             ids: ids.clone(),
             capture_content: self.settings.capture_content,
+            delegated,
         });
         let provider = self.provider_for(&ids, &config)?;
         let meter = self.usage_meter(tenant, &config)?;
@@ -664,5 +683,54 @@ impl SessionRuntime {
         flusher_stop.cancel();
         let _ = flusher.await;
         outcome
+    }
+
+    /// Registers the `Agent` tool when the session defines agent types and its depth allows
+    /// one more level; answers the run's delegated-usage counter (restored on resume).
+    async fn register_agent_tool(
+        &self,
+        registry: &mut ToolRegistry,
+        (tenant, session, run_id): (&TenantId, &SessionId, &RunId),
+        config: &SessionConfig,
+        (writer, mode, unlocked): (
+            &Arc<SessionWriter>,
+            &Arc<std::sync::RwLock<crate::permission::PermissionMode>>,
+            &crate::tools::deferred::UnlockSet,
+        ),
+        resuming: bool,
+    ) -> Result<subagent::DelegatedUsage, RuntimeError> {
+        let delegated = subagent::DelegatedUsage::default();
+        if !crate::subagents::offers_agent_tool(config) {
+            return Ok(delegated);
+        }
+        if resuming {
+            subagent::restore_delegated(self.store.as_ref(), tenant, session, run_id, &delegated)
+                .await?;
+        }
+        let read_only = registry
+            .names()
+            .filter(|name| {
+                registry
+                    .lookup(name)
+                    .is_some_and(|entry| entry.tool.is_read_only(&serde_json::json!({})))
+            })
+            .map(str::to_owned)
+            .collect();
+        let tool = subagent::AgentTool::new(subagent::AgentSetup {
+            runtime: self.me.clone(),
+            tenant: tenant.clone(),
+            session: session.clone(),
+            run_id: run_id.clone(),
+            config: config.clone(),
+            mode: mode.clone(),
+            unlocked: unlocked.clone(),
+            read_only,
+            writer: writer.clone(),
+            delegated: delegated.clone(),
+        });
+        registry
+            .register(Arc::new(tool))
+            .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        Ok(delegated)
     }
 }

@@ -35,6 +35,7 @@ mod store;
 mod store_faults;
 mod store_groups;
 mod store_limits;
+mod subagents;
 mod tenant_providers;
 mod usage;
 mod web_fetch;

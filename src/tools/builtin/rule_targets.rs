@@ -45,6 +45,7 @@ pub const BUILTIN_RULE_TARGETS: &[(&str, Subject)] = &[
     ("ExecuteExtraTool", Subject::Name),
     ("WebFetch", Subject::Url { field: "url" }),
     ("WebSearch", Subject::Name),
+    ("Agent", Subject::Name),
 ];
 
 /// Whether `name` has the MCP shape `mcp__<server>__<tool>` with non-empty parts.
