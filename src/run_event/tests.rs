@@ -163,6 +163,12 @@ fn fixtures() -> Vec<(&'static str, Value)> {
             json!({ "purpose": "command", "host": "pypi.org", "port": 443,
                     "decision": "allowed", "bytes": 900, "bytes_out": 300, "hop": 0 }),
         ),
+        (
+            "mcp_sampling",
+            json!({ "server": "fx", "tool_use_id": "tu_1", "model": "m", "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 5, "output_tokens": 3, "cache_read_tokens": 0,
+                              "cache_write_tokens": 0} }),
+        ),
     ]
 }
 
@@ -186,7 +192,7 @@ fn the_fixture_table_covers_every_variant() {
         .collect();
     seen.dedup();
     // One per typed variant (Other excluded); keep in step with the enum.
-    assert_eq!(seen.len(), 31, "{seen:?}");
+    assert_eq!(seen.len(), 32, "{seen:?}");
 }
 
 #[test]
