@@ -303,18 +303,17 @@ impl ClientHandler for McpClient {
             ));
         }
         let params = serde_json::to_value(&params).unwrap_or_default();
-        let (system, messages, max_tokens, temperature) =
-            match sampling::check_request(&params, &limits) {
-                Ok(checked) => checked,
-                Err(why) => return refuse(why),
-            };
+        let checked = match sampling::check_request(&params, &limits) {
+            Ok(checked) => checked,
+            Err(why) => return refuse(why),
+        };
         let request = SamplingRequest {
             server: state.server.clone(),
             tool_use_id: call.tool_use_id.clone(),
-            system,
-            messages,
-            max_tokens,
-            temperature,
+            system: checked.system,
+            messages: checked.messages,
+            max_tokens: checked.max_tokens,
+            temperature: checked.temperature,
         };
         let done = call.done.clone();
         drop(call);

@@ -96,12 +96,18 @@ pub trait Sampler: Send + Sync {
     async fn sample(&self, request: SamplingRequest) -> Result<SamplingAnswer, String>;
 }
 
+/// A request that passed [`check_request`].
+#[derive(Debug)]
+pub struct CheckedRequest {
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    pub max_tokens: u32,
+    pub temperature: Option<f32>,
+}
+
 /// The checks of a request against the entry's bounds: its messages (text only), system
 /// prompt, size and `maxTokens`. `params` is the request's JSON.
-pub fn check_request(
-    params: &Value,
-    limits: &McpSampling,
-) -> Result<(Option<String>, Vec<Message>, u32, Option<f32>), String> {
+pub fn check_request(params: &Value, limits: &McpSampling) -> Result<CheckedRequest, String> {
     let max_tokens = params["maxTokens"]
         .as_u64()
         .ok_or("`maxTokens` is required")?;
@@ -160,7 +166,12 @@ pub fn check_request(
     let temperature = params["temperature"]
         .as_f64()
         .map(|t| t.clamp(0.0, 2.0) as f32);
-    Ok((system, out, max_tokens as u32, temperature))
+    Ok(CheckedRequest {
+        system,
+        messages: out,
+        max_tokens: max_tokens as u32,
+        temperature,
+    })
 }
 
 /// The JSON of a `CreateMessageResult` for `answer`.
@@ -191,7 +202,7 @@ mod tests {
 
     #[test]
     fn text_requests_within_bounds_are_taken() {
-        let (system, messages, max_tokens, _) = check_request(
+        let checked = check_request(
             &json!({"messages": [
                 {"role": "user", "content": {"type": "text", "text": "hi"}},
                 {"role": "assistant", "content": [{"type": "text", "text": "yes?"}]}
@@ -199,9 +210,9 @@ mod tests {
             &limits(),
         )
         .unwrap();
-        assert_eq!(system.as_deref(), Some("be brief"));
-        assert_eq!(messages.len(), 2);
-        assert_eq!(max_tokens, 100);
+        assert_eq!(checked.system.as_deref(), Some("be brief"));
+        assert_eq!(checked.messages.len(), 2);
+        assert_eq!(checked.max_tokens, 100);
     }
 
     #[test]
