@@ -5,8 +5,10 @@
 //! that shows its environment (`env`) and one that answers with an image and an embedded
 //! resource (`media`); and tools that make the
 //! server ask the client: an elicitation (`ask`), progress notifications (`progress`), a
-//! tool list change (`grow`: adds the tool `extra`), sampling (`sample`), and one that tells
-//! which process answers (`pid`: its id and start time).
+//! tool list change (`grow`: adds the tool `extra`; `shrink`: removes it; `flood`: says the
+//! list changed `count` times; `lists`: how many times the list was read), sampling
+//! (`sample`: `times` requests of `max_tokens` each, answering with what the model said),
+//! and one that tells which process answers (`pid`: its id and start time).
 //!
 //! `--http ADDR` serves the same tools over Streamable HTTP (rmcp's server side on axum) at
 //! `http://ADDR/mcp` instead of stdio, printing the bound address on its first line of
@@ -20,7 +22,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 struct Fixture;
 
@@ -37,8 +39,10 @@ fn instance() -> String {
         .clone()
 }
 
-/// Set by `grow`: the tool list then has `extra`.
+/// Set by `grow` (cleared by `shrink`): the tool list then has `extra`.
 static GROWN: AtomicBool = AtomicBool::new(false);
+/// How many times the tool list was read.
+static LISTS: AtomicU32 = AtomicU32::new(0);
 
 fn tools() -> Value {
     let object = |properties: Value, required: Value| json!({"type": "object", "properties": properties, "required": required});
@@ -65,7 +69,12 @@ fn tools() -> Value {
          "inputSchema": object(json!({"count": {"type": "integer"}}), json!(["count"]))},
         {"name": "grow", "description": "Adds the tool `extra`.", "inputSchema": object(json!({}), json!([]))},
         {"name": "pid", "description": "Tells which server process answers.", "inputSchema": object(json!({}), json!([]))},
-        {"name": "sample", "description": "Asks the client's model (sampling).", "inputSchema": object(json!({}), json!([]))}
+        {"name": "sample", "description": "Asks the client's model (sampling).",
+         "inputSchema": object(json!({"times": {"type": "integer"}, "max_tokens": {"type": "integer"}}), json!([]))},
+        {"name": "shrink", "description": "Removes the tool `extra`.", "inputSchema": object(json!({}), json!([]))},
+        {"name": "flood", "description": "Says the tool list changed `count` times.",
+         "inputSchema": object(json!({"count": {"type": "integer"}}), json!(["count"]))},
+        {"name": "lists", "description": "How many times the tool list was read.", "inputSchema": object(json!({}), json!([]))}
     ]});
     if GROWN.load(Ordering::SeqCst) {
         list["tools"].as_array_mut().unwrap().push(json!(
@@ -94,6 +103,7 @@ impl ServerHandler for Fixture {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        LISTS.fetch_add(1, Ordering::SeqCst);
         serde_json::from_value(tools()).map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
@@ -206,20 +216,51 @@ impl ServerHandler for Fixture {
                 let _ = context.peer.notify_tool_list_changed().await;
                 text_result("grown")
             }
+            "shrink" => {
+                GROWN.store(false, Ordering::SeqCst);
+                let _ = context.peer.notify_tool_list_changed().await;
+                text_result("shrunk")
+            }
+            "flood" => {
+                let count = args["count"].as_u64().unwrap_or(1);
+                GROWN.store(true, Ordering::SeqCst);
+                for _ in 0..count {
+                    let _ = context.peer.notify_tool_list_changed().await;
+                }
+                text_result(format!("said it {count} times"))
+            }
+            "lists" => text_result(format!("lists: {}", LISTS.load(Ordering::SeqCst))),
             "extra" if GROWN.load(Ordering::SeqCst) => text_result("extra ran"),
             "pid" => text_result(instance()),
             "sample" => {
-                let params = serde_json::from_value(json!({
-                    "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
-                    "maxTokens": 16
-                }))
-                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-                #[allow(deprecated)]
-                let answer = context.peer.create_message(params).await;
-                match answer {
-                    Ok(_) => text_result("sampled"),
-                    Err(error) => text_result(format!("sampling refused: {error}")),
+                let times = args["times"].as_u64().unwrap_or(1);
+                let max_tokens = args["max_tokens"].as_u64().unwrap_or(16);
+                let mut answers = Vec::new();
+                for _ in 0..times {
+                    let params = serde_json::from_value(json!({
+                        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                        "systemPrompt": "Answer briefly.",
+                        "maxTokens": max_tokens
+                    }))
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                    #[allow(deprecated)]
+                    let answer = context.peer.create_message(params).await;
+                    match answer {
+                        Ok(answer) => {
+                            let answer = serde_json::to_value(&answer).unwrap_or_default();
+                            answers.push(format!(
+                                "sampled: {} ({})",
+                                answer["content"]["text"].as_str().unwrap_or_default(),
+                                answer["stopReason"].as_str().unwrap_or_default()
+                            ));
+                        }
+                        Err(error) => {
+                            answers.push(format!("sampling refused: {error}"));
+                            break;
+                        }
+                    }
                 }
+                text_result(answers.join("\n"))
             }
             other => {
                 return Err(ErrorData::invalid_params(

@@ -83,6 +83,11 @@ pub trait LoopHost: Send + Sync + 'static {
     fn delegated_tokens(&self) -> u64 {
         0
     }
+
+    /// Called before every model request: a host whose tools can change while a run goes
+    /// on (an MCP server said its list changed) brings them up to date here, so the request
+    /// offers, and the calls it asks for find, the current tools.
+    async fn refresh_tools(&self) {}
     /// Asked between turns (and before a run's first request): `Some` when one of the
     /// tenant's spend budgets is spent, counting the model calls among `pending` (the turn
     /// that just ended, not committed yet). The run then ends with `budget_exhausted`.
@@ -206,6 +211,7 @@ impl Engine {
                     self.host.emit(event);
                 }
             }
+            self.host.refresh_tools().await;
             let max_tokens = if matches!(reason, Some(ContinueReason::MaxOutputRecovery)) {
                 self.config.recovery_max_tokens
             } else {

@@ -1,19 +1,21 @@
 //! The client side of one server's connection: what the client tells the server it can do
-//! (form elicitation; no sampling, no roots), and the requests and notifications the server
-//! sends while the session lives — elicitations, progress, `tools/list_changed` — routed to
-//! the call they belong to.
+//! (form elicitation; sampling only when its entry allows it; no roots), and the requests and
+//! notifications the server sends while the session lives — elicitations, sampling, progress,
+//! `tools/list_changed` — routed to the call they belong to.
 //!
 //! Each call in flight is registered under its `tool_use_id`. The SDK gives every request a
 //! progress token of its own, unknown to the caller: the first progress notification with a
 //! token not seen before binds it to the one call in flight. An elicitation names no call, so
 //! it is asked for the one call in flight. With none, or several at once (only tools of a
-//! trusted server run concurrently), an unbound progress notification is dropped and an
-//! elicitation is cancelled.
+//! trusted server run concurrently), an unbound progress notification is dropped, an
+//! elicitation is cancelled and a sampling request is refused.
 
 use super::elicitation::{self, ElicitingCall};
+use super::sampling::{self, McpSampling, Sampler, SamplingRequest};
 use crate::tools::ToolProgress;
 use crate::tools::pipeline::Approver;
-// Sampling is deprecated by the protocol (SEP-2577); this client only refuses it.
+// Sampling is deprecated by the protocol (SEP-2577); this client answers it only for
+// servers whose entry allows it.
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
     ElicitationCapability, FormElicitationCapability, Implementation, ProgressNotificationParam,
@@ -25,7 +27,7 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
 use serde_json::json;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -49,6 +51,8 @@ pub struct CallScope {
     token: Mutex<Option<ProgressToken>>,
     /// Cancelled when the call ends: an elicitation still waiting is cancelled.
     done: CancellationToken,
+    /// Sampling requests the server made during this call.
+    samples: AtomicU32,
 }
 
 /// What a server and its connections share: the calls in flight, the run's approver for
@@ -58,6 +62,10 @@ pub struct ClientState {
     calls: Mutex<HashMap<String, Arc<CallScope>>>,
     elicitor: Mutex<Option<Arc<dyn Approver>>>,
     tools_changed: AtomicBool,
+    /// The entry's sampling bounds (`None`: sampling is refused).
+    sampling: Option<McpSampling>,
+    /// The current run's sampler (`None` between runs).
+    sampler: Mutex<Option<Arc<dyn Sampler>>>,
 }
 
 /// Removes a call from the registry when it ends (whichever way).
@@ -81,12 +89,14 @@ impl Drop for CallGuard {
 }
 
 impl ClientState {
-    pub fn new(server: &str) -> Arc<Self> {
+    pub fn new(server: &str, sampling: Option<McpSampling>) -> Arc<Self> {
         Arc::new(Self {
             server: server.to_owned(),
             calls: Mutex::default(),
             elicitor: Mutex::default(),
             tools_changed: AtomicBool::new(false),
+            sampling,
+            sampler: Mutex::default(),
         })
     }
 
@@ -104,6 +114,7 @@ impl ClientState {
             rate: Mutex::new((0, None)),
             token: Mutex::new(None),
             done: CancellationToken::new(),
+            samples: AtomicU32::new(0),
         });
         self.calls
             .lock()
@@ -150,10 +161,20 @@ impl ClientState {
         *self.elicitor.lock().unwrap_or_else(|e| e.into_inner()) = approver;
     }
 
+    /// The sampler the current run's sampling requests are answered with.
+    pub fn set_sampler(&self, sampler: Option<Arc<dyn Sampler>>) {
+        *self.sampler.lock().unwrap_or_else(|e| e.into_inner()) = sampler;
+    }
+
     /// Whether the server said its tool list changed since the last call of this (which
     /// clears it).
     pub fn take_tools_changed(&self) -> bool {
         self.tools_changed.swap(false, Ordering::SeqCst)
+    }
+
+    /// Whether the server said its tool list changed and it was not read again yet.
+    pub fn tools_changed(&self) -> bool {
+        self.tools_changed.load(Ordering::SeqCst)
     }
 
     fn only_call(&self) -> Option<Arc<CallScope>> {
@@ -169,14 +190,22 @@ pub struct McpClient {
     pub state: Arc<ClientState>,
 }
 
-/// What the client declares in `initialize`: form elicitation only.
-pub fn client_config() -> ClientConfig {
-    let capabilities = ClientCapabilities::builder()
+/// What the client declares in `initialize`: form elicitation, and sampling when the entry
+/// allows it.
+pub fn client_config(sampling: bool) -> ClientConfig {
+    #[allow(unused_mut)]
+    let mut capabilities = ClientCapabilities::builder()
         .enable_elicitation_with(
             ElicitationCapability::new()
                 .with_form(FormElicitationCapability::new().with_schema_validation(true)),
         )
         .build();
+    if sampling {
+        #[allow(deprecated)]
+        {
+            capabilities.sampling = Some(rmcp::model::SamplingCapability::default());
+        }
+    }
     ClientConfig::new(
         capabilities,
         Implementation::new("norma-server", env!("CARGO_PKG_VERSION")),
@@ -186,7 +215,7 @@ pub fn client_config() -> ClientConfig {
 
 impl ClientHandler for McpClient {
     fn get_info(&self) -> ClientConfig {
-        client_config()
+        client_config(self.state.sampling.is_some())
     }
 
     async fn create_elicitation(
@@ -238,14 +267,68 @@ impl ClientHandler for McpClient {
     #[allow(deprecated)]
     async fn create_message(
         &self,
-        _params: CreateMessageRequestParams,
-        _context: RequestContext<RoleClient>,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        Err(ErrorData::invalid_request(
-            "sampling is not available: this client does not let MCP servers use the \
-             session's model",
-            None,
-        ))
+        let state = &self.state;
+        let refuse = |why: String| {
+            tracing::info!(server = %state.server, reason = %why, "MCP sampling refused");
+            Err(ErrorData::invalid_request(why, None))
+        };
+        let Some(limits) = state.sampling else {
+            return refuse(format!(
+                "sampling is not enabled for the MCP server `{}`: the session's model answers \
+                 only servers whose entry sets `sampling`",
+                state.server
+            ));
+        };
+        let sampler = state
+            .sampler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let (Some(call), Some(sampler)) = (state.only_call(), sampler) else {
+            return refuse(
+                "sampling is answered only during exactly one tool call of the \
+                 server"
+                    .into(),
+            );
+        };
+        let made = call.samples.fetch_add(1, Ordering::SeqCst) + 1;
+        if made > limits.max_requests_per_call {
+            return refuse(format!(
+                "this tool call already made {} sampling requests, the server's \
+                 `sampling.max_requests_per_call`",
+                limits.max_requests_per_call
+            ));
+        }
+        let params = serde_json::to_value(&params).unwrap_or_default();
+        let checked = match sampling::check_request(&params, &limits) {
+            Ok(checked) => checked,
+            Err(why) => return refuse(why),
+        };
+        let request = SamplingRequest {
+            server: state.server.clone(),
+            tool_use_id: call.tool_use_id.clone(),
+            system: checked.system,
+            messages: checked.messages,
+            max_tokens: checked.max_tokens,
+            temperature: checked.temperature,
+        };
+        let done = call.done.clone();
+        drop(call);
+        let span = tracing::info_span!("mcp_sampling", server = %state.server,
+            tool_use_id = %request.tool_use_id);
+        let answered = tokio::select! {
+            answer = sampler.sample(request).instrument(span) => answer,
+            () = context.ct.cancelled() => Err("the request was cancelled".into()),
+            () = done.cancelled() => Err("the tool call ended".into()),
+        };
+        match answered {
+            Ok(answer) => serde_json::from_value(sampling::result_json(&answer))
+                .map_err(|error| ErrorData::internal_error(error.to_string(), None)),
+            Err(why) => refuse(why),
+        }
     }
 
     async fn on_progress(

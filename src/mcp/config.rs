@@ -97,6 +97,10 @@ pub struct McpServerConfig {
     /// Seconds one tool call may take (1..=3600, default 300); then `TOOL_TIMEOUT`.
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
+    /// Lets the server ask the session's model (`sampling/createMessage`) during its tool
+    /// calls, within these bounds; absent (the default): sampling is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<super::sampling::McpSampling>,
 }
 
 fn default_timeout() -> u64 {
@@ -117,6 +121,7 @@ impl std::fmt::Debug for McpServerConfig {
             .field("tools", &self.tools)
             .field("deferred", &self.deferred)
             .field("trusted", &self.trusted)
+            .field("sampling", &self.sampling)
             .finish()
     }
 }
@@ -310,6 +315,11 @@ impl McpServerConfig {
                 "timeout_seconds",
                 format!("must be between 1 and {MAX_TIMEOUT_SECONDS}"),
             );
+        }
+        if let Some(sampling) = &self.sampling {
+            sampling
+                .validate()
+                .map_err(|(field, message)| (format!("sampling.{field}"), message))?;
         }
         Ok(())
     }

@@ -12,14 +12,18 @@
 //! client ([`http`]). A tenant admin registers servers once for the tenant ([`registry`],
 //! `/v1/mcp-servers`); a session takes the ones it names in `use_mcp_servers`. Requests and
 //! notifications from the server (elicitation, sampling, progress, `tools/list_changed`) are
-//! handled in [`client`]. Built on the `rmcp` SDK.
+//! handled in [`client`]; sampling is answered by the run's model when the entry allows it
+//! ([`sampling`]); a changed tool list is read again before the run's next model request
+//! ([`refresh`]). Built on the `rmcp` SDK.
 
 pub mod client;
 pub mod config;
 pub mod elicitation;
 pub mod guard;
 pub mod http;
+pub mod refresh;
 pub mod registry;
+pub mod sampling;
 pub mod secret;
 pub mod server;
 pub mod settings;
@@ -93,6 +97,58 @@ impl SessionMcp {
         }
     }
 
+    /// The sampler through which the current run answers its servers' sampling requests
+    /// (`None` after the run; only servers whose entry sets `sampling` are answered).
+    pub fn set_sampler(&self, sampler: Option<Arc<dyn sampling::Sampler>>) {
+        for server in &self.servers {
+            server.client().set_sampler(sampler.clone());
+        }
+    }
+
+    /// Whether a server said its tool list changed since it was last read (cheap: one
+    /// flag per server).
+    pub fn tools_changed(&self) -> bool {
+        self.servers.iter().any(|s| s.client().tools_changed())
+    }
+
+    /// Reads again the lists of the servers that said theirs changed, and returns, for each
+    /// one read, its name and the tools it now offers. A server whose list cannot be read
+    /// keeps its tools (and is not in the answer).
+    pub async fn refresh_changed(&self) -> Vec<(String, McpTools)> {
+        let changed: Vec<&Arc<McpServer>> = self
+            .servers
+            .iter()
+            .filter(|s| s.client().tools_changed())
+            .collect();
+        let listed = futures::future::join_all(changed.iter().map(|s| s.tools())).await;
+        let mut refreshed = Vec::new();
+        for (server, listed) in changed.into_iter().zip(listed) {
+            let Ok(listed) = listed else { continue };
+            refreshed.push((server.config().name.clone(), Self::offer(server, &listed)));
+        }
+        refreshed
+    }
+
+    /// The registry tools of one server's list, recorded in its status.
+    fn offer(server: &Arc<McpServer>, listed: &[rmcp::model::Tool]) -> McpTools {
+        let (offered, skipped) = tools::registry_tools(server, listed);
+        server.set_offered(
+            offered.iter().map(|tool| tool.name().to_owned()).collect(),
+            skipped,
+        );
+        if server.config().deferred {
+            McpTools {
+                visible: Vec::new(),
+                deferred: offered,
+            }
+        } else {
+            McpTools {
+                visible: offered,
+                deferred: Vec::new(),
+            }
+        }
+    }
+
     /// Starts the servers that are not running (each on its own; one that fails only shows
     /// in its status) and returns their tools.
     pub async fn tools(&self) -> McpTools {
@@ -103,16 +159,9 @@ impl SessionMcp {
                 server.set_offered(Vec::new(), Vec::new());
                 continue;
             };
-            let (offered, skipped) = tools::registry_tools(server, &listed);
-            server.set_offered(
-                offered.iter().map(|tool| tool.name().to_owned()).collect(),
-                skipped,
-            );
-            if server.config().deferred {
-                tools.deferred.extend(offered);
-            } else {
-                tools.visible.extend(offered);
-            }
+            let offered = Self::offer(server, &listed);
+            tools.visible.extend(offered.visible);
+            tools.deferred.extend(offered.deferred);
         }
         tools
     }

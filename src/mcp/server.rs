@@ -21,6 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 /// How long the start (spawn, handshake, tool list) may take.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long reading the tool list again (after `tools/list_changed`) may take: it happens
+/// before a model request, so a server slow to answer delays its run only this much (and
+/// keeps its last list).
+const REFRESH_TIMEOUT: Duration = Duration::from_secs(10);
 /// At most this many tools are taken from one server.
 const MAX_TOOLS: usize = 1000;
 /// Consecutive crashes after which the server is not restarted any more.
@@ -128,7 +132,7 @@ impl McpServer {
         egress: crate::egress::EgressClient,
     ) -> Self {
         Self {
-            client: ClientState::new(&config.name),
+            client: ClientState::new(&config.name, config.sampling),
             config,
             sandbox,
             network,
@@ -194,7 +198,7 @@ impl McpServer {
         let connection = self.connect().await?;
         if self.client.take_tools_changed() {
             let listed =
-                tokio::time::timeout(START_TIMEOUT, connection.service.peer().list_all_tools())
+                tokio::time::timeout(REFRESH_TIMEOUT, connection.service.peer().list_all_tools())
                     .await;
             match listed {
                 Ok(Ok(mut tools)) => {
@@ -236,6 +240,8 @@ impl McpServer {
         if let Some(connection) = slot.take() {
             connection.kill();
         }
+        // The next start reads the list afresh; until then the last one stands.
+        self.client.take_tools_changed();
         let mut health = self.health();
         health.state = McpServerState::Idle;
         health.error = None;

@@ -102,6 +102,9 @@ pub enum RunEvent {
     SubagentEvent(SubagentEvent),
     /// A subagent run ended; its usage counts into the parent run's token budget.
     SubagentFinished(SubagentFinished),
+    /// An MCP server's sampling request answered by the run's model (its usage is counted
+    /// like any model call's).
+    McpSampling(McpSampling),
     /// A stored event this build does not know (or whose payload no longer fits), passed
     /// through as stored. Never built by the server itself.
     #[serde(skip)]
@@ -207,6 +210,16 @@ pub struct Compaction {
     /// Tokens of the summarising model call (absent in events of older servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<TurnUsage>,
+}
+
+/// A sampling request of an MCP server, answered during one of its tool calls.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpSampling {
+    pub server: String,
+    pub tool_use_id: String,
+    pub model: String,
+    pub stop_reason: StopReason,
+    pub usage: TurnUsage,
 }
 
 /// A Noa compression batch: its ranges and the view's estimated tokens before and after.

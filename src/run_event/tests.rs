@@ -182,6 +182,12 @@ fn fixtures() -> Vec<(&'static str, Value)> {
                                "cache_read_tokens": 0, "cache_write_tokens": 0,
                                "cost_micros": 0, "unpriced_model_calls": 2 } }),
         ),
+        (
+            "mcp_sampling",
+            json!({ "server": "fx", "tool_use_id": "tu_1", "model": "m", "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 5, "output_tokens": 3, "cache_read_tokens": 0,
+                              "cache_write_tokens": 0} }),
+        ),
     ]
 }
 
@@ -205,7 +211,7 @@ fn the_fixture_table_covers_every_variant() {
         .collect();
     seen.dedup();
     // One per typed variant (Other excluded); keep in step with the enum.
-    assert_eq!(seen.len(), 34, "{seen:?}");
+    assert_eq!(seen.len(), 35, "{seen:?}");
 }
 
 #[test]

@@ -136,6 +136,7 @@ impl SessionWriter {
             .filter_map(|event| match event {
                 RunEvent::AssistantMessage(message) => Some(message.usage),
                 RunEvent::Compaction(compaction) => compaction.usage,
+                RunEvent::McpSampling(sampling) => Some(sampling.usage),
                 _ => None,
             })
             .map(|usage| meter.record(lease.run_id.as_str(), usage.into()))
@@ -423,6 +424,9 @@ pub struct StoreHost {
     pub capture_content: bool,
     /// Tokens of the run's subagents (its `Agent` calls), counted into its token budget.
     pub delegated: super::subagent::DelegatedUsage,
+    /// The session's MCP servers, when it has any: a changed tool list is read again
+    /// before the next model request.
+    pub mcp_refresh: Option<crate::mcp::refresh::McpRefresh>,
 }
 
 /// How a tool call's result counts: denied by the ladder or the approver, failed, or ok.
@@ -599,6 +603,12 @@ impl LoopHost for StoreHost {
 
     async fn tenant_budget_spent(&self, pending: &[RunEvent]) -> Option<BudgetKind> {
         self.tenant_budget_spent_inner(pending).await
+    }
+
+    async fn refresh_tools(&self) {
+        if let Some(refresh) = &self.mcp_refresh {
+            refresh.apply(&self.pipeline).await;
+        }
     }
 }
 

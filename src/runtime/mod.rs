@@ -24,6 +24,7 @@ mod expiry;
 pub mod fencing;
 pub mod handoff;
 pub mod host;
+mod mcp_sampling;
 pub mod outbox;
 mod parking;
 mod reconcile;

@@ -582,7 +582,7 @@ impl SessionRuntime {
             session: session.clone(),
             run_id: run_id.clone(),
             workspace: Some(env.workspace.clone()),
-            unlocked,
+            unlocked: unlocked.clone(),
             notifications: env.notifications.clone(),
             store: self.store.clone(),
             grants: grants.clone(),
@@ -599,6 +599,10 @@ impl SessionRuntime {
             ids: ids.clone(),
             capture_content: self.settings.capture_content,
             delegated,
+            mcp_refresh: (!env.mcp.is_empty()).then(|| crate::mcp::refresh::McpRefresh {
+                mcp: env.mcp.clone(),
+                unlocked: unlocked.clone(),
+            }),
         });
         let provider = self.provider_for(&ids, &config)?;
         let meter = self.usage_meter(tenant, &config)?;
@@ -606,6 +610,21 @@ impl SessionRuntime {
         // without a budget, this read serves the first turn's check too.
         host.budgets.ensure_priced(tenant, &meter).await?;
         writer.meter_usage(meter);
+        if !env.mcp.is_empty() {
+            env.mcp
+                .set_sampler(Some(Arc::new(super::mcp_sampling::RunSampler {
+                    provider: provider.clone(),
+                    model: config
+                        .model
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| self.provider_config(tenant).model.clone()),
+                    writer: writer.clone(),
+                    budgets: self.budgets.clone(),
+                    tenant: tenant.clone(),
+                    cancel: cancel.clone(),
+                })));
+        }
         let engine = Engine {
             provider,
             host: host.clone(),

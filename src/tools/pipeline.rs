@@ -181,7 +181,9 @@ impl Failure {
 /// The pipeline of one session: cheap to clone, safe to call concurrently.
 #[derive(Clone)]
 pub struct Pipeline {
-    registry: ToolRegistry,
+    /// Shared by the clones, so a registry swapped between turns (an MCP server's tool list
+    /// changed) is seen by every holder; each call reads it once, when it is looked up.
+    registry: Arc<std::sync::RwLock<ToolRegistry>>,
     gate: Arc<dyn PermissionGate>,
     approver: Option<Arc<dyn Approver>>,
     journal: Option<Arc<dyn ExecutionJournal>>,
@@ -196,7 +198,7 @@ impl Pipeline {
     /// and the default call timeout.
     pub fn new(registry: ToolRegistry, gate: Arc<dyn PermissionGate>) -> Self {
         Self {
-            registry,
+            registry: Arc::new(std::sync::RwLock::new(registry)),
             gate,
             approver: None,
             journal: None,
@@ -248,9 +250,18 @@ impl Pipeline {
         self
     }
 
-    /// The tools this pipeline runs.
-    pub fn registry(&self) -> &ToolRegistry {
-        &self.registry
+    /// The tools this pipeline runs (a cheap copy of the current registry).
+    pub fn registry(&self) -> ToolRegistry {
+        self.registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the tools this pipeline (and every clone of it) runs from the next lookup
+    /// on: the host does it between turns, when an MCP server's tool list changed.
+    pub fn set_registry(&self, registry: ToolRegistry) {
+        *self.registry.write().unwrap_or_else(|e| e.into_inner()) = registry;
     }
 
     /// The hooks this pipeline runs.
@@ -401,27 +412,30 @@ impl Pipeline {
     }
 
     /// Steps 1–4: everything that must pass before the call.
-    async fn admit<'r>(
-        &'r self,
+    async fn admit(
+        &self,
         name: &str,
         input: Value,
         ctx: &ToolContext,
         unlocked: &HashSet<String>,
         decision: &mut DecisionRecord,
         context: &mut Vec<String>,
-    ) -> Result<(&'r Arc<RegisteredTool>, Value), Failure> {
+    ) -> Result<(Arc<RegisteredTool>, Value), Failure> {
         // 1. lookup: a hidden tool that is not unlocked does not exist for the model.
         let entry = self
             .registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
             .lookup_visible(name, unlocked)
+            .cloned()
             .map_err(|_| Failure::new(codes::TOOL_NOT_FOUND, format!("no tool named {name:?}")))?;
 
         // 2. schema
-        validate(entry, &input, "")?;
+        validate(&entry, &input, "")?;
 
         // 3. permission
         let reason = format!("{name} requires approval");
-        let mut input = self.permit(entry, input, ctx, decision, reason).await?;
+        let mut input = self.permit(&entry, input, ctx, decision, reason).await?;
 
         // 4. PreToolUse hooks
         if self.hooks.has_hooks(HookEventName::PreToolUse, Some(name)) {
@@ -456,10 +470,12 @@ impl Pipeline {
                     // D3: the rewrite is a new input; it earns nothing the old one was granted.
                     decision.rewritten_by_hook = true;
                     let prefix = format!("input rewritten by hook {hook}: ");
-                    validate(entry, &rewritten, &prefix)?;
+                    validate(&entry, &rewritten, &prefix)?;
                     let reason =
                         format!("{name} requires approval for the input rewritten by hook {hook}");
-                    input = self.permit(entry, rewritten, ctx, decision, reason).await?;
+                    input = self
+                        .permit(&entry, rewritten, ctx, decision, reason)
+                        .await?;
                 }
                 Some(_) | None => {}
             }

@@ -46,15 +46,15 @@ on_each_store!(
 const OLD_REPLICA: &str = "crashed-replica";
 
 /// A store prepared before the server starts, and the settings that point at it.
-struct Prepared {
-    store: Arc<dyn Store>,
-    settings: norma::config::Settings,
+pub(crate) struct Prepared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) settings: norma::config::Settings,
     dir: tempfile::TempDir,
     backend: Backend,
 }
 
 impl Prepared {
-    async fn new(backend: Backend) -> Option<Self> {
+    pub(crate) async fn new(backend: Backend) -> Option<Self> {
         let dir = tempfile::tempdir().unwrap();
         let mut settings = test_settings(dir.path());
         settings.run_lease_seconds = 1;
@@ -72,7 +72,7 @@ impl Prepared {
         })
     }
 
-    async fn session(&self, config: Value) -> SessionId {
+    pub(crate) async fn session(&self, config: Value) -> SessionId {
         let id = SessionId::generate();
         self.store
             .create_session(NewSession {
@@ -86,7 +86,12 @@ impl Prepared {
     }
 
     /// A run claimed by a replica that then died: its lease lasts `lease`.
-    async fn crashed_run(&self, session: &SessionId, prompt: &str, lease: Duration) -> RunRecord {
+    pub(crate) async fn crashed_run(
+        &self,
+        session: &SessionId,
+        prompt: &str,
+        lease: Duration,
+    ) -> RunRecord {
         let run = self
             .store
             .create_run(
@@ -113,7 +118,7 @@ impl Prepared {
     }
 
     /// Writes what the crashed replica had written, under its lease.
-    async fn write(
+    pub(crate) async fn write(
         &self,
         session: &SessionId,
         lease: &RunLease,
@@ -150,7 +155,7 @@ impl Prepared {
             .unwrap();
     }
 
-    async fn start(self) -> (TestApp, Arc<dyn Store>) {
+    pub(crate) async fn start(self) -> (TestApp, Arc<dyn Store>) {
         let store = self.store.clone();
         (
             TestApp::start(self.settings, self.backend, self.dir).await,
@@ -166,7 +171,12 @@ fn marker_script(command: &str) -> Value {
     ]})
 }
 
-async fn wait_for_run(app: &TestApp, token: &str, session: &SessionId, run: &str) -> Value {
+pub(crate) async fn wait_for_run(
+    app: &TestApp,
+    token: &str,
+    session: &SessionId,
+    run: &str,
+) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let record: Value = app
