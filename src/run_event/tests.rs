@@ -163,6 +163,17 @@ fn fixtures() -> Vec<(&'static str, Value)> {
             json!({ "purpose": "command", "host": "pypi.org", "port": 443,
                     "decision": "allowed", "bytes": 900, "bytes_out": 300, "hop": 0 }),
         ),
+        (
+            "skill_loaded",
+            json!({ "tool_use_id": "tu_1", "name": "pdf-forms", "source": "registered",
+                    "unlocked": ["Glob"], "available": ["Read"],
+                    "refused": [{"tool": "Write", "reason": "denied"}] }),
+        ),
+        (
+            "skill_loaded",
+            json!({ "tool_use_id": "tu_2", "name": "notes", "source": "workspace",
+                    "unlocked": [] }),
+        ),
     ]
 }
 
@@ -186,7 +197,7 @@ fn the_fixture_table_covers_every_variant() {
         .collect();
     seen.dedup();
     // One per typed variant (Other excluded); keep in step with the enum.
-    assert_eq!(seen.len(), 31, "{seen:?}");
+    assert_eq!(seen.len(), 32, "{seen:?}");
 }
 
 #[test]

@@ -30,6 +30,7 @@ mod reconcile;
 mod replicas;
 pub mod resume;
 mod run_factory;
+mod skills;
 mod snapshots;
 pub mod webhook;
 pub mod workspace_quota;

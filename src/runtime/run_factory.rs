@@ -482,6 +482,27 @@ impl SessionRuntime {
                     .map_err(|error| RuntimeError::Setup(error.to_string()))?;
             }
         }
+        // Skills (only for sessions that offer them: no read otherwise).
+        if let Some(tool) = self
+            .skill_tool(
+                tenant,
+                session,
+                &config,
+                &registry,
+                &gate.rules,
+                unlocked.clone(),
+                &env.workspace,
+                Arc::new(RunJournal {
+                    writer: writer.clone(),
+                    run_id: run_id.clone(),
+                }),
+            )
+            .await?
+        {
+            registry
+                .register(tool)
+                .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        }
         // Hooks and the approval webhook post through the shared client, recording each
         // request as an `egress` event of this run.
         let egress = self.egress.recording(Arc::new(RunJournal {
