@@ -300,7 +300,10 @@ mod tests {
 
     #[test]
     fn is_bounded() {
-        let long = format!("---\n{}---\n", "a: b\n".repeat(MAX_FRONT_MATTER_LINES + 1));
+        let lines: String = (0..=MAX_FRONT_MATTER_LINES)
+            .map(|i| format!("k{i}: b\n"))
+            .collect();
+        let long = format!("---\n{lines}---\n");
         assert!(parse(&long).unwrap_err().contains("longer than"));
         let wide = format!("---\nd: {}\n---\n", "x".repeat(MAX_FRONT_MATTER_BYTES));
         assert!(parse(&wide).unwrap_err().contains("longer than"));
