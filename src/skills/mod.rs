@@ -158,7 +158,10 @@ pub fn parse_skill_md(text: &str, field: &str) -> Result<SkillDefinition, SkillE
         return Err(SkillError::new(
             reasons::TOO_LARGE,
             field,
-            format!("SKILL.md is {} bytes, at most {MAX_SKILL_BYTES}", text.len()),
+            format!(
+                "SKILL.md is {} bytes, at most {MAX_SKILL_BYTES}",
+                text.len()
+            ),
         ));
     }
     let parsed = front_matter::parse(text)

@@ -44,28 +44,55 @@ fn refusals_carry_stable_reasons() {
         ("no front matter".into(), reasons::FRONT_MATTER),
         (md("description: d\n", ""), reasons::FRONT_MATTER),
         (md("name: x\n", ""), reasons::FRONT_MATTER),
-        (md("name: x\ndescription: d\nmodel: y\n", ""), reasons::FRONT_MATTER),
         (
-            md("name: x\ndescription: d\ntools: [Glob]\nallowed-tools: Read\n", ""),
+            md("name: x\ndescription: d\nmodel: y\n", ""),
             reasons::FRONT_MATTER,
         ),
-        (md("name: x\ndescription: d\ntools: [Glob, Glob]\n", ""), reasons::FRONT_MATTER),
+        (
+            md(
+                "name: x\ndescription: d\ntools: [Glob]\nallowed-tools: Read\n",
+                "",
+            ),
+            reasons::FRONT_MATTER,
+        ),
+        (
+            md("name: x\ndescription: d\ntools: [Glob, Glob]\n", ""),
+            reasons::FRONT_MATTER,
+        ),
         (md("name: [x]\ndescription: d\n", ""), reasons::FRONT_MATTER),
         (md("name: Bad_Name\ndescription: d\n", ""), reasons::NAME),
         (md("name: -x\ndescription: d\n", ""), reasons::NAME),
         (md("name: a--b\ndescription: d\n", ""), reasons::NAME),
-        (md(&format!("name: {}\ndescription: d\n", "a".repeat(65)), ""), reasons::NAME),
+        (
+            md(&format!("name: {}\ndescription: d\n", "a".repeat(65)), ""),
+            reasons::NAME,
+        ),
         (md("name: x\ndescription: \"\"\n", ""), reasons::DESCRIPTION),
-        (md("name: x\ndescription: \"a\\nb\"\n", ""), reasons::DESCRIPTION),
+        (
+            md("name: x\ndescription: \"a\\nb\"\n", ""),
+            reasons::DESCRIPTION,
+        ),
         (md(&long_description, ""), reasons::DESCRIPTION),
-        (md("name: x\ndescription: d\ntools: [Deploy]\n", ""), reasons::UNKNOWN_TOOL),
-        (md("name: x\ndescription: d\ntools: [bash]\n", ""), reasons::UNKNOWN_TOOL),
-        (md("name: x\ndescription: d\ntools: [Skill]\n", ""), reasons::UNKNOWN_TOOL),
+        (
+            md("name: x\ndescription: d\ntools: [Deploy]\n", ""),
+            reasons::UNKNOWN_TOOL,
+        ),
+        (
+            md("name: x\ndescription: d\ntools: [bash]\n", ""),
+            reasons::UNKNOWN_TOOL,
+        ),
+        (
+            md("name: x\ndescription: d\ntools: [Skill]\n", ""),
+            reasons::UNKNOWN_TOOL,
+        ),
         (
             md("name: x\ndescription: d\ntools: [ExecuteExtraTool]\n", ""),
             reasons::UNKNOWN_TOOL,
         ),
-        (md("name: x\ndescription: d\ntools: ['*']\n", ""), reasons::UNKNOWN_TOOL),
+        (
+            md("name: x\ndescription: d\ntools: ['*']\n", ""),
+            reasons::UNKNOWN_TOOL,
+        ),
         (md(&many_tools, ""), reasons::TOO_MANY),
         (too_big, reasons::TOO_LARGE),
     ];
@@ -90,12 +117,28 @@ fn bodies_bound_their_files() {
     assert!(check_body(&body(vec![file("ref/a.md", 10), file("b.txt", 10)])).is_ok());
     let cases = [
         (vec![file("../a", 1)], reasons::FILE_PATH, "files[0].path"),
-        (vec![file("/etc/passwd", 1)], reasons::FILE_PATH, "files[0].path"),
+        (
+            vec![file("/etc/passwd", 1)],
+            reasons::FILE_PATH,
+            "files[0].path",
+        ),
         (vec![file("a//b", 1)], reasons::FILE_PATH, "files[0].path"),
-        (vec![file(".hidden", 1)], reasons::FILE_PATH, "files[0].path"),
-        (vec![file("SKILL.md", 1)], reasons::FILE_PATH, "files[0].path"),
+        (
+            vec![file(".hidden", 1)],
+            reasons::FILE_PATH,
+            "files[0].path",
+        ),
+        (
+            vec![file("SKILL.md", 1)],
+            reasons::FILE_PATH,
+            "files[0].path",
+        ),
         (vec![file("a b", 1)], reasons::FILE_PATH, "files[0].path"),
-        (vec![file("a", 1), file("a", 1)], reasons::FILE_PATH, "files[1].path"),
+        (
+            vec![file("a", 1), file("a", 1)],
+            reasons::FILE_PATH,
+            "files[1].path",
+        ),
         (
             vec![file("a", MAX_FILE_BYTES + 1)],
             reasons::TOO_LARGE,
@@ -116,7 +159,11 @@ fn bodies_bound_their_files() {
     ];
     for (files, reason, field) in cases {
         let error = check_body(&body(files)).unwrap_err();
-        assert_eq!((error.reason, error.field.as_str()), (reason, field), "{error}");
+        assert_eq!(
+            (error.reason, error.field.as_str()),
+            (reason, field),
+            "{error}"
+        );
     }
 }
 

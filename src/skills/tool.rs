@@ -194,9 +194,8 @@ impl SkillSetup {
                     .map_err(|error| ToolError::failed(format!("cannot read the skill: {error}")))?
                     // Deleted since the run started.
                     .ok_or_else(|| self.not_found(name))?;
-                let definition = super::parse_skill_md(&record.content, "content").map_err(
-                    |error| ToolError::new(codes::SKILL_INVALID, error.to_string()),
-                )?;
+                let definition = super::parse_skill_md(&record.content, "content")
+                    .map_err(|error| ToolError::new(codes::SKILL_INVALID, error.to_string()))?;
                 Ok(Loaded {
                     definition,
                     source,
@@ -333,7 +332,10 @@ fn render(
         ));
     }
     if !available.is_empty() {
-        notes.push(format!("Tools already available: {}.", available.join(", ")));
+        notes.push(format!(
+            "Tools already available: {}.",
+            available.join(", ")
+        ));
     }
     if !refused.is_empty() {
         let list: Vec<String> = refused

@@ -3,8 +3,8 @@
 //! and size. Reads are blocking file I/O: call them on the blocking pool.
 
 use super::{
-    MAX_FILE_BYTES, MAX_SKILL_BYTES, SKILL_FILE, SkillDefinition, SkillError,
-    WORKSPACE_SKILLS_DIR, is_valid_file_path, is_valid_name, parse_skill_md, reasons,
+    MAX_FILE_BYTES, MAX_SKILL_BYTES, SKILL_FILE, SkillDefinition, SkillError, WORKSPACE_SKILLS_DIR,
+    is_valid_file_path, is_valid_name, parse_skill_md, reasons,
 };
 use crate::tools::ToolError;
 use crate::workspace::Workspace;
@@ -52,7 +52,10 @@ pub fn load(root: &Path, name: &str) -> Result<Option<SkillDefinition>, SkillErr
         }
         Err(error) => return Err(invalid(reasons::FRONT_MATTER, error.message)),
     };
-    let definition = parse_skill_md(&text, &format!("{WORKSPACE_SKILLS_DIR}/{name}/{SKILL_FILE}"))?;
+    let definition = parse_skill_md(
+        &text,
+        &format!("{WORKSPACE_SKILLS_DIR}/{name}/{SKILL_FILE}"),
+    )?;
     if definition.name != name {
         return Err(invalid(
             reasons::NAME,

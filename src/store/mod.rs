@@ -17,6 +17,7 @@ mod postgres_noa;
 mod postgres_skills;
 mod postgres_usage;
 mod postgres_webhooks;
+mod skills;
 pub mod sqlite;
 mod sqlite_budgets;
 mod sqlite_limits;
@@ -26,7 +27,6 @@ mod sqlite_skills;
 mod sqlite_usage;
 mod sqlite_webhooks;
 mod sqlite_writer;
-mod skills;
 pub mod storable;
 mod tool_state;
 

@@ -97,9 +97,17 @@ async fn crud_and_scopes(app: TestApp) {
         .collect();
     assert_eq!(names, ["archiver", "finder"]);
     assert!(listed["skills"][1].get("content").is_none(), "{listed}");
-    let one: Value = app.get("/v1/skills/finder", &user).await.json().await.unwrap();
+    let one: Value = app
+        .get("/v1/skills/finder", &user)
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(one["content"], with_files["content"]);
-    assert_eq!(one["description"], "The finder skill: use it for finder work.");
+    assert_eq!(
+        one["description"],
+        "The finder skill: use it for finder work."
+    );
     // Deleting needs tenant:admin.
     let by_user = app.delete("/v1/skills/finder", &user).await;
     assert_eq!(by_user.status(), 403);
@@ -130,7 +138,11 @@ async fn crud_and_scopes(app: TestApp) {
 
 async fn malformed_skills(app: TestApp) {
     let cases: Vec<(Value, &str, &str)> = vec![
-        (json!({"content": "no front matter"}), "content", "SKILL_FRONT_MATTER_INVALID"),
+        (
+            json!({"content": "no front matter"}),
+            "content",
+            "SKILL_FRONT_MATTER_INVALID",
+        ),
         (
             json!({"content": "---\nname: x\ndescription: d\nnested:\n  a: b\n---\n"}),
             "content",
@@ -143,7 +155,11 @@ async fn malformed_skills(app: TestApp) {
             "SKILL_DESCRIPTION_INVALID",
         ),
         (body("x", &["Deploy"], ""), "content", "SKILL_UNKNOWN_TOOL"),
-        (body("x", &["SearchExtraTools"], ""), "content", "SKILL_UNKNOWN_TOOL"),
+        (
+            body("x", &["SearchExtraTools"], ""),
+            "content",
+            "SKILL_UNKNOWN_TOOL",
+        ),
         (
             body("x", &[], &"x".repeat(25 * 1024)),
             "content",
@@ -179,10 +195,16 @@ async fn malformed_skills(app: TestApp) {
     }
     // Fields the body does not have, and a body that is not an object.
     for (body, field) in [
-        (json!({"content": skill_md("x", &[], ""), "extra": 1}), "(root)"),
+        (
+            json!({"content": skill_md("x", &[], ""), "extra": 1}),
+            "(root)",
+        ),
         (json!({"files": []}), "(root)"),
         (json!(["x"]), "(root)"),
-        (json!({"content": skill_md("x", &[], ""), "files": [{"path": "a"}]}), "files[0]"),
+        (
+            json!({"content": skill_md("x", &[], ""), "files": [{"path": "a"}]}),
+            "files[0]",
+        ),
     ] {
         let response = register(&app, "acme", &body).await;
         assert_eq!(response.status(), 422, "{body}");
@@ -228,7 +250,11 @@ mod the_number_of_skills_is_a_tenant_limit {
 }
 
 async fn load_unlocks(app: TestApp) {
-    let mut finder = body("finder", &["Glob", "Read", "WebSearch"], "Use Glob to find files.");
+    let mut finder = body(
+        "finder",
+        &["Glob", "Read", "WebSearch"],
+        "Use Glob to find files.",
+    );
     finder["files"] = json!([{"path": "ref/patterns.md", "content": "try **/*.txt"}]);
     registered(&app, "acme", &finder).await;
     let script = turns(
@@ -236,7 +262,10 @@ async fn load_unlocks(app: TestApp) {
             ("Glob", json!({"pattern": "*"})),
             ("Skill", json!({"name": "finder"})),
             ("Glob", json!({"pattern": "*"})),
-            ("Skill", json!({"name": "finder", "file": "ref/patterns.md"})),
+            (
+                "Skill",
+                json!({"name": "finder", "file": "ref/patterns.md"}),
+            ),
             ("Skill", json!({"name": "nope"})),
         ],
         "done",
@@ -253,7 +282,10 @@ async fn load_unlocks(app: TestApp) {
     assert_eq!(results[0]["code"], "TOOL_NOT_FOUND", "{results:?}");
     let loaded = results[1]["content"].as_str().unwrap();
     assert!(loaded.contains("Use Glob to find files."), "{loaded}");
-    assert!(loaded.contains("Tools unlocked (call them by name): Glob."), "{loaded}");
+    assert!(
+        loaded.contains("Tools unlocked (call them by name): Glob."),
+        "{loaded}"
+    );
     assert!(loaded.contains("ref/patterns.md"), "{loaded}");
     assert_eq!(results[2]["is_error"], false, "{results:?}");
     assert_eq!(results[3]["content"], "try **/*.txt");
@@ -270,9 +302,7 @@ async fn load_unlocks(app: TestApp) {
     let seq = |kind: &str| {
         events
             .iter()
-            .find(|e| {
-                e["type"] == kind && e["payload"]["tool_use_id"] == results[1]["tool_use_id"]
-            })
+            .find(|e| e["type"] == kind && e["payload"]["tool_use_id"] == results[1]["tool_use_id"])
             .map(|e| e["seq"].as_i64().unwrap())
             .unwrap()
     };
@@ -338,7 +368,12 @@ mod the_unlock_survives_a_restart {
 }
 
 async fn denied_tools_stay_denied(app: TestApp) {
-    registered(&app, "acme", &body("writer", &["Write", "Glob"], "Write files.")).await;
+    registered(
+        &app,
+        "acme",
+        &body("writer", &["Write", "Glob"], "Write files."),
+    )
+    .await;
     let script = turns(
         &[
             ("Skill", json!({"name": "writer"})),
@@ -379,14 +414,23 @@ async fn denied_tools_stay_denied(app: TestApp) {
         loaded[0]["payload"]["refused"],
         json!([{"tool": "Write", "reason": "denied"}])
     );
-    assert!(!app.data_dir().join("workspaces/acme").join(&id).join("a.txt").exists());
+    assert!(
+        !app.data_dir()
+            .join("workspaces/acme")
+            .join(&id)
+            .join("a.txt")
+            .exists()
+    );
 
     // A deny rule with an argument part: the tool is unlocked, and the calls the rule names
     // stay denied by the pipeline.
     let script = turns(
         &[
             ("Skill", json!({"name": "writer"})),
-            ("Write", json!({"file_path": "secret/key.txt", "content": "x"})),
+            (
+                "Write",
+                json!({"file_path": "secret/key.txt", "content": "x"}),
+            ),
             ("Write", json!({"file_path": "notes.txt", "content": "x"})),
         ],
         "done",
@@ -423,15 +467,14 @@ async fn denied_tools_stay_denied(app: TestApp) {
 async fn tenant_isolation(app: TestApp) {
     registered(&app, "acme", &body("secret-skill", &["Glob"], "Acme only.")).await;
     let other = app.token("globex");
-    assert_eq!(app.get("/v1/skills/secret-skill", &other).await.status(), 404);
+    assert_eq!(
+        app.get("/v1/skills/secret-skill", &other).await.status(),
+        404
+    );
     let theirs: Value = app.get("/v1/skills", &other).await.json().await.unwrap();
     assert_eq!(theirs["skills"], json!([]));
     let response = app
-        .post_json(
-            "/v1/sessions",
-            &other,
-            &json!({"skills": ["secret-skill"]}),
-        )
+        .post_json("/v1/sessions", &other, &json!({"skills": ["secret-skill"]}))
         .await;
     assert_eq!(response.status(), 422);
     // With every skill of its own tenant (none), loading acme's by name finds nothing.
@@ -491,7 +534,10 @@ async fn workspace_skill(app: TestApp) {
             ("Skill", json!({"name": "notes"})),
             ("Glob", json!({"pattern": "*"})),
             ("Skill", json!({"name": "notes", "file": "ref.md"})),
-            ("Skill", json!({"name": "notes", "file": "../broken/SKILL.md"})),
+            (
+                "Skill",
+                json!({"name": "notes", "file": "../broken/SKILL.md"}),
+            ),
             ("Skill", json!({"name": "broken"})),
             ("Skill", json!({"name": "missing"})),
         ],
