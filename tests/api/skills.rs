@@ -17,12 +17,12 @@ const ADMIN: [&str; 4] = [
 ];
 
 on_both_backends!(
-    skills_are_registered_listed_read_and_deleted_by_admins => super::crud_and_scopes;
-    malformed_skills_are_refused_with_stable_reasons => super::malformed_skills;
-    a_loaded_skill_unlocks_its_deferred_tool => super::load_unlocks;
-    a_skill_never_unlocks_a_denied_tool => super::denied_tools_stay_denied;
-    a_tenant_cannot_see_or_load_another_tenants_skill => super::tenant_isolation;
-    a_skill_shipped_in_the_workspace_loads => super::workspace_skill;
+    skills_are_registered_listed_read_and_deleted_by_admins => crud_and_scopes;
+    malformed_skills_are_refused_with_stable_reasons => malformed_skills;
+    a_loaded_skill_unlocks_its_deferred_tool => load_unlocks;
+    a_skill_never_unlocks_a_denied_tool => denied_tools_stay_denied;
+    a_tenant_cannot_see_or_load_another_tenants_skill => tenant_isolation;
+    a_skill_shipped_in_the_workspace_loads => workspace_skill;
 );
 
 fn skill_md(name: &str, tools: &[&str], body: &str) -> String {
