@@ -197,7 +197,7 @@ async fn malformed_skills(app: TestApp) {
     for (body, field) in [
         (
             json!({"content": skill_md("x", &[], ""), "extra": 1}),
-            "(root)",
+            "extra",
         ),
         (json!({"files": []}), "(root)"),
         (json!(["x"]), "(root)"),
