@@ -25,6 +25,7 @@ pub mod sandbox;
 pub mod search;
 pub mod session_config;
 pub mod signing;
+pub mod skills;
 pub mod store;
 pub mod subagents;
 pub mod telemetry;

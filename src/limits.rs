@@ -64,6 +64,8 @@ pub struct TenantLimits {
     pub idempotency_keys: u32,
     /// MCP servers registered for the tenant (`/v1/mcp-servers`).
     pub mcp_servers: u32,
+    /// Skills registered for the tenant (`/v1/skills`).
+    pub skills: u32,
     /// Spend limits per UTC day and month (`[limits.budget]`), every tenant's default until
     /// the operator API sets one for it; none by default. See [`crate::budgets`].
     pub budget: crate::budgets::Budget,
@@ -86,6 +88,7 @@ impl Default for TenantLimits {
             workspace_bytes: 10 * 1024 * 1024 * 1024,
             idempotency_keys: 10_000,
             mcp_servers: 32,
+            skills: 64,
             budget: crate::budgets::Budget::default(),
         }
     }
@@ -108,6 +111,7 @@ pub enum Limit {
     WorkspaceBytes,
     IdempotencyKeys,
     McpServers,
+    Skills,
 }
 
 impl Limit {
@@ -128,6 +132,7 @@ impl Limit {
             Self::WorkspaceBytes => "workspace_bytes",
             Self::IdempotencyKeys => "idempotency_keys",
             Self::McpServers => "mcp_servers",
+            Self::Skills => "skills",
         }
     }
 
@@ -148,6 +153,7 @@ impl Limit {
             Self::WorkspaceBytes => "workspace bytes",
             Self::IdempotencyKeys => "idempotency keys remembered",
             Self::McpServers => "registered MCP servers",
+            Self::Skills => "registered skills",
         }
     }
 }
@@ -201,6 +207,7 @@ impl TenantLimits {
             Limit::WorkspaceBytes => u32::try_from(self.workspace_bytes).unwrap_or(u32::MAX),
             Limit::IdempotencyKeys => self.idempotency_keys,
             Limit::McpServers => self.mcp_servers,
+            Limit::Skills => self.skills,
         }
     }
 

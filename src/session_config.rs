@@ -106,6 +106,17 @@ pub struct SessionConfig {
     /// call); a client that sends it gets `422` (`SUBAGENT_LINK_RESERVED`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subagent: Option<crate::subagents::SubagentLink>,
+    /// Skills the tenant registered (`/v1/skills`) that the model may load with the `Skill`
+    /// tool: names (each must be registered when the session is created: else `422` naming
+    /// `skills[i]`), or `["*"]` for every skill the tenant has registered when a run starts.
+    /// At most 64. See README "Skills".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 64)]
+    pub skills: Vec<String>,
+    /// Also offer the skills shipped in the session's workspace
+    /// (`.norma/skills/<name>/SKILL.md`), read when each run starts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub workspace_skills: bool,
     /// Free-form client data kept with the session (at most 16 KiB as JSON).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schema(value_type = Object)]
@@ -473,6 +484,8 @@ impl SessionConfig {
         crate::mcp::registry::validate_uses(&self.use_mcp_servers)
             .map_err(|(field, message)| ConfigViolation::new(field, message))?;
         crate::subagents::validate(self)?;
+        crate::skills::validate_session_skills(&self.skills)
+            .map_err(|(field, message)| ConfigViolation::new(field, message))?;
         let metadata_size = serde_json::to_vec(&self.metadata).map_or(usize::MAX, |v| v.len());
         if metadata_size > MAX_METADATA_BYTES {
             return Err(ConfigViolation::new(

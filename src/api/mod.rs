@@ -14,6 +14,7 @@ pub mod operator;
 pub mod outputs;
 pub mod runs;
 pub mod sessions;
+pub mod skills;
 pub mod stream_tickets;
 pub mod subagents;
 pub mod usage;
@@ -76,13 +77,17 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         mcp_servers::get_server,
         mcp_servers::replace_server,
         mcp_servers::delete_server,
+        skills::create_skill,
+        skills::list_skills,
+        skills::get_skill,
+        skills::delete_skill,
         operator::get_budget,
         operator::put_budget,
         operator::delete_budget,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&BearerAuth, &CommonResponses),
-    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "webhooks"), (name = "mcp-servers"), (name = "operator"), (name = "health"))
+    tags((name = "sessions"), (name = "runs"), (name = "events"), (name = "approvals"), (name = "outputs"), (name = "usage"), (name = "webhooks"), (name = "mcp-servers"), (name = "skills"), (name = "operator"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -203,6 +208,14 @@ pub fn router(state: AppState) -> Router {
             get(mcp_servers::get_server)
                 .put(mcp_servers::replace_server)
                 .delete(mcp_servers::delete_server),
+        )
+        .route(
+            "/skills",
+            get(skills::list_skills).post(skills::create_skill),
+        )
+        .route(
+            "/skills/{name}",
+            get(skills::get_skill).delete(skills::delete_skill),
         )
         .route(
             "/operator/tenants/{tenant}/budgets",

@@ -155,6 +155,7 @@ pub async fn create_session(
         crate::mcp::registry::ResolveError::Store(error) => error.into(),
         crate::mcp::registry::ResolveError::BadRecord(error) => error.into(),
     })?;
+    crate::api::skills::check_session_skills(&state, &principal.tenant, &config.skills).await?;
     let max_hooks = state.settings.limits.hooks_per_session;
     if config.hooks.len() > max_hooks as usize {
         return Err(ApiError::invalid(format!(

@@ -105,6 +105,8 @@ pub enum RunEvent {
     /// An MCP server's sampling request answered by the run's model (its usage is counted
     /// like any model call's).
     McpSampling(McpSampling),
+    /// The model loaded a skill with the `Skill` tool (see `crate::skills`).
+    SkillLoaded(SkillLoaded),
     /// A stored event this build does not know (or whose payload no longer fits), passed
     /// through as stored. Never built by the server itself.
     #[serde(skip)]
@@ -377,6 +379,32 @@ pub struct SubagentFinished {
     pub terminal: Value,
     /// Its model calls and tokens (from its usage ledger).
     pub usage: crate::usage::UsageTotals,
+}
+
+/// A skill the model loaded (event kind `skill_loaded`), written before the `Skill` call's
+/// result: which skill, from where, and what became of the tools it lists.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SkillLoaded {
+    pub tool_use_id: String,
+    pub name: String,
+    /// `registered` (`/v1/skills`) or `workspace` (`.norma/skills/<name>/SKILL.md`).
+    pub source: String,
+    /// Deferred tools the load unlocked (stored in the session's unlock set).
+    pub unlocked: Vec<String>,
+    /// Listed tools the session already offers (nothing to unlock).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub available: Vec<String>,
+    /// Listed tools not unlocked, each with why: `denied` (a deny rule names the tool) or
+    /// `not_in_session` (the session does not have it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<SkillToolRefusal>,
+}
+
+/// A tool a skill lists that its load did not unlock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillToolRefusal {
+    pub tool: String,
+    pub reason: String,
 }
 
 /// The wire names of the events resume reads (see `runtime::resume`).

@@ -188,6 +188,17 @@ fn fixtures() -> Vec<(&'static str, Value)> {
                     "usage": {"input_tokens": 5, "output_tokens": 3, "cache_read_tokens": 0,
                               "cache_write_tokens": 0} }),
         ),
+        (
+            "skill_loaded",
+            json!({ "tool_use_id": "tu_1", "name": "pdf-forms", "source": "registered",
+                    "unlocked": ["Glob"], "available": ["Read"],
+                    "refused": [{"tool": "Write", "reason": "denied"}] }),
+        ),
+        (
+            "skill_loaded",
+            json!({ "tool_use_id": "tu_2", "name": "notes", "source": "workspace",
+                    "unlocked": [] }),
+        ),
     ]
 }
 
@@ -211,7 +222,7 @@ fn the_fixture_table_covers_every_variant() {
         .collect();
     seen.dedup();
     // One per typed variant (Other excluded); keep in step with the enum.
-    assert_eq!(seen.len(), 35, "{seen:?}");
+    assert_eq!(seen.len(), 36, "{seen:?}");
 }
 
 #[test]

@@ -31,6 +31,7 @@ mod reconcile;
 mod replicas;
 pub mod resume;
 mod run_factory;
+mod skills;
 mod snapshots;
 pub mod subagent;
 pub mod webhook;

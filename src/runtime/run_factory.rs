@@ -495,6 +495,27 @@ impl SessionRuntime {
                     .map_err(|error| RuntimeError::Setup(error.to_string()))?;
             }
         }
+        // Skills (only for sessions that offer them: no read otherwise).
+        if let Some(tool) = self
+            .skill_tool(
+                tenant,
+                session,
+                &config,
+                &registry,
+                &gate.rules,
+                unlocked.clone(),
+                &env.workspace,
+                Arc::new(RunJournal {
+                    writer: writer.clone(),
+                    run_id: run_id.clone(),
+                }),
+            )
+            .await?
+        {
+            registry
+                .register(tool)
+                .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        }
         let delegated = self
             .register_agent_tool(
                 &mut registry,

@@ -14,13 +14,16 @@ mod postgres_budgets;
 mod postgres_limits;
 mod postgres_mcp;
 mod postgres_noa;
+mod postgres_skills;
 mod postgres_usage;
 mod postgres_webhooks;
+mod skills;
 pub mod sqlite;
 mod sqlite_budgets;
 mod sqlite_limits;
 mod sqlite_mcp;
 mod sqlite_noa;
+mod sqlite_skills;
 mod sqlite_usage;
 mod sqlite_webhooks;
 mod sqlite_writer;
@@ -35,6 +38,7 @@ pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey}
 pub use mcp_servers::McpServerRecord;
 pub use models::*;
 pub use noa::*;
+pub use skills::{NewSkill, SkillRecord, SkillSummary};
 pub use tool_state::*;
 
 use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
@@ -726,6 +730,26 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes a registered server; false when there was none.
     async fn delete_mcp_server(&self, tenant: &TenantId, name: &str) -> StoreResult<bool>;
+
+    // --- the tenant's skill registry ---
+
+    /// Registers a skill when the tenant has fewer than `max` (checked in the same
+    /// transaction, serialized per tenant); `Conflict` when the name is taken, `TenantLimit`
+    /// at the limit (nothing written either way).
+    async fn create_skill(
+        &self,
+        tenant: &TenantId,
+        skill: &NewSkill,
+        max: u32,
+    ) -> StoreResult<SkillRecord>;
+
+    async fn get_skill(&self, tenant: &TenantId, name: &str) -> StoreResult<Option<SkillRecord>>;
+
+    /// The tenant's registered skills by name, without content, at most `limit`.
+    async fn list_skills(&self, tenant: &TenantId, limit: u32) -> StoreResult<Vec<SkillSummary>>;
+
+    /// Deletes a registered skill; false when there was none.
+    async fn delete_skill(&self, tenant: &TenantId, name: &str) -> StoreResult<bool>;
 
     /// Sums of the usage ledger rows of one run or one session of `tenant`.
     async fn usage_totals(

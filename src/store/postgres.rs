@@ -1540,6 +1540,27 @@ impl Store for PgStore {
         super::postgres_mcp::delete(self, tenant, name).await
     }
 
+    async fn create_skill(
+        &self,
+        tenant: &TenantId,
+        skill: &NewSkill,
+        max: u32,
+    ) -> StoreResult<SkillRecord> {
+        super::postgres_skills::create(self, tenant, skill, max).await
+    }
+
+    async fn get_skill(&self, tenant: &TenantId, name: &str) -> StoreResult<Option<SkillRecord>> {
+        super::postgres_skills::get(self, tenant, name).await
+    }
+
+    async fn list_skills(&self, tenant: &TenantId, limit: u32) -> StoreResult<Vec<SkillSummary>> {
+        super::postgres_skills::list(self, tenant, limit).await
+    }
+
+    async fn delete_skill(&self, tenant: &TenantId, name: &str) -> StoreResult<bool> {
+        super::postgres_skills::delete(self, tenant, name).await
+    }
+
     async fn usage_totals(
         &self,
         tenant: &TenantId,

@@ -32,6 +32,7 @@ mod resume;
 mod runs;
 mod sessions;
 mod shutdown;
+mod skills;
 mod sse;
 mod store;
 mod store_faults;

@@ -43,6 +43,7 @@ pub const BUILTIN_RULE_TARGETS: &[(&str, Subject)] = &[
     ("AskUserQuestion", Subject::Name),
     ("SearchExtraTools", Subject::Name),
     ("ExecuteExtraTool", Subject::Name),
+    ("Skill", Subject::Name),
     ("WebFetch", Subject::Url { field: "url" }),
     ("WebSearch", Subject::Name),
     ("Agent", Subject::Name),
