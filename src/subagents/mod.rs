@@ -425,6 +425,10 @@ pub fn child_config(
         network: parent.network,
         mcp_servers,
         use_mcp_servers: Vec::new(),
+        // A subagent loads no skills of its own (the parent's unlocks reach it through the
+        // copied unlock set).
+        skills: Vec::new(),
+        workspace_skills: false,
         metadata: Default::default(),
         // Nested subagents see the same definitions, under the same depth bound; the
         // `Agent` tool is offered only while `depth < agent_max_depth`.
