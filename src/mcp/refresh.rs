@@ -54,6 +54,12 @@ pub fn replace_server_tools(registry: &mut ToolRegistry, server: &str, tools: Mc
     for name in old {
         registry.unregister(&name);
     }
+    register_tools(registry, tools);
+}
+
+/// Registers MCP tools in `registry`, the deferred ones hidden; a tool that cannot be
+/// registered is logged and left out.
+pub fn register_tools(registry: &mut ToolRegistry, tools: McpTools) {
     for (tool, hidden) in tools
         .visible
         .into_iter()

@@ -426,23 +426,7 @@ impl SessionRuntime {
         }
         // The session's MCP servers start here (lazily, with its first run); one that does
         // not start only shows in its status.
-        let mcp = env.mcp.tools().await;
-        for (tool, deferred) in mcp
-            .visible
-            .into_iter()
-            .map(|tool| (tool, false))
-            .chain(mcp.deferred.into_iter().map(|tool| (tool, true)))
-        {
-            let name = tool.name().to_owned();
-            let registered = if deferred {
-                registry.register_deferred(tool)
-            } else {
-                registry.register(tool)
-            };
-            if let Err(error) = registered {
-                tracing::warn!(tool = %name, %error, "MCP tool not registered");
-            }
-        }
+        crate::mcp::refresh::register_tools(&mut registry, env.mcp.tools().await);
         // Noa (only for sessions that opt in: no store read otherwise).
         let noa = match config
             .context
