@@ -829,7 +829,17 @@ impl SessionRuntime {
         let task = self.run_tasks.spawn(tracing::Instrument::instrument(
             async move {
                 let outcome = runtime
-                    .run_one(&tenant, &session, &lease, prompt.clone(), resume, started, known)
+                    .run_one(
+                        &tenant,
+                        &session,
+                        &lease,
+                        run_factory::RunStart {
+                            prompt: prompt.clone(),
+                            resume,
+                            started,
+                            known,
+                        },
+                    )
                     .await;
                 if let Ok(Ended::Parked(_)) = &outcome {
                     runtime

@@ -5,6 +5,19 @@
 
 use super::*;
 
+/// How a claimed run begins.
+pub(super) struct RunStart {
+    /// The prompt of the run.
+    pub prompt: String,
+    /// The run was started before (a crash, a hand-off or parking): it is continued.
+    pub resume: bool,
+    /// When this replica took it up (its duration is counted from here).
+    pub started: std::time::Instant,
+    /// The session's record when the caller has just read it (a new prompt); the run reads
+    /// it from the store otherwise.
+    pub known: Option<SessionRecord>,
+}
+
 impl SessionRuntime {
     /// Forgets an idle session's resources when nothing of them lives on (no background
     /// task, finished or not, no shell, no undelivered notification): an idle session costs
@@ -301,17 +314,20 @@ impl SessionRuntime {
         }))
     }
 
-    /// Runs (or, with `resume`, continues) one claimed run to its terminal event.
+    /// Runs (or, with `start.resume`, continues) one claimed run to its terminal event.
     pub(super) async fn run_one(
         &self,
         tenant: &TenantId,
         session: &SessionId,
         lease: &RunLease,
-        text: String,
-        resume: bool,
-        started: std::time::Instant,
-        known: Option<SessionRecord>,
+        start: RunStart,
     ) -> Result<Ended, RuntimeError> {
+        let RunStart {
+            prompt: text,
+            resume,
+            started,
+            known,
+        } = start;
         let run_id = &lease.run_id;
         let record = match known {
             Some(record) => record,
