@@ -9,7 +9,8 @@
 //! - (c) killed while a tool runs: the call gets an `INTERRUPTED` result and is not run again;
 //! - (d) killed while a subagent runs a slow tool: the subagent run resumes like any run (its
 //!   own call `INTERRUPTED`), and the parent's `Agent` call re-attaches to it (no
-//!   `INTERRUPTED` for the parent) and gets its final answer.
+//!   `INTERRUPTED` for the parent) and gets its final answer; the parent's usage counts the
+//!   subagent's calls from both sides of the crash.
 //!
 //! Every case runs on SQLite (the default file in the data dir) and on Postgres (a fresh
 //! database; skipped loudly when Postgres is unreachable outside CI, failing in CI). In every
@@ -612,4 +613,11 @@ async fn kill_during_subagent_run(mut server: ServerProcess) {
     assert_eq!(read_lines(&marker), vec!["ran".to_owned()]);
     let record = wait_run_final(&server, &token, &id, &run).await;
     assert_eq!(record["status"], "completed", "{record}");
+    // The resumed parent's usage counts the subagent's calls from both sides of the crash
+    // (2 of its own, 2 of the subagent's), in the run record and in its `usage` event.
+    for usage in [&record["usage"], &of_kind(&events, "usage")[0]["payload"]] {
+        assert_eq!(usage["model_calls"], 4, "{usage}");
+        assert_eq!(usage["subagents"]["runs"], 1, "{usage}");
+        assert_eq!(usage["subagents"]["model_calls"], 2, "{usage}");
+    }
 }
