@@ -316,6 +316,29 @@ impl Store for SqliteStore {
         rows.iter().map(event_from_row).collect()
     }
 
+    async fn list_session_events(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        kinds: &[&str],
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, payload, run_id, created_at FROM events \
+             WHERE session_id = ? AND tenant_id = ? AND seq > ? \
+                 AND kind IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(serde_json::to_string(kinds).unwrap_or_else(|_| "[]".into()))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
     async fn list_messages(
         &self,
         tenant: &TenantId,
