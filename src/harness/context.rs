@@ -42,16 +42,21 @@ pub fn estimate_tokens(messages: &[Message]) -> u64 {
     let chars: usize = messages
         .iter()
         .flat_map(|m| &m.content)
-        .map(|block| match block {
-            ContentBlock::Text { text } => text.len(),
-            ContentBlock::Thinking { thinking, .. } => thinking.len(),
-            ContentBlock::RedactedThinking { data } => data.len(),
-            ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
-            // An image counts as about 1,600 tokens, whatever its size.
-            ContentBlock::ToolResult(result) => result.content.len() + result.images.len() * 6400,
-        })
+        .map(block_chars)
         .sum();
     (chars as u64).div_ceil(4)
+}
+
+/// The characters one content block counts for in [`estimate_tokens`].
+pub fn block_chars(block: &ContentBlock) -> usize {
+    match block {
+        ContentBlock::Text { text } => text.len(),
+        ContentBlock::Thinking { thinking, .. } => thinking.len(),
+        ContentBlock::RedactedThinking { data } => data.len(),
+        ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
+        // An image counts as about 1,600 tokens, whatever its size.
+        ContentBlock::ToolResult(result) => result.content.len() + result.images.len() * 6400,
+    }
 }
 
 /// Keeps tool_use/tool_result pairs whole: drops tool_result blocks whose tool_use is not in
