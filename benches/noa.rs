@@ -1,20 +1,74 @@
-//! Noa per-turn policy cost: the six pipeline steps (assign refs → sync blocks → prune → hide
-//! consumed calls → emergency truncate → nudge) and the view they build, over a history of
+//! Noa per-turn policy cost: what the runtime calls before every model request
+//! (`NoaSession::build_view`: the six pipeline steps assign refs → sync blocks → prune → hide
+//! consumed calls → emergency truncate → nudge, and the view they build) over a history of
 //! 10,000 messages. `cargo bench --bench noa`. Target: at most 1 ms per model request.
 //!
-//! Three histories: everything live (no compression yet, the worst case for the view copy),
-//! 90% compressed in ranges of 40 messages (a long session that compresses as nudged), and
-//! the same with one new message rendered per turn (the steady state: one snapshot added).
+//! Three histories: everything live (no compression yet, truncated to the hard limit), 90%
+//! compressed in ranges of 40 messages (a long session that compresses as nudged), and the
+//! same with one new message rendered per turn (the steady state: one snapshot added). Each is
+//! measured as the requests of one run go (the session keeps its blocks between requests;
+//! one request before the measure warms them), and once more as the first request of a run
+//! (a session just loaded, nothing kept yet).
 //!
 //! Settings: `NOA_BENCH_MESSAGES` (default 10,000), `NOA_BENCH_ITERATIONS` (default 200).
 
+use async_trait::async_trait;
 use norma::message::{ContentBlock, Message, Role, ToolResultBlock};
 use norma::noa::compress::{self, RangeRequest};
 use norma::noa::pipeline::{STEPS, Turn};
-use norma::noa::{NoaSettings, NoaState};
-use serde_json::json;
+use norma::noa::session::NoaBackend;
+use norma::noa::{NoaSession, NoaSettings, NoaState};
+use norma::store::{NewNoaArchive, NoaArchiveRecord, StoreError};
+use serde_json::{Value, json};
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// A store holding one state, taking every write.
+struct Stored(Option<Value>);
+
+#[async_trait]
+impl NoaBackend for Stored {
+    async fn load(&self) -> Result<Option<(i64, Value)>, StoreError> {
+        Ok(self.0.clone().map(|state| (1, state)))
+    }
+
+    async fn commit(
+        &self,
+        _archives: &[NewNoaArchive],
+        _state: &Value,
+        expected: i64,
+    ) -> Result<i64, StoreError> {
+        Ok(expected + 1)
+    }
+
+    async fn messages(&self, _first: u32, _count: u32) -> Result<Vec<Message>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn archive(&self, _ordinal: u32) -> Result<Option<NoaArchiveRecord>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// A session loaded with `state`, as a run starts.
+fn session(
+    settings: &NoaSettings,
+    read_only: &HashSet<String>,
+    state: &NoaState,
+) -> Arc<NoaSession> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let backend = Arc::new(Stored(Some(serde_json::to_value(state).expect("state"))));
+    runtime
+        .block_on(NoaSession::load(
+            settings.clone(),
+            read_only.clone(),
+            backend,
+        ))
+        .expect("load")
+}
 
 fn history(messages: usize) -> Vec<Message> {
     let mut history = vec![Message::user_text("start the long task")];
@@ -50,17 +104,6 @@ fn settings() -> NoaSettings {
         hard_limit_tokens: 100_000,
         ..NoaSettings::default()
     }
-}
-
-fn one_turn(
-    settings: &NoaSettings,
-    read_only: &HashSet<String>,
-    history: &[Message],
-    state: &mut NoaState,
-) -> usize {
-    let mut turn = Turn::new(settings, read_only, history, state);
-    turn.run(&STEPS);
-    turn.messages().len()
 }
 
 /// A state with every range of 40 messages compressed but the last 10% of history.
@@ -135,29 +178,53 @@ fn main() {
         history.len()
     );
 
-    let mut live = NoaState::default();
-    one_turn(&settings, &read_only, &history, &mut live);
+    let live = session(&settings, &read_only, &NoaState::default());
+    live.build_view(&history, None);
     measure("all live (truncated to the hard limit)", iterations, || {
-        one_turn(&settings, &read_only, &history, &mut live)
+        live.build_view(&history, None).len()
+    });
+    let first = live.state();
+    let mut fresh: Vec<_> = (0..iterations)
+        .map(|_| session(&settings, &read_only, &first))
+        .collect();
+    let mut used = Vec::with_capacity(iterations);
+    measure("all live, first request of a run", iterations, || {
+        let session = fresh.pop().expect("one per iteration");
+        let view = session.build_view(&history, None).len();
+        used.push(session);
+        view
     });
 
     let state = compressed(&settings, &read_only, &history);
     println!("  {} compressions", state.compressions.len());
-    let mut steady = state.clone();
+    let steady = session(&settings, &read_only, &state);
+    steady.build_view(&history, None);
     measure("90% compressed", iterations, || {
-        one_turn(&settings, &read_only, &history, &mut steady)
+        steady.build_view(&history, None).len()
+    });
+    let mut fresh: Vec<_> = (0..iterations)
+        .map(|_| session(&settings, &read_only, &state))
+        .collect();
+    let mut used = Vec::with_capacity(iterations);
+    measure("90% compressed, first request of a run", iterations, || {
+        let session = fresh.pop().expect("one per iteration");
+        let view = session.build_view(&history, None).len();
+        used.push(session);
+        view
     });
 
     let base = history.len() - iterations.min(history.len() / 10);
     let mut growing = state.clone();
-    growing.snapshots.truncate(base);
+    growing.snapshots.truncate(base - 1);
+    let growing = session(&settings, &read_only, &growing);
+    growing.build_view(&history[..base], None);
     let mut next = base;
     measure(
         "90% compressed, one new message per turn",
         iterations,
         || {
             next = (next + 1).min(history.len());
-            one_turn(&settings, &read_only, &history[..next], &mut growing)
+            growing.build_view(&history[..next], None).len()
         },
     );
 }

@@ -42,48 +42,64 @@ pub fn estimate_tokens(messages: &[Message]) -> u64 {
     let chars: usize = messages
         .iter()
         .flat_map(|m| &m.content)
-        .map(|block| match block {
-            ContentBlock::Text { text } => text.len(),
-            ContentBlock::Thinking { thinking, .. } => thinking.len(),
-            ContentBlock::RedactedThinking { data } => data.len(),
-            ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
-            // An image counts as about 1,600 tokens, whatever its size.
-            ContentBlock::ToolResult(result) => result.content.len() + result.images.len() * 6400,
-        })
+        .map(block_chars)
         .sum();
     (chars as u64).div_ceil(4)
+}
+
+/// The characters one content block counts for in [`estimate_tokens`].
+pub fn block_chars(block: &ContentBlock) -> usize {
+    match block {
+        ContentBlock::Text { text } => text.len(),
+        ContentBlock::Thinking { thinking, .. } => thinking.len(),
+        ContentBlock::RedactedThinking { data } => data.len(),
+        ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
+        // An image counts as about 1,600 tokens, whatever its size.
+        ContentBlock::ToolResult(result) => result.content.len() + result.images.len() * 6400,
+    }
 }
 
 /// Keeps tool_use/tool_result pairs whole: drops tool_result blocks whose tool_use is not in
 /// the view, and tool_use blocks with no result in a later message — except in the last
 /// assistant message, whose calls are being answered. Messages left empty are removed.
-pub fn pair_tool_blocks(messages: Vec<Message>) -> Vec<Message> {
-    let uses: HashSet<String> = messages
-        .iter()
-        .flat_map(|m| m.tool_uses().map(|(id, _, _)| id.to_owned()))
-        .collect();
-    let results: HashSet<String> = messages
-        .iter()
-        .flat_map(|m| &m.content)
-        .filter_map(|block| match block {
-            ContentBlock::ToolResult(result) => Some(result.tool_use_id.clone()),
-            _ => None,
-        })
-        .collect();
+pub fn pair_tool_blocks(mut messages: Vec<Message>) -> Vec<Message> {
     let last_assistant = messages.iter().rposition(|m| m.role == Role::Assistant);
-    messages
-        .into_iter()
-        .enumerate()
-        .filter_map(|(index, mut message)| {
+    // The blocks to drop, found over borrowed ids (nothing is copied when every pair is whole).
+    let unpaired: Vec<(usize, usize)> = {
+        let uses: HashSet<&str> = messages
+            .iter()
+            .flat_map(|m| m.tool_uses().map(|(id, _, _)| id))
+            .collect();
+        let results: HashSet<&str> = messages
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|block| match block {
+                ContentBlock::ToolResult(result) => Some(result.tool_use_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut unpaired = Vec::new();
+        for (index, message) in messages.iter().enumerate() {
             let answering = Some(index) == last_assistant;
-            message.content.retain(|block| match block {
-                ContentBlock::ToolResult(result) => uses.contains(&result.tool_use_id),
-                ContentBlock::ToolUse { id, .. } => answering || results.contains(id),
-                _ => true,
-            });
-            (!message.content.is_empty()).then_some(message)
-        })
-        .collect()
+            for (at, block) in message.content.iter().enumerate() {
+                let keep = match block {
+                    ContentBlock::ToolResult(result) => uses.contains(result.tool_use_id.as_str()),
+                    ContentBlock::ToolUse { id, .. } => answering || results.contains(id.as_str()),
+                    _ => true,
+                };
+                if !keep {
+                    unpaired.push((index, at));
+                }
+            }
+        }
+        unpaired
+    };
+    // Last first, so that the positions still to remove stay valid.
+    for &(index, at) in unpaired.iter().rev() {
+        messages[index].content.remove(at);
+    }
+    messages.retain(|message| !message.content.is_empty());
+    messages
 }
 
 /// The default request view: messages from the last compaction boundary on (the boundary

@@ -3,7 +3,6 @@
 //! failure with its code; [`apply`] returns the state with the plan applied. The session
 //! ([`super::session`]) archives the originals and commits the new state in one transaction.
 
-use super::pipeline::summary_message;
 use super::settings::NoaSettings;
 use super::state::{Block, Compression, NoaState, Tier, message_tokens};
 use super::{archive_id, message_ref, parse_message_ref};
@@ -120,7 +119,7 @@ fn span_of(compression: &Compression) -> Option<(u32, u32)> {
 
 /// The tokens a compression's summary takes in the view.
 pub fn summary_tokens(compression: &Compression) -> u64 {
-    u64::from(message_tokens(&summary_message(compression)))
+    u64::from(super::pipeline::summary_tokens(compression))
 }
 
 /// Checks the whole batch before anything changes (N25, N26). `blocks` are the blocks of the

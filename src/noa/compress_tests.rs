@@ -150,6 +150,11 @@ async fn a_batch_archives_the_originals_and_shows_summaries() {
         .await
         .unwrap();
     assert!(summary.contains("archive a1") && summary.contains("protected and kept: m3, m4"));
+    assert_eq!(
+        *backend.reads.lock().unwrap(),
+        [(0, 7)],
+        "one read of the span the range archives, not of the whole history"
+    );
     let archives = backend.archives.lock().unwrap().clone();
     assert_eq!(archives.len(), 1);
     assert_eq!(archives[0].message_count, 5);
@@ -177,7 +182,14 @@ async fn a_batch_archives_the_originals_and_shows_summaries() {
             .unwrap()
             .contains("tool call Write")
     );
+    assert_eq!(
+        backend.reads.lock().unwrap().last(),
+        Some(&(3, 1)),
+        "one message read"
+    );
     let missing = session.expand("a9", 0).await.unwrap_err();
+    assert_eq!(missing.code, codes::UNKNOWN_REF);
+    let missing = session.expand("m99", 0).await.unwrap_err();
     assert_eq!(missing.code, codes::UNKNOWN_REF);
     // The same range again overlaps what is compressed.
     let again = session.compress(&[range("m0", "m2")]).await.unwrap_err();

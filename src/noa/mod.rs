@@ -40,8 +40,10 @@
 //!
 //! Sessions that do not opt in pay nothing: no state is read or written for them.
 
+pub mod cache;
 pub mod compress;
 pub mod pipeline;
+mod render;
 pub mod session;
 pub mod settings;
 pub mod state;

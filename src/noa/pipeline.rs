@@ -16,12 +16,29 @@
 //! Pruning, hiding and truncating change only the view, never history, and each is recorded
 //! as an event (`context_pruned`, `context_hidden`, `context_truncated`, `context_nudge`).
 
+use super::cache::ViewCache;
+pub use super::render::{marked, summary_message, summary_tokens};
+use super::render::{prune_message, pruned_tokens, render_live};
 use super::settings::NoaSettings;
-use super::state::{Block, NoaState, Tier, blocks_of, message_tokens};
-use super::{message_ref, state::Calibration};
+use super::state::{Block, Calibration, NoaState, Tier, blocks_of, message_tokens};
 use crate::message::{ContentBlock, Message, Role};
 use crate::run_event::{self, RunEvent};
 use std::collections::HashSet;
+
+/// How an item's message is made. Messages are rendered only when the view is sent
+/// ([`Turn::messages`]), so what the steps drop (truncation above all) is never copied; the
+/// token count of every item is known without rendering it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Render {
+    /// The history message at this position with its ref marker ([`marked`]).
+    Live(u32),
+    /// The same with its tool results pruned to a stub quoting `about` tokens.
+    Pruned { position: u32, about: u64 },
+    /// The summary of the compression at this index ([`summary_message`]).
+    Summary(usize),
+    /// A message a step built or changed (the truncation marker, the nudged message).
+    Owned(Message),
+}
 
 /// One message of the projected view.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,7 +47,7 @@ pub struct Item {
     pub position: Option<u32>,
     /// Index into [`Turn::blocks`] (`None` for a summary or a marker).
     pub block: Option<usize>,
-    pub message: Message,
+    pub render: Render,
     pub tokens: u64,
 }
 
@@ -45,6 +62,8 @@ pub struct Turn<'a> {
     pub blocks: Vec<Block>,
     pub items: Vec<Item>,
     pub events: Vec<RunEvent>,
+    /// The session's blocks kept between requests (`None`: computed from scratch).
+    cache: Option<&'a mut ViewCache>,
 }
 
 /// A named pipeline step.
@@ -76,7 +95,15 @@ impl<'a> Turn<'a> {
             blocks: Vec::new(),
             items: Vec::new(),
             events: Vec::new(),
+            cache: None,
         }
+    }
+
+    /// The same turn, with the blocks kept in `cache` between the requests of one session
+    /// (the view and events are exactly those of a turn without it).
+    pub fn with_cache(mut self, cache: &'a mut ViewCache) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     /// Runs `steps` in order.
@@ -97,11 +124,42 @@ impl<'a> Turn<'a> {
         calibrated(self.estimated(), self.state.calibration)
     }
 
+    /// The message of one item.
+    pub fn message(&self, item: &Item) -> Message {
+        match &item.render {
+            Render::Live(position) => marked(&self.history[*position as usize], *position),
+            Render::Pruned { position, about } => {
+                let original = &self.history[*position as usize];
+                let message = render_live(original, *position, Some(*about));
+                debug_assert_eq!(message, {
+                    let mut eager = marked(original, *position);
+                    prune_message(&mut eager, *position, *about);
+                    eager
+                });
+                message
+            }
+            Render::Summary(index) => summary_message(&self.state.compressions[*index]),
+            Render::Owned(message) => message.clone(),
+        }
+    }
+
     /// The view's messages.
     pub fn messages(&self) -> Vec<Message> {
         crate::harness::context::pair_tool_blocks(
-            self.items.iter().map(|item| item.message.clone()).collect(),
+            self.items.iter().map(|item| self.message(item)).collect(),
         )
+    }
+
+    /// Renders item `index` so that a step can change its message.
+    fn owned(&mut self, index: usize) -> &mut Message {
+        if !matches!(self.items[index].render, Render::Owned(_)) {
+            let message = self.message(&self.items[index]);
+            self.items[index].render = Render::Owned(message);
+        }
+        match &mut self.items[index].render {
+            Render::Owned(message) => message,
+            _ => unreachable!("rendered just above"),
+        }
     }
 }
 
@@ -128,25 +186,32 @@ pub fn assign_refs(turn: &mut Turn<'_>) {
 /// Step 2 (N25): blocks and tiers of the rendered messages, and the projected view.
 pub fn sync_blocks(turn: &mut Turn<'_>) {
     let rendered = turn.state.snapshots.len().min(turn.history.len());
-    let absorbed = turn.state.absorbed_by(rendered);
-    turn.blocks = blocks_of(
-        &turn.history[..rendered],
-        &turn.state.snapshots,
-        turn.settings.protected_tail,
-        turn.read_only,
-        &absorbed,
-    );
-    let mut items = Vec::with_capacity(turn.blocks.len() + 1);
+    turn.blocks = match turn.cache.as_deref_mut() {
+        Some(cache) => cache.blocks(
+            turn.history,
+            turn.state,
+            rendered,
+            turn.settings.protected_tail,
+            turn.read_only,
+        ),
+        None => blocks_of(
+            &turn.history[..rendered],
+            &turn.state.snapshots,
+            turn.settings.protected_tail,
+            turn.read_only,
+            &turn.state.absorbed_by(rendered),
+        ),
+    };
+    let mut items = Vec::with_capacity(rendered + 1);
     for (index, block) in turn.blocks.iter().enumerate() {
         if let Some(compression) = block.absorbed {
-            let compression = &turn.state.compressions[compression];
-            if compression.absorbed.first().map(|run| run.0) == Some(block.start) {
-                let message = summary_message(compression);
+            let shown = &turn.state.compressions[compression];
+            if shown.absorbed.first().map(|run| run.0) == Some(block.start) {
                 items.push(Item {
                     position: None,
                     block: None,
-                    tokens: u64::from(message_tokens(&message)),
-                    message,
+                    render: Render::Summary(compression),
+                    tokens: u64::from(summary_tokens(shown)),
                 });
             }
             continue;
@@ -155,7 +220,7 @@ pub fn sync_blocks(turn: &mut Turn<'_>) {
             items.push(Item {
                 position: Some(position),
                 block: Some(index),
-                message: marked(&turn.history[position as usize], position),
+                render: Render::Live(position),
                 tokens: u64::from(turn.state.snapshots[position as usize]),
             });
         }
@@ -168,12 +233,13 @@ pub fn prune(turn: &mut Turn<'_>) {
     let last_block = turn.blocks.len().saturating_sub(1);
     let before = turn.estimated();
     let mut pruned = 0u32;
-    for item in &mut turn.items {
-        let (Some(index), Some(position)) = (item.block, item.position) else {
+    for index in 0..turn.items.len() {
+        let item = &turn.items[index];
+        let (Some(block_index), Some(position)) = (item.block, item.position) else {
             continue;
         };
-        let block = &turn.blocks[index];
-        if index == last_block
+        let block = &turn.blocks[block_index];
+        if block_index == last_block
             || block.tier != Tier::Normal
             || !block.read_only_calls
             || position != block.end
@@ -182,23 +248,22 @@ pub fn prune(turn: &mut Turn<'_>) {
         {
             continue;
         }
-        let reference = message_ref(position);
-        let mut first = true;
-        for content in &mut item.message.content {
-            if let ContentBlock::ToolResult(result) = content {
-                result.content = if first {
-                    format!(
-                        "[ref {reference}] [result pruned: about {} tokens; call Expand with \
-                         ref {reference} to read it again]",
-                        item.tokens
-                    )
-                } else {
-                    "[result pruned]".into()
-                };
-                first = false;
-            }
+        let about = item.tokens;
+        if matches!(item.render, Render::Live(_)) {
+            let tokens = pruned_tokens(&turn.history[position as usize], position, about);
+            let item = &mut turn.items[index];
+            item.render = Render::Pruned { position, about };
+            item.tokens = tokens;
+            debug_assert_eq!(
+                tokens,
+                u64::from(message_tokens(&turn.message(&turn.items[index])))
+            );
+        } else {
+            let message = turn.owned(index);
+            prune_message(message, position, about);
+            let tokens = u64::from(message_tokens(message));
+            turn.items[index].tokens = tokens;
         }
-        item.tokens = u64::from(message_tokens(&item.message));
         pruned += 1;
     }
     if pruned > turn.state.pruned {
@@ -291,7 +356,7 @@ pub fn emergency_truncate(turn: &mut Turn<'_>) {
             position: None,
             block: None,
             tokens: u64::from(message_tokens(&marker)),
-            message: marker,
+            render: Render::Owned(marker),
         },
     );
     turn.events
@@ -315,12 +380,12 @@ pub fn nudge(turn: &mut Turn<'_>) {
         turn.settings.nudge
     );
     let added = (text.len() as u64).div_ceil(4);
-    let Some(last) = turn.items.last_mut() else {
+    let Some(last) = turn.items.len().checked_sub(1) else {
         return;
     };
-    last.tokens += added;
-    let is_user = last.message.role == Role::User;
-    let result = last.message.content.iter_mut().rev().find_map(|b| match b {
+    let message = turn.owned(last);
+    let is_user = message.role == Role::User;
+    let result = message.content.iter_mut().rev().find_map(|b| match b {
         ContentBlock::ToolResult(result) => Some(result),
         _ => None,
     });
@@ -329,56 +394,14 @@ pub fn nudge(turn: &mut Turn<'_>) {
             result.content.push_str("\n\n");
             result.content.push_str(&text);
         }
-        None if is_user => last.message.content.push(ContentBlock::Text { text }),
+        None if is_user => message.content.push(ContentBlock::Text { text }),
         // A view ending on the model's own message (never sent by the loop): no place for it.
-        None => {
-            last.tokens -= added;
-            return;
-        }
+        None => return,
     }
+    turn.items[last].tokens += added;
     turn.events
         .push(RunEvent::ContextNudge(run_event::ContextNudge {
             projected_tokens: projected,
             soft_limit_tokens: soft,
         }));
-}
-
-/// The message showing a compression in the view.
-pub fn summary_message(compression: &super::state::Compression) -> Message {
-    Message::user_text(format!(
-        "[archive {}: {}..{} compressed; call Expand with ref {} to read the originals]\n{}",
-        compression.archive_id,
-        compression.from_ref,
-        compression.to_ref,
-        compression.archive_id,
-        compression.summary
-    ))
-}
-
-/// `message` with its ref marker: in front of the first tool result of a results message,
-/// otherwise as a text block after any leading thinking.
-pub fn marked(message: &Message, position: u32) -> Message {
-    let marker = format!("[ref {}]", message_ref(position));
-    let mut message = message.clone();
-    if let Some(result) = message.content.iter_mut().find_map(|b| match b {
-        ContentBlock::ToolResult(result) => Some(result),
-        _ => None,
-    }) {
-        result.content.insert_str(0, &format!("{marker} "));
-        return message;
-    }
-    let at = message
-        .content
-        .iter()
-        .position(|b| {
-            !matches!(
-                b,
-                ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. }
-            )
-        })
-        .unwrap_or(message.content.len());
-    message
-        .content
-        .insert(at, ContentBlock::Text { text: marker });
-    message
 }

@@ -2,12 +2,15 @@
 //! pair is ever split, protected content is never archived, a refused or failed batch
 //! changes nothing, refs and snapshots are stable.
 
+use super::cache::ViewCache;
 use super::compress::{self, RangeRequest};
+use super::pipeline::{STEPS, Turn};
 use super::session::NoaSession;
 use super::settings::NoaSettings;
 use super::state::{NoaState, Tier};
 use super::test_support::*;
 use crate::message::{ContentBlock, Message};
+use crate::run_event::RunEvent;
 use proptest::prelude::*;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -92,6 +95,102 @@ fn pairs_whole(view: &[Message]) -> bool {
         && uses
             .iter()
             .all(|id| results.contains(id) || id == "toolu_pending")
+}
+
+/// What happens to a session between two model requests (the cache property).
+#[derive(Clone, Debug)]
+enum Between {
+    /// New messages.
+    Append(Vec<Step>),
+    /// A call of `Read` (true) or `Write` (false) now, its result after the next request.
+    Split(bool, usize),
+    /// A call nothing answers (the next message is a prompt).
+    Dangling,
+    /// A `Compress` batch over the last view: per range, the blocks skipped before it, the
+    /// blocks it spans and its summary length.
+    Compress(Vec<(u8, u8, u8)>),
+    /// The provider's exact count of the last request.
+    Calibrate(u16),
+    /// The retry after a context overflow (a lower hard limit).
+    Overflow,
+    /// A message replaced (history is append-only; the cache must notice and start over).
+    Rewrite(u8),
+    /// History cut short (likewise).
+    Shrink(u8),
+    /// The state replaced by an empty one (likewise: its compressions are gone).
+    Forget,
+}
+
+fn between() -> impl Strategy<Value = Between> {
+    prop_oneof![
+        4 => prop::collection::vec(step(), 1..6).prop_map(Between::Append),
+        2 => (any::<bool>(), 1usize..3000).prop_map(|(read, size)| Between::Split(read, size)),
+        1 => Just(Between::Dangling),
+        3 => prop::collection::vec((any::<u8>(), any::<u8>(), 1u8..120), 1..4)
+            .prop_map(Between::Compress),
+        1 => (1u16..4000).prop_map(Between::Calibrate),
+        1 => Just(Between::Overflow),
+        1 => any::<u8>().prop_map(Between::Rewrite),
+        1 => any::<u8>().prop_map(Between::Shrink),
+        1 => Just(Between::Forget),
+    ]
+}
+
+/// Ranges on block boundaries of `blocks`, ascending (most of them valid, unlike
+/// [`batch_of`]'s): `(skip, span, summary)` per range.
+fn aligned_batch(raw: &[(u8, u8, u8)], blocks: &[super::state::Block]) -> Vec<RangeRequest> {
+    let mut batch = Vec::new();
+    let mut next = 0usize;
+    for &(skip, span, summary) in raw {
+        let first = next + usize::from(skip % 4);
+        let last = first + usize::from(span % 16);
+        let (Some(from), Some(to)) = (blocks.get(first), blocks.get(last)) else {
+            break;
+        };
+        batch.push(RangeRequest {
+            from_ref: format!("m{}", from.start),
+            to_ref: format!("m{}", to.end),
+            summary: "s".repeat(usize::from(summary)),
+        });
+        next = last + 1;
+    }
+    batch
+}
+
+/// Tighter limits than [`settings`], so that pruning, truncation and nudges all happen.
+fn cache_settings() -> NoaSettings {
+    NoaSettings {
+        hard_limit_tokens: 4_000,
+        prune_min_tokens: 300,
+        ..settings()
+    }
+}
+
+/// One request's outcome: the view, the events, the blocks and the estimate.
+type Outcome = (Vec<Message>, Vec<RunEvent>, Vec<super::state::Block>, u64);
+
+fn request(
+    history: &[Message],
+    state: &mut NoaState,
+    cache: Option<&mut ViewCache>,
+    hard_limit: Option<u64>,
+) -> Outcome {
+    let settings = cache_settings();
+    let read_only = read_only();
+    let mut turn = Turn::new(&settings, &read_only, history, state);
+    if let Some(cache) = cache {
+        turn = turn.with_cache(cache);
+    }
+    if let Some(limit) = hard_limit {
+        turn.hard_limit = limit;
+    }
+    turn.run(&STEPS);
+    (
+        turn.messages(),
+        std::mem::take(&mut turn.events),
+        std::mem::take(&mut turn.blocks),
+        turn.estimated(),
+    )
 }
 
 proptest! {
@@ -258,5 +357,106 @@ proptest! {
             prop_assert_eq!(reloaded.build_view(&longer, None), view);
             Ok(())
         })?;
+    }
+}
+
+/// One request from scratch and through `cache`: both must give the same outcome and state.
+fn both_ways(
+    history: &[Message],
+    state: &mut NoaState,
+    cache: &mut ViewCache,
+    hard_limit: Option<u64>,
+) -> Result<Outcome, TestCaseError> {
+    let mut scratch_state = state.clone();
+    let scratch = request(history, &mut scratch_state, None, hard_limit);
+    let cached = request(history, state, Some(cache), hard_limit);
+    prop_assert_eq!(&cached, &scratch);
+    prop_assert_eq!(&*state, &scratch_state);
+    Ok(cached)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 96,
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(1515),
+        ..ProptestConfig::default()
+    })]
+
+    /// The blocks a session keeps between requests ([`ViewCache`]) never change a request:
+    /// over random histories, random appends, batches, calibrations, overflow retries — and
+    /// histories changed under the cache — every request's view, events, blocks, estimate and
+    /// state equal a from-scratch computation. The cache starts over only when history was
+    /// changed under it.
+    #[test]
+    fn the_cached_view_equals_the_view_from_scratch(
+        steps in prop::collection::vec(step(), 0..30),
+        script in prop::collection::vec(between(), 1..24),
+    ) {
+        let mut history = build(&steps, false);
+        let mut state = NoaState::default();
+        let mut cache = ViewCache::default();
+        let mut changed_under = 0u64;
+        let mut answer: Option<Message> = None;
+        let mut last = both_ways(&history, &mut state, &mut cache, None)?;
+        for between in &script {
+            if let Some(result) = answer.take() {
+                history.push(result);
+            }
+            let mut hard_limit = None;
+            match between {
+                Between::Append(more) => {
+                    history.extend(build(more, false).into_iter().skip(1));
+                }
+                Between::Split(read, size) => {
+                    let id = format!("toolu_{}", history.len());
+                    history.push(call(&id, if *read { "Read" } else { "Write" }));
+                    answer = Some(result(&id, *size));
+                }
+                Between::Dangling => {
+                    history.push(call(&format!("toolu_{}", history.len()), "Bash"));
+                    history.push(prompt("never mind"));
+                }
+                Between::Compress(raw) => {
+                    let blocks = &last.2;
+                    let batch = aligned_batch(raw, blocks);
+                    if let Ok(plan) =
+                        compress::validate(blocks, &state.compressions, &cache_settings(), &batch)
+                    {
+                        state = compress::apply(&state, &plan);
+                    }
+                }
+                Between::Calibrate(exact) => {
+                    state.calibration = Some(super::state::Calibration {
+                        estimated: last.3.max(1),
+                        exact: u64::from(*exact),
+                    });
+                }
+                Between::Overflow => hard_limit = Some(cache_settings().soft_limit_tokens),
+                Between::Rewrite(at) => {
+                    let at = *at as usize % history.len();
+                    history[at] = if history[at].role == crate::message::Role::User {
+                        prompt("rewritten")
+                    } else {
+                        call(&format!("toolu_rewritten_{at}"), "Write")
+                    };
+                    changed_under += 1;
+                }
+                Between::Shrink(by) => {
+                    let keep = history.len().saturating_sub(*by as usize % 8).max(1);
+                    changed_under += u64::from(keep < history.len());
+                    history.truncate(keep);
+                }
+                Between::Forget => {
+                    changed_under += 1;
+                    state = NoaState::default();
+                }
+            }
+            last = both_ways(&history, &mut state, &mut cache, hard_limit)?;
+        }
+        prop_assert!(
+            cache.rebuilds() <= 1 + changed_under,
+            "{} rebuilds for {} changes under the cache", cache.rebuilds(), changed_under
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! last view, and the store it commits to. Shared by the context policy (which builds every
 //! view) and the `Compress` / `Expand` tools.
 
+use super::cache::ViewCache;
 use super::compress::{self, PlannedRange, RangeRequest, Rejection, codes};
 use super::pipeline::{STEPS, Turn};
 use super::settings::NoaSettings;
@@ -30,8 +31,9 @@ pub trait NoaBackend: Send + Sync + 'static {
         state: &Value,
         expected: i64,
     ) -> Result<i64, StoreError>;
-    /// The session's history, oldest first.
-    async fn messages(&self) -> Result<Vec<Message>, StoreError>;
+    /// The messages at positions `first..first + count` of the session's history, oldest
+    /// first (fewer at its end).
+    async fn messages(&self, first: u32, count: u32) -> Result<Vec<Message>, StoreError>;
     /// One archive with its messages.
     async fn archive(&self, ordinal: u32) -> Result<Option<NoaArchiveRecord>, StoreError>;
 }
@@ -64,12 +66,25 @@ impl NoaBackend for StoreBackend {
             .await
     }
 
-    async fn messages(&self) -> Result<Vec<Message>, StoreError> {
+    /// One read of just the positions asked for: a message's position is its seq − 1 (the
+    /// store numbers a session's messages 1, 2, … from `last_message_seq`, and never deletes
+    /// one). Should the seqs read not be the ones expected, the whole history is read instead.
+    async fn messages(&self, first: u32, count: u32) -> Result<Vec<Message>, StoreError> {
+        let records = self
+            .store
+            .list_messages(&self.tenant, &self.session, i64::from(first), count)
+            .await?;
+        let expected = |index: usize, seq: i64| seq == i64::from(first) + 1 + index as i64;
+        if records.iter().enumerate().all(|(i, r)| expected(i, r.seq)) {
+            return Ok(records.iter().map(|record| record.to_message()).collect());
+        }
         Ok(self
             .store
             .list_messages(&self.tenant, &self.session, 0, u32::MAX)
             .await?
             .iter()
+            .skip(first as usize)
+            .take(count as usize)
             .map(|record| record.to_message())
             .collect())
     }
@@ -87,6 +102,8 @@ struct Inner {
     dirty: bool,
     /// Blocks of the last view: what `Compress` validates against.
     blocks: Vec<Block>,
+    /// The blocks kept between requests, so that a request costs what changed since the last.
+    cache: ViewCache,
     /// Estimated size of the last view (paired with the provider's exact count).
     last_estimate: u64,
     events: Vec<RunEvent>,
@@ -127,6 +144,7 @@ impl NoaSession {
                 version,
                 dirty: false,
                 blocks: Vec::new(),
+                cache: ViewCache::default(),
                 last_estimate: 0,
                 events: Vec::new(),
             }),
@@ -151,7 +169,8 @@ impl NoaSession {
             inner.state.pruned,
             inner.state.hidden,
         );
-        let mut turn = Turn::new(&self.settings, &self.read_only, history, &mut inner.state);
+        let mut turn = Turn::new(&self.settings, &self.read_only, history, &mut inner.state)
+            .with_cache(&mut inner.cache);
         if let Some(limit) = hard_limit {
             turn.hard_limit = limit;
         }
@@ -217,8 +236,22 @@ impl NoaSession {
             range: None,
             message: format!("nothing was compressed: {error}"),
         };
-        let history = self.backend.messages().await.map_err(store_failed)?;
-        let archives = archives_of(&plan, &next, &history).map_err(store_failed)?;
+        // One read of the span the fresh positions cover (not the whole history).
+        let fresh = || plan.iter().flat_map(|range| range.fresh.iter());
+        let (first, span) = match (
+            fresh().map(|run| run.0).min(),
+            fresh().map(|run| run.1).max(),
+        ) {
+            (Some(first), Some(last)) => (
+                first,
+                self.backend
+                    .messages(first, last.saturating_sub(first) + 1)
+                    .await
+                    .map_err(store_failed)?,
+            ),
+            _ => (0, Vec::new()),
+        };
+        let archives = archives_of(&plan, &next, first, &span).map_err(store_failed)?;
         let value = state_json(&next).map_err(store_failed)?;
         let stored = self
             .backend
@@ -336,9 +369,8 @@ impl NoaSession {
             }
             text
         } else if let Some(position) = parse_message_ref(reference) {
-            let history = self.backend.messages().await.map_err(failed)?;
-            let message = history.get(position as usize).ok_or_else(unknown)?;
-            render(&message_ref(position), message)
+            let message = self.backend.messages(position, 1).await.map_err(failed)?;
+            render(&message_ref(position), message.first().ok_or_else(unknown)?)
         } else {
             return Err(unknown());
         };
@@ -358,11 +390,13 @@ fn state_json(state: &NoaState) -> Result<Value, StoreError> {
 
 /// The archives of a plan: the original messages of every range, and in the place of an
 /// earlier compression it compressed again, that compression's summary message (its ref is
-/// the earlier archive's id, whose originals stay readable).
+/// the earlier archive's id, whose originals stay readable). `span` holds the history from
+/// position `span_start` on, through every fresh position of the plan.
 fn archives_of(
     plan: &[PlannedRange],
     next: &NoaState,
-    history: &[Message],
+    span_start: u32,
+    span: &[Message],
 ) -> Result<Vec<NewNoaArchive>, StoreError> {
     let first = next.compressions.len() - plan.len();
     plan.iter()
@@ -371,8 +405,7 @@ fn archives_of(
             let mut messages = range
                 .fresh_positions()
                 .map(|position| {
-                    history
-                        .get(position as usize)
+                    span.get(position.wrapping_sub(span_start) as usize)
                         .map(|message| {
                             (
                                 position,

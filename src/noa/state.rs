@@ -85,6 +85,13 @@ pub fn message_tokens(message: &Message) -> u32 {
     u32::try_from(tokens).unwrap_or(u32::MAX).max(1)
 }
 
+/// [`message_tokens`] of a message that counts `chars` characters.
+pub fn tokens_of_chars(chars: usize) -> u32 {
+    u32::try_from((chars as u64).div_ceil(4))
+        .unwrap_or(u32::MAX)
+        .max(1)
+}
+
 fn results_of(message: &Message) -> bool {
     message.role == Role::User
         && message
@@ -93,8 +100,53 @@ fn results_of(message: &Message) -> bool {
             .any(|b| matches!(b, ContentBlock::ToolResult(_)))
 }
 
+/// The block starting at `i` in `history[..len]`, with its base tier (hard when its calls
+/// still wait for their results) and no compression.
+pub(super) fn cut_block(
+    history: &[Message],
+    snapshots: &[u32],
+    i: usize,
+    len: usize,
+    read_only: &HashSet<String>,
+) -> Block {
+    let message = &history[i];
+    let mut calls = message.tool_uses().map(|(_, name, _)| name);
+    let has_calls = calls.next().is_some();
+    let end = if has_calls && i + 1 < len && results_of(&history[i + 1]) {
+        i + 1
+    } else {
+        i
+    };
+    let tokens = snapshots[i..=end].iter().map(|t| u64::from(*t)).sum();
+    let unanswered = has_calls && end == i;
+    let names = || message.tool_uses().map(|(_, name, _)| name);
+    Block {
+        start: i as u32,
+        end: end as u32,
+        tier: if unanswered { Tier::Hard } else { Tier::Normal },
+        tokens,
+        absorbed: None,
+        noa_only: has_calls
+            && names().all(|n| n == super::COMPRESS_TOOL || n == super::EXPAND_TOOL),
+        read_only_calls: has_calls && names().all(|n| read_only.contains(n)),
+    }
+}
+
+/// The mutating tools `message` calls (every tool but the read-only ones and Noa's own).
+pub(super) fn mutating_calls<'m>(
+    message: &'m Message,
+    read_only: &HashSet<String>,
+) -> impl Iterator<Item = &'m str> {
+    message.tool_uses().filter_map(move |(_, name, _)| {
+        (!read_only.contains(name) && name != super::COMPRESS_TOOL && name != super::EXPAND_TOOL)
+            .then_some(name)
+    })
+}
+
 /// Cuts `history` into blocks and gives each its tier. `read_only` names the tools whose calls
-/// are read-only; every other tool is treated as mutating (closes safe).
+/// are read-only; every other tool is treated as mutating (closes safe). This is the
+/// from-scratch computation; [`super::cache::ViewCache`] keeps the same blocks between the
+/// requests of a session and must always agree with it.
 pub fn blocks_of(
     history: &[Message],
     snapshots: &[u32],
@@ -106,28 +158,10 @@ pub fn blocks_of(
     let mut blocks = Vec::with_capacity(len);
     let mut i = 0;
     while i < len {
-        let message = &history[i];
-        let calls: Vec<&str> = message.tool_uses().map(|(_, name, _)| name).collect();
-        let end = if !calls.is_empty() && i + 1 < len && results_of(&history[i + 1]) {
-            i + 1
-        } else {
-            i
-        };
-        let tokens = snapshots[i..=end].iter().map(|t| u64::from(*t)).sum();
-        let unanswered = !calls.is_empty() && end == i;
-        blocks.push(Block {
-            start: i as u32,
-            end: end as u32,
-            tier: if unanswered { Tier::Hard } else { Tier::Normal },
-            tokens,
-            absorbed: absorbed_by.get(i).copied().flatten(),
-            noa_only: !calls.is_empty()
-                && calls
-                    .iter()
-                    .all(|n| *n == super::COMPRESS_TOOL || *n == super::EXPAND_TOOL),
-            read_only_calls: !calls.is_empty() && calls.iter().all(|n| read_only.contains(*n)),
-        });
-        i = end + 1;
+        let mut block = cut_block(history, snapshots, i, len, read_only);
+        block.absorbed = absorbed_by.get(i).copied().flatten();
+        i = block.end as usize + 1;
+        blocks.push(block);
     }
     // Soft tail: every block with a message among the last `protected_tail`.
     let tail_start = len.saturating_sub(protected_tail as usize) as u32;
@@ -140,16 +174,9 @@ pub fn blocks_of(
     // Hard: the latest block calling each mutating tool.
     let mut seen: HashSet<&str> = HashSet::new();
     for block in blocks.iter_mut().rev() {
-        let start = block.start as usize;
         let mut latest = false;
-        for (_, name, _) in history[start].tool_uses() {
-            if !read_only.contains(name)
-                && name != super::COMPRESS_TOOL
-                && name != super::EXPAND_TOOL
-                && seen.insert(name)
-            {
-                latest = true;
-            }
+        for name in mutating_calls(&history[block.start as usize], read_only) {
+            latest |= seen.insert(name);
         }
         if latest {
             block.tier = Tier::Hard;
@@ -161,15 +188,18 @@ pub fn blocks_of(
 impl NoaState {
     /// For each position, the latest compression that absorbed it.
     pub fn absorbed_by(&self, len: usize) -> Vec<Option<usize>> {
-        let mut by = vec![None; len];
+        self.absorbed_between(0, len)
+    }
+
+    /// For each position of `from..to`, the latest compression that absorbed it.
+    pub fn absorbed_between(&self, from: usize, to: usize) -> Vec<Option<usize>> {
+        let mut by = vec![None; to.saturating_sub(from)];
         for (index, compression) in self.compressions.iter().enumerate() {
             for &(start, end) in &compression.absorbed {
-                for slot in by
-                    .iter_mut()
-                    .take((end as usize + 1).min(len))
-                    .skip(start as usize)
-                {
-                    *slot = Some(index);
+                let start = (start as usize).max(from);
+                let end = (end as usize + 1).min(to);
+                if start < end {
+                    by[start - from..end - from].fill(Some(index));
                 }
             }
         }

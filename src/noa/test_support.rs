@@ -59,6 +59,8 @@ pub struct MemoryBackend {
     pub state: Mutex<Option<(i64, Value)>>,
     pub archives: Mutex<Vec<NewNoaArchive>>,
     pub fail_archives: AtomicBool,
+    /// The history reads so far: first position and count.
+    pub reads: Mutex<Vec<(u32, u32)>>,
 }
 
 #[async_trait]
@@ -87,8 +89,15 @@ impl NoaBackend for MemoryBackend {
         Ok(version + 1)
     }
 
-    async fn messages(&self) -> Result<Vec<Message>, StoreError> {
-        Ok(self.history.lock().unwrap().clone())
+    async fn messages(&self, first: u32, count: u32) -> Result<Vec<Message>, StoreError> {
+        self.reads.lock().unwrap().push((first, count));
+        let history = self.history.lock().unwrap();
+        Ok(history
+            .iter()
+            .skip(first as usize)
+            .take(count as usize)
+            .cloned()
+            .collect())
     }
 
     async fn archive(&self, ordinal: u32) -> Result<Option<NoaArchiveRecord>, StoreError> {
