@@ -5,40 +5,42 @@
 //! tenant-owned row carries `tenant_id`, and every tenant-scoped method takes the tenant
 //! explicitly.
 
+// One directory per aggregate: `mod.rs` holds what both backends share (row types, SQL
+// written once, mappings), `postgres.rs` and `sqlite.rs` only what differs. The backends'
+// `Store` impls (`postgres.rs`, `sqlite.rs`) are facades that delegate to them.
+mod approvals;
+mod budgets;
+mod dialect;
+mod events;
 mod idempotency;
-mod mcp_servers;
+mod limits;
 mod models;
 mod noa;
 pub mod postgres;
-mod postgres_budgets;
-mod postgres_limits;
-mod postgres_mcp;
-mod postgres_noa;
-mod postgres_skills;
-mod postgres_usage;
-mod postgres_webhooks;
-mod skills;
+mod registry;
+mod replicas;
+mod runs;
+mod sessions;
 pub mod sqlite;
-mod sqlite_budgets;
-mod sqlite_limits;
-mod sqlite_mcp;
-mod sqlite_noa;
-mod sqlite_skills;
-mod sqlite_usage;
-mod sqlite_webhooks;
 mod sqlite_writer;
 pub mod storable;
 mod tool_state;
+mod usage;
+mod webhooks;
+
+// The paths `sqlite_writer` imports from (kept so it needs no change).
+use usage::sqlite as sqlite_usage;
+use webhooks::sqlite as sqlite_webhooks;
 
 pub use crate::webhooks::{
     AttemptResult, DeliveryRecord, DueDelivery, NewWebhook, WebhookCapReached, WebhookCaps,
     WebhookRecord,
 };
 pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey};
-pub use mcp_servers::McpServerRecord;
 pub use models::*;
 pub use noa::*;
-pub use skills::{NewSkill, SkillRecord, SkillSummary};
+pub use registry::McpServerRecord;
+pub use registry::{NewSkill, SkillRecord, SkillSummary};
 pub use tool_state::*;
 
 use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
@@ -892,41 +894,4 @@ impl Default for ConnectOptions {
             acquire_timeout: Duration::from_secs(3),
         }
     }
-}
-
-/// The first state of a new run: queued, or — when claimed — running under a fresh lease of
-/// its claimer with fence 1.
-struct RunStart<'a> {
-    status: RunStatus,
-    owner: Option<&'a str>,
-    lease_expires_at: Option<chrono::DateTime<chrono::Utc>>,
-    fence: i64,
-    started_at: Option<chrono::DateTime<chrono::Utc>>,
-}
-
-impl<'a> RunStart<'a> {
-    fn new(claim: Option<(&'a str, Duration)>, at: chrono::DateTime<chrono::Utc>) -> Self {
-        match claim {
-            Some((owner, lease)) => Self {
-                status: RunStatus::Running,
-                owner: Some(owner),
-                lease_expires_at: Some(at + lease_span(lease)),
-                fence: 1,
-                started_at: Some(at),
-            },
-            None => Self {
-                status: RunStatus::Queued,
-                owner: None,
-                lease_expires_at: None,
-                fence: 0,
-                started_at: None,
-            },
-        }
-    }
-}
-
-/// A lease duration as a timestamp offset (saturating at a day).
-fn lease_span(lease: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(lease.min(Duration::from_secs(86_400)))
-        .unwrap_or_else(|_| chrono::Duration::days(1))
 }

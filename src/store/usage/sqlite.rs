@@ -1,17 +1,17 @@
-//! The usage ledger on Postgres: rows written inside an append's transaction, sums read in a
-//! tenant-scoped transaction (row-level security).
+//! The usage ledger on SQLite: rows written inside an append's transaction, sums read from
+//! the read pool.
 
-use super::postgres::PgStore;
-use super::*;
+use crate::store::sqlite::ts;
+use crate::store::*;
 use crate::usage::{
     NewUsageRecord, RawSums, SUMS_SQL, UsageGroup, UsageQuery, UsageScope, UsageTotals, sql_count,
 };
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgConnection, Row};
+use sqlx::{FromRow, Row, SqliteConnection, SqlitePool};
 
 /// Writes `records` of one session (in the caller's transaction).
-pub(super) async fn insert(
-    conn: &mut PgConnection,
+pub(in crate::store) async fn insert(
+    conn: &mut SqliteConnection,
     tenant: &TenantId,
     session: &SessionId,
     records: &[NewUsageRecord],
@@ -20,8 +20,9 @@ pub(super) async fn insert(
     if records.is_empty() {
         return Ok(());
     }
+    let created = ts(at);
     let day = at.format("%Y-%m-%d").to_string();
-    let mut insert = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
         "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
          input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, day, \
          created_at) ",
@@ -38,53 +39,53 @@ pub(super) async fn insert(
             .push_bind(sql_count(record.tokens.cache_write_tokens))
             .push_bind(record.cost_pico)
             .push_bind(day.as_str())
-            .push_bind(at);
+            .push_bind(created.as_str());
     });
     insert.build().execute(&mut *conn).await?;
     // The tenant's budget totals, in the same transaction: they always equal the ledger.
-    super::postgres_budgets::add_spend(conn, tenant, &crate::budgets::spend_deltas(records, at))
-        .await
+    crate::store::budgets::sqlite::add_spend(
+        conn,
+        tenant,
+        &crate::budgets::spend_deltas(records, at),
+    )
+    .await
 }
 
 /// Totals of a run's or a session's rows.
-pub(super) async fn totals(
-    store: &PgStore,
+pub(in crate::store) async fn totals(
+    pool: &SqlitePool,
     tenant: &TenantId,
     scope: UsageScope<'_>,
 ) -> StoreResult<UsageTotals> {
     let (column, id) = scope.column_and_id();
-    let mut tx = store.tenant_tx(tenant).await?;
     let row = sqlx::query(&format!(
-        "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = $1 AND {column} = $2"
+        "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = ? AND {column} = ?"
     ))
     .bind(tenant.as_str())
     .bind(id)
-    .fetch_one(&mut *tx)
+    .fetch_one(pool)
     .await?;
-    tx.commit().await?;
     Ok(RawSums::from_row(&row)?.into())
 }
 
 /// The tenant's rows in `[from, to)`, grouped, ordered by key, at most `limit` groups.
-pub(super) async fn report(
-    store: &PgStore,
+pub(in crate::store) async fn report(
+    pool: &SqlitePool,
     tenant: &TenantId,
     query: &UsageQuery,
 ) -> StoreResult<Vec<UsageGroup>> {
     let key = query.group_by.key_sql();
-    let mut tx = store.tenant_tx(tenant).await?;
     let rows = sqlx::query(&format!(
         "SELECT {key} AS key, {SUMS_SQL} FROM usage_records \
-         WHERE tenant_id = $1 AND created_at >= $2 AND created_at < $3 \
-         GROUP BY 1 ORDER BY 1 LIMIT $4"
+         WHERE tenant_id = ? AND created_at >= ? AND created_at < ? \
+         GROUP BY 1 ORDER BY 1 LIMIT ?"
     ))
     .bind(tenant.as_str())
-    .bind(query.from)
-    .bind(query.to)
+    .bind(ts(query.from))
+    .bind(ts(query.to))
     .bind(i64::from(query.limit))
-    .fetch_all(&mut *tx)
+    .fetch_all(pool)
     .await?;
-    tx.commit().await?;
     rows.iter()
         .map(|row| {
             Ok(UsageGroup {

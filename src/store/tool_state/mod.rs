@@ -3,6 +3,7 @@
 //! ExitPlanMode) and a tenant's memory notes (Memory).
 
 use crate::permission::PermissionMode;
+use crate::store::{StoreError, StoreResult};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -124,3 +125,31 @@ mod tests {
         assert_eq!(parse_mode("nonsense"), None);
     }
 }
+
+/// The override stored as two mode texts.
+pub(in crate::store) fn mode_override_from(
+    mode: String,
+    previous: Option<String>,
+) -> StoreResult<ModeOverride> {
+    let parse = |text: &str| {
+        parse_mode(text)
+            .ok_or_else(|| StoreError::Internal(format!("unknown permission mode {text}")))
+    };
+    Ok(ModeOverride {
+        mode: parse(&mode)?,
+        previous: previous.as_deref().map(parse).transpose()?,
+    })
+}
+
+/// The conflict a memory write reports when the note was not in the expected state.
+pub(in crate::store) fn memory_conflict(path: &str, expect: MemoryExpect) -> StoreError {
+    match expect {
+        MemoryExpect::Absent => StoreError::Conflict(format!("memory note {path} already exists")),
+        MemoryExpect::Version(version) => StoreError::Conflict(format!(
+            "memory note {path} is no longer at version {version}"
+        )),
+    }
+}
+
+pub(in crate::store) mod postgres;
+pub(in crate::store) mod sqlite;

@@ -1,17 +1,17 @@
-//! The usage ledger on SQLite: rows written inside an append's transaction, sums read from
-//! the read pool.
+//! The usage ledger on Postgres: rows written inside an append's transaction, sums read in a
+//! tenant-scoped transaction (row-level security).
 
-use super::sqlite::ts;
-use super::*;
+use crate::store::postgres::PgStore;
+use crate::store::*;
 use crate::usage::{
     NewUsageRecord, RawSums, SUMS_SQL, UsageGroup, UsageQuery, UsageScope, UsageTotals, sql_count,
 };
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, Row, SqliteConnection, SqlitePool};
+use sqlx::{FromRow, PgConnection, Row};
 
 /// Writes `records` of one session (in the caller's transaction).
-pub(super) async fn insert(
-    conn: &mut SqliteConnection,
+pub(in crate::store) async fn insert(
+    conn: &mut PgConnection,
     tenant: &TenantId,
     session: &SessionId,
     records: &[NewUsageRecord],
@@ -20,9 +20,8 @@ pub(super) async fn insert(
     if records.is_empty() {
         return Ok(());
     }
-    let created = ts(at);
     let day = at.format("%Y-%m-%d").to_string();
-    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+    let mut insert = sqlx::QueryBuilder::<sqlx::Postgres>::new(
         "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
          input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, day, \
          created_at) ",
@@ -39,48 +38,57 @@ pub(super) async fn insert(
             .push_bind(sql_count(record.tokens.cache_write_tokens))
             .push_bind(record.cost_pico)
             .push_bind(day.as_str())
-            .push_bind(created.as_str());
+            .push_bind(at);
     });
     insert.build().execute(&mut *conn).await?;
     // The tenant's budget totals, in the same transaction: they always equal the ledger.
-    super::sqlite_budgets::add_spend(conn, tenant, &crate::budgets::spend_deltas(records, at)).await
+    crate::store::budgets::postgres::add_spend(
+        conn,
+        tenant,
+        &crate::budgets::spend_deltas(records, at),
+    )
+    .await
 }
 
 /// Totals of a run's or a session's rows.
-pub(super) async fn totals(
-    pool: &SqlitePool,
+pub(in crate::store) async fn totals(
+    store: &PgStore,
     tenant: &TenantId,
     scope: UsageScope<'_>,
 ) -> StoreResult<UsageTotals> {
     let (column, id) = scope.column_and_id();
+    let mut tx = store.tenant_tx(tenant).await?;
     let row = sqlx::query(&format!(
-        "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = ? AND {column} = ?"
+        "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = $1 AND {column} = $2"
     ))
     .bind(tenant.as_str())
     .bind(id)
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(RawSums::from_row(&row)?.into())
 }
 
 /// The tenant's rows in `[from, to)`, grouped, ordered by key, at most `limit` groups.
-pub(super) async fn report(
-    pool: &SqlitePool,
+pub(in crate::store) async fn report(
+    store: &PgStore,
     tenant: &TenantId,
     query: &UsageQuery,
 ) -> StoreResult<Vec<UsageGroup>> {
     let key = query.group_by.key_sql();
+    let mut tx = store.tenant_tx(tenant).await?;
     let rows = sqlx::query(&format!(
         "SELECT {key} AS key, {SUMS_SQL} FROM usage_records \
-         WHERE tenant_id = ? AND created_at >= ? AND created_at < ? \
-         GROUP BY 1 ORDER BY 1 LIMIT ?"
+         WHERE tenant_id = $1 AND created_at >= $2 AND created_at < $3 \
+         GROUP BY 1 ORDER BY 1 LIMIT $4"
     ))
     .bind(tenant.as_str())
-    .bind(ts(query.from))
-    .bind(ts(query.to))
+    .bind(query.from)
+    .bind(query.to)
     .bind(i64::from(query.limit))
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     rows.iter()
         .map(|row| {
             Ok(UsageGroup {

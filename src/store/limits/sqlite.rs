@@ -2,9 +2,9 @@
 //! writer connection, so a check and the write after it in one transaction cannot interleave
 //! with another admission.
 
-use super::sqlite::{SqliteStore, ts};
-use super::*;
 use crate::limits::{Limit, LimitExceeded};
+use crate::store::sqlite::{SqliteStore, ts};
+use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
@@ -20,7 +20,7 @@ fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
 }
 
 /// Checks that one more running run fits the tenant's cap (`except`: the run being claimed).
-pub(super) async fn admit_running(
+pub(in crate::store) async fn admit_running(
     conn: &mut SqliteConnection,
     tenant: &TenantId,
     caps: RunCaps,
@@ -43,7 +43,7 @@ pub(super) async fn admit_running(
 }
 
 /// Checks that one more queued run fits the session's and the tenant's caps.
-pub(super) async fn admit_queued(
+pub(in crate::store) async fn admit_queued(
     conn: &mut SqliteConnection,
     tenant: &TenantId,
     session: &SessionId,
@@ -69,7 +69,7 @@ pub(super) async fn admit_queued(
 }
 
 /// Checks that one more pending approval request fits the tenant's cap.
-pub(super) async fn admit_approval(
+pub(in crate::store) async fn admit_approval(
     conn: &mut SqliteConnection,
     tenant: &TenantId,
     max_pending: u32,
@@ -90,7 +90,7 @@ pub(super) async fn admit_approval(
 }
 
 impl SqliteStore {
-    pub(super) async fn acquire_hold_tx(
+    pub(in crate::store) async fn acquire_hold_tx(
         &self,
         tenant: &TenantId,
         hold: NewHold,
@@ -134,7 +134,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) async fn record_workspace_bytes_tx(
+    pub(in crate::store) async fn record_workspace_bytes_tx(
         &self,
         tenant: &TenantId,
         session: &SessionId,
@@ -158,7 +158,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
+    pub(in crate::store) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
         let bytes: i64 = sqlx::query_scalar(
             "SELECT COALESCE(SUM(u.bytes), 0) FROM workspace_usage u \
              JOIN sessions s ON s.id = u.session_id \
@@ -170,7 +170,11 @@ impl SqliteStore {
         Ok(bytes.max(0) as u64)
     }
 
-    pub(super) async fn release_hold_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
+    pub(in crate::store) async fn release_hold_tx(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> StoreResult<()> {
         sqlx::query("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")
             .bind(id)
             .bind(tenant.as_str())
@@ -179,7 +183,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) async fn count_holds_tx(
+    pub(in crate::store) async fn count_holds_tx(
         &self,
         tenant: &TenantId,
         kind: HoldKind,
@@ -200,7 +204,11 @@ impl SqliteStore {
     }
 
     /// Extends the expiry of every hold of `owner` (the heartbeat's second statement).
-    pub(super) async fn renew_holds(&self, owner: &str, lease: Duration) -> StoreResult<()> {
+    pub(in crate::store) async fn renew_holds(
+        &self,
+        owner: &str,
+        lease: Duration,
+    ) -> StoreResult<()> {
         sqlx::query("UPDATE tenant_holds SET expires_at = ? WHERE replica = ?")
             .bind(ts(Utc::now() + lease_span(lease)))
             .bind(owner)

@@ -2,15 +2,15 @@
 //! per UTC day and month, added to in the usage ledger's transaction (the one writer
 //! connection serializes them).
 
-use super::sqlite::{SqliteStore, ts};
-use super::*;
 use crate::budgets::{Budget, Period, Spend, SpendDelta, TenantSpend};
+use crate::store::sqlite::{SqliteStore, ts};
+use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::{Row, SqliteConnection};
 
 /// Adds `deltas` to the tenant's running totals (in the caller's transaction); totals
 /// saturate at the largest integer instead of failing the append.
-pub(super) async fn add_spend(
+pub(in crate::store) async fn add_spend(
     conn: &mut SqliteConnection,
     tenant: &TenantId,
     deltas: &[SpendDelta],
@@ -38,7 +38,10 @@ pub(super) async fn add_spend(
     Ok(())
 }
 
-pub(super) async fn budget(store: &SqliteStore, tenant: &TenantId) -> StoreResult<Option<Budget>> {
+pub(in crate::store) async fn budget(
+    store: &SqliteStore,
+    tenant: &TenantId,
+) -> StoreResult<Option<Budget>> {
     let row = sqlx::query(
         "SELECT tokens_per_day, tokens_per_month, cost_micros_per_day, cost_micros_per_month \
          FROM tenant_budgets WHERE tenant_id = ?",
@@ -62,7 +65,7 @@ pub(super) async fn budget(store: &SqliteStore, tenant: &TenantId) -> StoreResul
     .transpose()
 }
 
-pub(super) async fn set_budget(
+pub(in crate::store) async fn set_budget(
     store: &SqliteStore,
     tenant: &TenantId,
     budget: Option<&Budget>,
@@ -100,7 +103,7 @@ pub(super) async fn set_budget(
     Ok(())
 }
 
-pub(super) async fn spend(
+pub(in crate::store) async fn spend(
     store: &SqliteStore,
     tenant: &TenantId,
     at: DateTime<Utc>,
