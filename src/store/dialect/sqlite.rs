@@ -15,10 +15,6 @@ pub(in crate::store) fn parse_ts(value: &str) -> StoreResult<DateTime<Utc>> {
         .map_err(|error| StoreError::Internal(format!("bad timestamp {value}: {error}")))
 }
 
-pub(in crate::store) fn parse_opt_ts(value: Option<String>) -> StoreResult<Option<DateTime<Utc>>> {
-    value.as_deref().map(parse_ts).transpose()
-}
-
 pub(in crate::store) fn parse_json<T: serde::de::DeserializeOwned>(value: &str) -> StoreResult<T> {
     serde_json::from_str(value).map_err(|error| StoreError::Internal(format!("bad json: {error}")))
 }

@@ -1,15 +1,12 @@
 //! Events on Postgres.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
+use crate::ids::{OutputId, RunId, SessionId, TenantId};
+use crate::store::dialect::now;
 use crate::store::dialect::postgres::notify;
-use crate::store::dialect::{lease_span, now};
 use crate::store::postgres::PgStore;
 use crate::store::*;
-use chrono::{DateTime, Utc};
-use serde_json::Value;
 use sqlx::Row;
-use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 
 pub(in crate::store) async fn append(
@@ -205,16 +202,13 @@ pub(in crate::store) async fn list_events(
     limit: u32,
 ) -> StoreResult<Vec<EventRecord>> {
     let mut tx = store.tenant_tx(tenant).await?;
-    let rows = sqlx::query(
-        "SELECT seq, kind, payload, run_id, created_at FROM events \
-         WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
-    )
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .bind(after)
-    .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
-    .await?;
+    let rows = sqlx::query(LIST_EVENTS)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
     tx.commit().await?;
     rows.iter().map(event_from_row).collect()
 }
@@ -248,30 +242,15 @@ pub(in crate::store) async fn list_messages(
     limit: u32,
 ) -> StoreResult<Vec<MessageRecord>> {
     let mut tx = store.tenant_tx(tenant).await?;
-    let rows = sqlx::query(
-        "SELECT seq, role, content, run_id, compaction_boundary, created_at FROM messages \
-         WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
-    )
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .bind(after)
-    .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
-    .await?;
+    let rows: Vec<MessageRow> = sqlx::query_as(LIST_MESSAGES)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
     tx.commit().await?;
-    rows.iter()
-        .map(|row| {
-            let role: String = row.try_get("role")?;
-            Ok(MessageRecord {
-                seq: row.try_get("seq")?,
-                role: parse_role(&role)?,
-                content: row.try_get::<Json<Vec<ContentBlock>>, _>("content")?.0,
-                run_id: row.try_get("run_id")?,
-                compaction_boundary: row.try_get("compaction_boundary")?,
-                created_at: row.try_get("created_at")?,
-            })
-        })
-        .collect()
+    messages(rows)
 }
 
 pub(in crate::store) async fn get_output(
@@ -281,29 +260,14 @@ pub(in crate::store) async fn get_output(
     id: &OutputId,
 ) -> StoreResult<Option<OutputRecord>> {
     let mut tx = store.tenant_tx(tenant).await?;
-    let row = sqlx::query(
-        "SELECT id, session_id, tool_use_id, tool_name, sha256, size_bytes, content, created_at \
-         FROM outputs WHERE id = $1 AND session_id = $2 AND tenant_id = $3",
-    )
-    .bind(id.as_str())
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *tx)
-    .await?;
+    let row: Option<OutputRow> = sqlx::query_as(GET_OUTPUT)
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
     tx.commit().await?;
-    row.map(|row| {
-        Ok(OutputRecord {
-            id: row.try_get("id")?,
-            session_id: row.try_get("session_id")?,
-            tool_use_id: row.try_get("tool_use_id")?,
-            tool_name: row.try_get("tool_name")?,
-            sha256: row.try_get("sha256")?,
-            size_bytes: row.try_get("size_bytes")?,
-            content: row.try_get("content")?,
-            created_at: row.try_get("created_at")?,
-        })
-    })
-    .transpose()
+    Ok(row.map(Into::into))
 }
 
 pub(in crate::store) async fn purge_outputs(
@@ -313,19 +277,9 @@ pub(in crate::store) async fn purge_outputs(
     let cutoff = now()
         - chrono::Duration::from_std(older_than)
             .map_err(|error| StoreError::Internal(error.to_string()))?;
-    let done = sqlx::query("DELETE FROM outputs WHERE created_at < $1")
+    let done = sqlx::query(PURGE_OUTPUTS)
         .bind(cutoff)
         .execute(&store.pool)
         .await?;
     Ok(done.rows_affected())
-}
-
-pub(in crate::store) fn event_from_row(row: &PgRow) -> StoreResult<EventRecord> {
-    Ok(EventRecord {
-        seq: row.try_get("seq")?,
-        kind: row.try_get("kind")?,
-        payload: row.try_get::<Json<Value>, _>("payload")?.0,
-        run_id: row.try_get("run_id")?,
-        created_at: row.try_get("created_at")?,
-    })
 }

@@ -11,7 +11,6 @@
 //! the table is still bounded, by the limit plus the requests in flight).
 
 use super::{StoreError, StoreResult};
-use crate::ids::TenantId;
 use crate::limits::{Limit, LimitExceeded};
 use chrono::{DateTime, Utc};
 use serde_json::Value;

@@ -1,18 +1,14 @@
 //! Idempotency on Postgres.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
-use crate::store::dialect::postgres::notify;
-use crate::store::dialect::{lease_span, now};
-use crate::store::idempotency::*;
+use crate::ids::TenantId;
+use crate::store::dialect::now;
 use crate::store::postgres::PgStore;
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use sqlx::PgConnection;
 use sqlx::Row;
-use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::{PgConnection, Row};
 
 /// Records `key` for `resource` in the caller's (tenant) transaction.
 pub async fn insert(

@@ -1,18 +1,14 @@
 //! Idempotency on SQLite.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
-use crate::store::dialect::sqlite::{parse_json, parse_opt_ts, parse_ts, ts};
-use crate::store::dialect::{lease_span, now};
-use crate::store::idempotency::*;
+use crate::ids::TenantId;
+use crate::store::dialect::now;
+use crate::store::dialect::sqlite::{parse_ts, ts};
 use crate::store::sqlite::SqliteStore;
-use crate::store::sqlite::{parse_ts, ts};
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteConnection};
+use sqlx::SqliteConnection;
 
 /// Records `key` for `resource` in the caller's transaction.
 pub async fn insert(

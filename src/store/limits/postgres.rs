@@ -3,6 +3,7 @@
 //! per tenant and cannot both take the last slot.
 
 use crate::limits::{Limit, LimitExceeded};
+use crate::store::dialect::lease_span;
 use crate::store::postgres::PgStore;
 use crate::store::*;
 use chrono::{DateTime, Utc};

@@ -3,6 +3,7 @@
 //! with another admission.
 
 use crate::limits::{Limit, LimitExceeded};
+use crate::store::dialect::lease_span;
 use crate::store::sqlite::{SqliteStore, ts};
 use crate::store::*;
 use chrono::{DateTime, Utc};

@@ -1,16 +1,11 @@
 //! Replicas on Postgres.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
 use crate::store::dialect::postgres::notify;
 use crate::store::dialect::{lease_span, now};
 use crate::store::postgres::PgStore;
 use crate::store::*;
-use chrono::{DateTime, Utc};
-use serde_json::Value;
 use sqlx::Row;
-use sqlx::postgres::PgRow;
-use sqlx::types::Json;
 
 // --- signals between replicas ---
 pub(in crate::store) async fn signals(

@@ -1,15 +1,11 @@
 //! Replicas on SQLite.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
-use crate::store::dialect::sqlite::{parse_json, parse_opt_ts, parse_ts, ts};
+use crate::store::dialect::sqlite::{parse_ts, ts};
 use crate::store::dialect::{lease_span, now};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
-use chrono::{DateTime, Utc};
-use serde_json::Value;
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 
 pub(in crate::store) async fn register_replica(
     store: &SqliteStore,

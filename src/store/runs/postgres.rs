@@ -1,16 +1,10 @@
 //! Runs on Postgres.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
-use crate::store::dialect::postgres::notify;
+use crate::ids::{RunId, SessionId, TenantId};
 use crate::store::dialect::{lease_span, now};
 use crate::store::postgres::PgStore;
 use crate::store::*;
-use chrono::{DateTime, Utc};
-use serde_json::Value;
-use sqlx::Row;
-use sqlx::postgres::PgRow;
-use sqlx::types::Json;
 
 // --- runs ---
 pub(in crate::store) async fn create_run_keyed(
@@ -40,26 +34,20 @@ pub(in crate::store) async fn create_run_keyed(
     } else {
         crate::store::limits::postgres::admit_queued(&mut tx, tenant, &run.session, caps).await?;
     }
-    let row = sqlx::query(&format!(
-        "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
-             fence, created_at, started_at) \
-         SELECT $1, id, tenant_id, $4, $5, $6, $7, $8, $9, $10 FROM sessions \
-             WHERE id = $2 AND tenant_id = $3 \
-         RETURNING {RUN_COLUMNS}"
-    ))
-    .bind(run.id.as_str())
-    .bind(run.session.as_str())
-    .bind(tenant.as_str())
-    .bind(&run.prompt)
-    .bind(start.status.as_str())
-    .bind(start.owner)
-    .bind(start.lease_expires_at)
-    .bind(start.fence)
-    .bind(created_at)
-    .bind(start.started_at)
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or(StoreError::NotFound)?;
+    let row = sqlx::query(INSERT_RUN)
+        .bind(run.id.as_str())
+        .bind(run.session.as_str())
+        .bind(tenant.as_str())
+        .bind(&run.prompt)
+        .bind(start.status.as_str())
+        .bind(start.owner)
+        .bind(start.lease_expires_at)
+        .bind(start.fence)
+        .bind(created_at)
+        .bind(start.started_at)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
     let record = run_from_row(&row)?;
     tx.commit().await?;
     Ok(record)
@@ -72,16 +60,13 @@ pub(in crate::store) async fn request_cancel(
     run: &RunId,
 ) -> StoreResult<bool> {
     let mut tx = store.tenant_tx(tenant).await?;
-    let done = sqlx::query(
-        "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, $4) \
-         WHERE id = $1 AND session_id = $2 AND tenant_id = $3 AND status = 'running'",
-    )
-    .bind(run.as_str())
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .bind(now())
-    .execute(&mut *tx)
-    .await?;
+    let done = sqlx::query(REQUEST_CANCEL)
+        .bind(run.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(done.rows_affected() == 1)
 }
@@ -91,13 +76,10 @@ pub(in crate::store) async fn requested_cancels(
     owner: &str,
 ) -> StoreResult<Vec<(SessionId, RunId)>> {
     // System-level (login role), like the heartbeat.
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT session_id, id FROM runs WHERE owner = $1 AND status = 'running' \
-             AND cancel_requested_at IS NOT NULL",
-    )
-    .bind(owner)
-    .fetch_all(&store.pool)
-    .await?;
+    let rows: Vec<(String, String)> = sqlx::query_as(REQUESTED_CANCELS)
+        .bind(owner)
+        .fetch_all(&store.pool)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|(session, run)| (SessionId::from_string(session), RunId::from_string(run)))
@@ -213,13 +195,11 @@ pub(in crate::store) async fn renew_leases(
     lease: Duration,
 ) -> StoreResult<u64> {
     // System-level (login role): one statement for every run this replica holds.
-    let done = sqlx::query(
-        "UPDATE runs SET lease_expires_at = $2 WHERE owner = $1 AND status = 'running'",
-    )
-    .bind(owner)
-    .bind(now() + lease_span(lease))
-    .execute(&store.pool)
-    .await?;
+    let done = sqlx::query(RENEW_LEASES)
+        .bind(owner)
+        .bind(now() + lease_span(lease))
+        .execute(&store.pool)
+        .await?;
     store.renew_holds(owner, lease).await?;
     Ok(done.rows_affected())
 }
@@ -229,13 +209,10 @@ pub(in crate::store) async fn release_leases(
     owner: &str,
 ) -> StoreResult<Vec<RunRecord>> {
     // System-level (login role), like the heartbeat.
-    let rows = sqlx::query(&format!(
-        "UPDATE runs SET owner = NULL, lease_expires_at = NULL \
-         WHERE owner = $1 AND status = 'running' RETURNING {RUN_COLUMNS}"
-    ))
-    .bind(owner)
-    .fetch_all(&store.pool)
-    .await?;
+    let rows = sqlx::query(RELEASE_LEASES)
+        .bind(owner)
+        .fetch_all(&store.pool)
+        .await?;
     rows.iter().map(run_from_row).collect()
 }
 
@@ -243,46 +220,9 @@ pub(in crate::store) async fn list_unfinished_runs(
     store: &PgStore,
     limit: u32,
 ) -> StoreResult<Vec<UnfinishedRun>> {
-    let rows = sqlx::query(&format!(
-        "SELECT {UNFINISHED_COLUMNS} FROM runs WHERE status IN ('queued', 'running') \
-         ORDER BY position LIMIT $1"
-    ))
-    .bind(i64::from(limit))
-    .fetch_all(&store.pool)
-    .await?;
+    let rows = sqlx::query(UNFINISHED_RUNS)
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
     rows.iter().map(unfinished_from_row).collect()
-}
-
-pub(in crate::store) fn run_from_row(row: &PgRow) -> StoreResult<RunRecord> {
-    let status: String = row.try_get("status")?;
-    Ok(RunRecord {
-        id: row.try_get("id")?,
-        session_id: row.try_get("session_id")?,
-        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
-        prompt: row.try_get("prompt")?,
-        status: RunStatus::parse(&status)
-            .ok_or_else(|| StoreError::Internal(format!("unknown run status {status}")))?,
-        owner: row.try_get("owner")?,
-        lease_expires_at: row.try_get("lease_expires_at")?,
-        fence: row.try_get("fence")?,
-        terminal: row
-            .try_get::<Option<Json<Value>>, _>("terminal")?
-            .map(|json| json.0),
-        created_at: row.try_get("created_at")?,
-        started_at: row.try_get("started_at")?,
-        ended_at: row.try_get("ended_at")?,
-    })
-}
-
-pub(in crate::store) fn unfinished_from_row(row: &PgRow) -> StoreResult<UnfinishedRun> {
-    let status: String = row.try_get("status")?;
-    Ok(UnfinishedRun {
-        id: row.try_get("id")?,
-        session_id: row.try_get("session_id")?,
-        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
-        status: RunStatus::parse(&status)
-            .ok_or_else(|| StoreError::Internal(format!("unknown run status {status}")))?,
-        owner: row.try_get("owner")?,
-        lease_expires_at: row.try_get("lease_expires_at")?,
-    })
 }

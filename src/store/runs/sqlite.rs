@@ -1,15 +1,11 @@
 //! Runs on SQLite.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
-use crate::store::dialect::sqlite::{parse_json, parse_opt_ts, parse_ts, ts};
+use crate::ids::{RunId, SessionId, TenantId};
+use crate::store::dialect::sqlite::ts;
 use crate::store::dialect::{lease_span, now};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
-use chrono::{DateTime, Utc};
-use serde_json::Value;
-use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 
 // --- runs ---
 pub(in crate::store) async fn create_run_keyed(
@@ -41,26 +37,20 @@ pub(in crate::store) async fn create_run_keyed(
     } else {
         crate::store::limits::sqlite::admit_queued(&mut tx, tenant, &run.session, caps).await?;
     }
-    let row = sqlx::query(&format!(
-        "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
-             fence, created_at, started_at) \
-         SELECT ?, id, tenant_id, ?, ?, ?, ?, ?, ?, ? FROM sessions \
-             WHERE id = ? AND tenant_id = ? \
-         RETURNING {RUN_COLUMNS}"
-    ))
-    .bind(run.id.as_str())
-    .bind(&run.prompt)
-    .bind(start.status.as_str())
-    .bind(start.owner)
-    .bind(start.lease_expires_at.map(ts))
-    .bind(start.fence)
-    .bind(ts(created_at))
-    .bind(start.started_at.map(ts))
-    .bind(run.session.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or(StoreError::NotFound)?;
+    let row = sqlx::query(INSERT_RUN)
+        .bind(run.id.as_str())
+        .bind(run.session.as_str())
+        .bind(tenant.as_str())
+        .bind(&run.prompt)
+        .bind(start.status.as_str())
+        .bind(start.owner)
+        .bind(start.lease_expires_at.map(ts))
+        .bind(start.fence)
+        .bind(ts(created_at))
+        .bind(start.started_at.map(ts))
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
     let record = run_from_row(&row)?;
     tx.commit().await?;
     Ok(record)
@@ -73,16 +63,13 @@ pub(in crate::store) async fn request_cancel(
     run: &RunId,
 ) -> StoreResult<bool> {
     let mut tx = store.writer.begin().await?;
-    let done = sqlx::query(
-        "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, ?) \
-         WHERE id = ? AND session_id = ? AND tenant_id = ? AND status = 'running'",
-    )
-    .bind(ts(now()))
-    .bind(run.as_str())
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .execute(&mut *tx)
-    .await?;
+    let done = sqlx::query(REQUEST_CANCEL)
+        .bind(run.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(ts(now()))
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(done.rows_affected() == 1)
 }
@@ -91,13 +78,10 @@ pub(in crate::store) async fn requested_cancels(
     store: &SqliteStore,
     owner: &str,
 ) -> StoreResult<Vec<(SessionId, RunId)>> {
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT session_id, id FROM runs WHERE owner = ? AND status = 'running' \
-             AND cancel_requested_at IS NOT NULL",
-    )
-    .bind(owner)
-    .fetch_all(&store.pool)
-    .await?;
+    let rows: Vec<(String, String)> = sqlx::query_as(REQUESTED_CANCELS)
+        .bind(owner)
+        .fetch_all(&store.pool)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|(session, run)| (SessionId::from_string(session), RunId::from_string(run)))
@@ -213,12 +197,11 @@ pub(in crate::store) async fn renew_leases(
     owner: &str,
     lease: Duration,
 ) -> StoreResult<u64> {
-    let done =
-        sqlx::query("UPDATE runs SET lease_expires_at = ? WHERE owner = ? AND status = 'running'")
-            .bind(ts(now() + lease_span(lease)))
-            .bind(owner)
-            .execute(&store.writer)
-            .await?;
+    let done = sqlx::query(RENEW_LEASES)
+        .bind(owner)
+        .bind(ts(now() + lease_span(lease)))
+        .execute(&store.writer)
+        .await?;
     store.renew_holds(owner, lease).await?;
     Ok(done.rows_affected())
 }
@@ -227,13 +210,10 @@ pub(in crate::store) async fn release_leases(
     store: &SqliteStore,
     owner: &str,
 ) -> StoreResult<Vec<RunRecord>> {
-    let rows = sqlx::query(&format!(
-        "UPDATE runs SET owner = NULL, lease_expires_at = NULL \
-         WHERE owner = ? AND status = 'running' RETURNING {RUN_COLUMNS}"
-    ))
-    .bind(owner)
-    .fetch_all(&store.writer)
-    .await?;
+    let rows = sqlx::query(RELEASE_LEASES)
+        .bind(owner)
+        .fetch_all(&store.writer)
+        .await?;
     rows.iter().map(run_from_row).collect()
 }
 
@@ -241,48 +221,9 @@ pub(in crate::store) async fn list_unfinished_runs(
     store: &SqliteStore,
     limit: u32,
 ) -> StoreResult<Vec<UnfinishedRun>> {
-    let rows = sqlx::query(
-        "SELECT id, session_id, tenant_id, status, owner, lease_expires_at FROM runs \
-         WHERE status IN ('queued', 'running') ORDER BY position LIMIT ?",
-    )
-    .bind(i64::from(limit))
-    .fetch_all(&store.pool)
-    .await?;
+    let rows = sqlx::query(UNFINISHED_RUNS)
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
     rows.iter().map(unfinished_from_row).collect()
-}
-
-pub(in crate::store) fn run_from_row(row: &SqliteRow) -> StoreResult<RunRecord> {
-    let status: String = row.try_get("status")?;
-    Ok(RunRecord {
-        id: row.try_get("id")?,
-        session_id: row.try_get("session_id")?,
-        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
-        prompt: row.try_get("prompt")?,
-        status: RunStatus::parse(&status)
-            .ok_or_else(|| StoreError::Internal(format!("unknown run status {status}")))?,
-        owner: row.try_get("owner")?,
-        lease_expires_at: parse_opt_ts(row.try_get("lease_expires_at")?)?,
-        fence: row.try_get("fence")?,
-        terminal: row
-            .try_get::<Option<String>, _>("terminal")?
-            .as_deref()
-            .map(parse_json)
-            .transpose()?,
-        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
-        started_at: parse_opt_ts(row.try_get("started_at")?)?,
-        ended_at: parse_opt_ts(row.try_get("ended_at")?)?,
-    })
-}
-
-pub(in crate::store) fn unfinished_from_row(row: &SqliteRow) -> StoreResult<UnfinishedRun> {
-    let status: String = row.try_get("status")?;
-    Ok(UnfinishedRun {
-        id: row.try_get("id")?,
-        session_id: row.try_get("session_id")?,
-        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
-        status: RunStatus::parse(&status)
-            .ok_or_else(|| StoreError::Internal(format!("unknown run status {status}")))?,
-        owner: row.try_get("owner")?,
-        lease_expires_at: parse_opt_ts(row.try_get("lease_expires_at")?)?,
-    })
 }

@@ -1,15 +1,12 @@
 //! Sessions on Postgres.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
-use crate::store::dialect::postgres::notify;
-use crate::store::dialect::{lease_span, now};
+use crate::ids::{SessionId, TenantId};
+use crate::store::dialect::now;
 use crate::store::postgres::PgStore;
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use sqlx::Row;
-use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 
 pub(in crate::store) async fn create_session_keyed(
@@ -29,16 +26,13 @@ pub(in crate::store) async fn create_session_keyed(
         )
         .await?;
     }
-    let row = sqlx::query(&format!(
-        "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $4) RETURNING {SESSION_COLUMNS}"
-    ))
-    .bind(session.id.as_str())
-    .bind(session.tenant.as_str())
-    .bind(Json(&session.config))
-    .bind(created)
-    .fetch_one(&mut *tx)
-    .await?;
+    let row = sqlx::query(INSERT_SESSION)
+        .bind(session.id.as_str())
+        .bind(session.tenant.as_str())
+        .bind(Json(&session.config))
+        .bind(created)
+        .fetch_one(&mut *tx)
+        .await?;
     let record = session_from_row(&row)?;
     tx.commit().await?;
     Ok(record)
@@ -50,13 +44,11 @@ pub(in crate::store) async fn get_session(
     id: &SessionId,
 ) -> StoreResult<Option<SessionRecord>> {
     let mut tx = store.tenant_tx(tenant).await?;
-    let row = sqlx::query(&format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1 AND tenant_id = $2"
-    ))
-    .bind(id.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *tx)
-    .await?;
+    let row = sqlx::query(SELECT_SESSION)
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
     tx.commit().await?;
     row.as_ref().map(session_from_row).transpose()
 }
@@ -82,14 +74,11 @@ pub(in crate::store) async fn list_sessions(
             .await?
         }
         None => {
-            sqlx::query(&format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 \
-                 ORDER BY created_at DESC, id DESC LIMIT $2"
-            ))
-            .bind(tenant.as_str())
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await?
+            sqlx::query(LIST_SESSIONS)
+                .bind(tenant.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?
         }
     };
     tx.commit().await?;
@@ -128,22 +117,12 @@ pub(in crate::store) async fn list_idle_sessions(
     limit: u32,
 ) -> StoreResult<Vec<IdleSession>> {
     // Runs as the login role (the schema owner), outside any tenant's row-level security.
-    let rows = sqlx::query(
-        "SELECT id, tenant_id FROM sessions WHERE status = 'active' AND updated_at < $1 \
-         ORDER BY updated_at LIMIT $2",
-    )
-    .bind(idle_before)
-    .bind(i64::from(limit))
-    .fetch_all(&store.pool)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(IdleSession {
-                id: SessionId::from_string(row.try_get::<String, _>("id")?),
-                tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
-            })
-        })
-        .collect()
+    let rows: Vec<IdleRow> = sqlx::query_as(IDLE_SESSIONS)
+        .bind(idle_before)
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
 }
 
 pub(in crate::store) async fn count_open_sessions(
@@ -151,12 +130,10 @@ pub(in crate::store) async fn count_open_sessions(
     tenant: &TenantId,
 ) -> StoreResult<i64> {
     let mut tx = store.tenant_tx(tenant).await?;
-    let count: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM sessions WHERE tenant_id = $1 AND status = 'active'",
-    )
-    .bind(tenant.as_str())
-    .fetch_one(&mut *tx)
-    .await?;
+    let count: i64 = sqlx::query_scalar(COUNT_OPEN_SESSIONS)
+        .bind(tenant.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(count)
 }
@@ -175,10 +152,7 @@ pub(in crate::store) async fn last_event_seqs(
             .bind(&ids)
             .fetch_all(&store.pool)
             .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, seq)| (SessionId::from_string(id), seq))
-        .collect())
+    Ok(seqs(rows))
 }
 
 pub(in crate::store) async fn workspace_snapshot(
@@ -187,28 +161,11 @@ pub(in crate::store) async fn workspace_snapshot(
     session: &SessionId,
 ) -> StoreResult<Option<String>> {
     let mut tx = store.tenant_tx(tenant).await?;
-    let head: Option<Option<String>> = sqlx::query_scalar(
-        "SELECT workspace_snapshot FROM sessions WHERE id = $1 AND tenant_id = $2",
-    )
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *tx)
-    .await?;
+    let head: Option<Option<String>> = sqlx::query_scalar(WORKSPACE_SNAPSHOT)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(head.flatten())
-}
-
-pub(in crate::store) fn session_from_row(row: &PgRow) -> StoreResult<SessionRecord> {
-    let status: String = row.try_get("status")?;
-    Ok(SessionRecord {
-        id: SessionId::from_string(row.try_get::<String, _>("id")?),
-        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
-        config: row.try_get::<Json<Value>, _>("config")?.0,
-        status: SessionStatus::parse(&status)
-            .ok_or_else(|| StoreError::Internal(format!("unknown session status {status}")))?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        closed_at: row.try_get("closed_at")?,
-        last_event_seq: row.try_get("last_event_seq")?,
-    })
 }

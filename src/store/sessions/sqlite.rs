@@ -1,15 +1,12 @@
 //! Sessions on SQLite.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
-use crate::store::dialect::sqlite::{parse_json, parse_opt_ts, parse_ts, ts};
-use crate::store::dialect::{lease_span, now};
+use crate::ids::{SessionId, TenantId};
+use crate::store::dialect::now;
+use crate::store::dialect::sqlite::ts;
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
-use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 
 pub(in crate::store) async fn create_session_keyed(
     store: &SqliteStore,
@@ -31,17 +28,13 @@ pub(in crate::store) async fn create_session_keyed(
         )
         .await?;
     }
-    let row = sqlx::query(&format!(
-        "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
-         VALUES (?, ?, ?, ?, ?) RETURNING {SESSION_COLUMNS}"
-    ))
-    .bind(session.id.as_str())
-    .bind(session.tenant.as_str())
-    .bind(session.config.to_string())
-    .bind(&created)
-    .bind(&created)
-    .fetch_one(&mut *tx)
-    .await?;
+    let row = sqlx::query(INSERT_SESSION)
+        .bind(session.id.as_str())
+        .bind(session.tenant.as_str())
+        .bind(session.config.to_string())
+        .bind(&created)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     session_from_row(&row)
 }
@@ -51,13 +44,11 @@ pub(in crate::store) async fn get_session(
     tenant: &TenantId,
     id: &SessionId,
 ) -> StoreResult<Option<SessionRecord>> {
-    let row = sqlx::query(&format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ? AND tenant_id = ?"
-    ))
-    .bind(id.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(&store.pool)
-    .await?;
+    let row = sqlx::query(SELECT_SESSION)
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&store.pool)
+        .await?;
     row.as_ref().map(session_from_row).transpose()
 }
 
@@ -84,14 +75,11 @@ pub(in crate::store) async fn list_sessions(
             .await?
         }
         None => {
-            sqlx::query(&format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? \
-                 ORDER BY created_at DESC, id DESC LIMIT ?"
-            ))
-            .bind(tenant.as_str())
-            .bind(i64::from(limit))
-            .fetch_all(&store.pool)
-            .await?
+            sqlx::query(LIST_SESSIONS)
+                .bind(tenant.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&store.pool)
+                .await?
         }
     };
     rows.iter().map(session_from_row).collect()
@@ -140,34 +128,22 @@ pub(in crate::store) async fn list_idle_sessions(
     idle_before: DateTime<Utc>,
     limit: u32,
 ) -> StoreResult<Vec<IdleSession>> {
-    let rows = sqlx::query(
-        "SELECT id, tenant_id FROM sessions WHERE status = 'active' AND updated_at < ? \
-         ORDER BY updated_at LIMIT ?",
-    )
-    .bind(ts(idle_before))
-    .bind(i64::from(limit))
-    .fetch_all(&store.pool)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(IdleSession {
-                id: SessionId::from_string(row.try_get::<String, _>("id")?),
-                tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
-            })
-        })
-        .collect()
+    let rows: Vec<IdleRow> = sqlx::query_as(IDLE_SESSIONS)
+        .bind(ts(idle_before))
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
 }
 
 pub(in crate::store) async fn count_open_sessions(
     store: &SqliteStore,
     tenant: &TenantId,
 ) -> StoreResult<i64> {
-    let count: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM sessions WHERE tenant_id = ? AND status = 'active'",
-    )
-    .bind(tenant.as_str())
-    .fetch_one(&store.pool)
-    .await?;
+    let count: i64 = sqlx::query_scalar(COUNT_OPEN_SESSIONS)
+        .bind(tenant.as_str())
+        .fetch_one(&store.pool)
+        .await?;
     Ok(count)
 }
 
@@ -185,10 +161,7 @@ pub(in crate::store) async fn last_event_seqs(
     .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
     .fetch_all(&store.pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, seq)| (SessionId::from_string(id), seq))
-        .collect())
+    Ok(seqs(rows))
 }
 
 pub(in crate::store) async fn workspace_snapshot(
@@ -196,27 +169,10 @@ pub(in crate::store) async fn workspace_snapshot(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Option<String>> {
-    let head: Option<Option<String>> = sqlx::query_scalar(
-        "SELECT workspace_snapshot FROM sessions WHERE id = ? AND tenant_id = ?",
-    )
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(store.reader())
-    .await?;
+    let head: Option<Option<String>> = sqlx::query_scalar(WORKSPACE_SNAPSHOT)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(store.reader())
+        .await?;
     Ok(head.flatten())
-}
-
-pub(in crate::store) fn session_from_row(row: &SqliteRow) -> StoreResult<SessionRecord> {
-    let status: String = row.try_get("status")?;
-    Ok(SessionRecord {
-        id: SessionId::from_string(row.try_get::<String, _>("id")?),
-        tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
-        config: parse_json(&row.try_get::<String, _>("config")?)?,
-        status: SessionStatus::parse(&status)
-            .ok_or_else(|| StoreError::Internal(format!("unknown session status {status}")))?,
-        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
-        updated_at: parse_ts(&row.try_get::<String, _>("updated_at")?)?,
-        closed_at: parse_opt_ts(row.try_get("closed_at")?)?,
-        last_event_seq: row.try_get("last_event_seq")?,
-    })
 }

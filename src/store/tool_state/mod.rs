@@ -153,3 +153,101 @@ pub(in crate::store) fn memory_conflict(path: &str, expect: MemoryExpect) -> Sto
 
 pub(in crate::store) mod postgres;
 pub(in crate::store) mod sqlite;
+
+/// A memory note as both databases return it.
+#[derive(sqlx::FromRow)]
+pub(in crate::store) struct MemoryNoteRow {
+    path: String,
+    content: String,
+    version: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+pub(in crate::store) fn memory_note<'r, R: sqlx::Row>(row: &'r R) -> StoreResult<MemoryNote>
+where
+    MemoryNoteRow: sqlx::FromRow<'r, R>,
+{
+    let row = <MemoryNoteRow as sqlx::FromRow<'r, R>>::from_row(row)?;
+    Ok(MemoryNote {
+        path: row.path,
+        content: row.content,
+        version: row.version,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+// The statements both databases read alike (`$N` placeholders).
+
+/// Whether the session is the tenant's: `$1` session, `$2` tenant.
+pub(in crate::store) const SESSION_OWNED: &str =
+    "SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2";
+
+/// `$1` session, `$2` tenant.
+pub(in crate::store) const GET_TODOS: &str =
+    "SELECT items FROM session_todos WHERE session_id = $1 AND tenant_id = $2";
+
+/// `$1` session, `$2` tenant, `$3` items, `$4` time (nothing when the session is not the
+/// tenant's).
+pub(in crate::store) const PUT_TODOS: &str = "INSERT INTO session_todos (session_id, tenant_id, items, updated_at) \
+     SELECT id, tenant_id, $3, $4 FROM sessions WHERE id = $1 AND tenant_id = $2 \
+     ON CONFLICT (session_id) DO UPDATE SET items = EXCLUDED.items, \
+         updated_at = EXCLUDED.updated_at";
+
+/// `$1` session, `$2` tenant.
+pub(in crate::store) const GET_MODE: &str =
+    "SELECT mode, previous_mode FROM session_modes WHERE session_id = $1 AND tenant_id = $2";
+
+/// `$1` session, `$2` tenant, `$3` mode, `$4` previous mode, `$5` time (nothing when the
+/// session is not the tenant's).
+pub(in crate::store) const SET_MODE: &str = "INSERT INTO session_modes (session_id, tenant_id, mode, previous_mode, updated_at) \
+     SELECT id, tenant_id, $3, $4, $5 FROM sessions WHERE id = $1 AND tenant_id = $2 \
+     ON CONFLICT (session_id) DO UPDATE SET mode = EXCLUDED.mode, \
+         previous_mode = EXCLUDED.previous_mode, updated_at = EXCLUDED.updated_at";
+
+/// `$1` tenant, `$2` path.
+pub(in crate::store) const MEMORY_GET: &str = "SELECT path, content, version, created_at, \
+     updated_at FROM memory_notes WHERE tenant_id = $1 AND path = $2";
+
+/// The tenant's notes under a prefix: `$1` tenant, `$2` prefix.
+pub(in crate::store) const MEMORY_LIST: &str = "SELECT path, size_bytes, version, updated_at \
+     FROM memory_notes WHERE tenant_id = $1 AND substr(path, 1, length($2)) = $2 ORDER BY path";
+
+/// A new note (nothing when the path is taken): `$1` tenant, `$2` path, `$3` content, `$4`
+/// size, `$5` time.
+pub(in crate::store) const MEMORY_INSERT: &str = "INSERT INTO memory_notes (tenant_id, path, content, size_bytes, version, created_at, \
+         updated_at) VALUES ($1, $2, $3, $4, 1, $5, $5) \
+     ON CONFLICT (tenant_id, path) DO NOTHING \
+     RETURNING path, content, version, created_at, updated_at";
+
+/// A note's next version (nothing when it is not at `$6`): `$1` tenant, `$2` path, `$3`
+/// content, `$4` size, `$5` time.
+pub(in crate::store) const MEMORY_UPDATE: &str = "UPDATE memory_notes SET content = $3, size_bytes = $4, version = version + 1, \
+         updated_at = $5 \
+     WHERE tenant_id = $1 AND path = $2 AND version = $6 \
+     RETURNING path, content, version, created_at, updated_at";
+
+/// `$1` tenant, `$2` path.
+pub(in crate::store) const MEMORY_DELETE: &str =
+    "DELETE FROM memory_notes WHERE tenant_id = $1 AND path = $2";
+
+/// A memory listing entry as both databases return it.
+#[derive(sqlx::FromRow)]
+pub(in crate::store) struct MemoryEntryRow {
+    path: String,
+    size_bytes: i64,
+    version: i64,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<MemoryEntryRow> for MemoryEntry {
+    fn from(row: MemoryEntryRow) -> Self {
+        Self {
+            path: row.path,
+            size_bytes: row.size_bytes,
+            version: row.version,
+            updated_at: row.updated_at,
+        }
+    }
+}

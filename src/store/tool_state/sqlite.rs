@@ -1,15 +1,12 @@
 //! Tool state on SQLite.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, OutputId, RunId, SessionId, TenantId};
-use crate::store::dialect::sqlite::{parse_json, parse_opt_ts, parse_ts, ts};
-use crate::store::dialect::{lease_span, now};
+use crate::ids::{SessionId, TenantId};
+use crate::store::dialect::now;
+use crate::store::dialect::sqlite::{parse_json, ts};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
-use chrono::{DateTime, Utc};
-use serde_json::Value;
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 
 // --- tool state (todos, memory, permission mode) ---
 pub(in crate::store) async fn unlock_tools(
@@ -19,12 +16,11 @@ pub(in crate::store) async fn unlock_tools(
     names: &[String],
 ) -> StoreResult<()> {
     let mut tx = store.writer.begin().await?;
-    let owned: Option<i64> =
-        sqlx::query_scalar("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")
-            .bind(session.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
+    let owned: Option<i64> = sqlx::query_scalar(SESSION_OWNED)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
     if owned.is_none() {
         return Err(StoreError::NotFound);
     }
@@ -64,7 +60,7 @@ pub(in crate::store) async fn get_todos(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Vec<TodoItem>> {
-    let row = sqlx::query("SELECT items FROM session_todos WHERE session_id = ? AND tenant_id = ?")
+    let row = sqlx::query(GET_TODOS)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .fetch_optional(&store.pool)
@@ -85,18 +81,13 @@ pub(in crate::store) async fn put_todos(
     let items: &[TodoItem] = &items;
     let items =
         serde_json::to_string(items).map_err(|error| StoreError::Internal(error.to_string()))?;
-    let done = sqlx::query(
-        "INSERT INTO session_todos (session_id, tenant_id, items, updated_at) \
-         SELECT id, tenant_id, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
-         ON CONFLICT (session_id) DO UPDATE SET items = excluded.items, \
-             updated_at = excluded.updated_at",
-    )
-    .bind(items)
-    .bind(ts(now()))
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .execute(&store.writer)
-    .await?;
+    let done = sqlx::query(PUT_TODOS)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(items)
+        .bind(ts(now()))
+        .execute(&store.writer)
+        .await?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound);
     }
@@ -108,13 +99,11 @@ pub(in crate::store) async fn get_mode_override(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Option<ModeOverride>> {
-    let row = sqlx::query(
-        "SELECT mode, previous_mode FROM session_modes WHERE session_id = ? AND tenant_id = ?",
-    )
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(&store.pool)
-    .await?;
+    let row = sqlx::query(GET_MODE)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&store.pool)
+        .await?;
     row.map(|row| mode_override_from(row.try_get("mode")?, row.try_get("previous_mode")?))
         .transpose()
 }
@@ -125,19 +114,14 @@ pub(in crate::store) async fn set_mode_override(
     session: &SessionId,
     state: ModeOverride,
 ) -> StoreResult<()> {
-    let done = sqlx::query(
-        "INSERT INTO session_modes (session_id, tenant_id, mode, previous_mode, updated_at) \
-         SELECT id, tenant_id, ?, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
-         ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, \
-             previous_mode = excluded.previous_mode, updated_at = excluded.updated_at",
-    )
-    .bind(mode_str(state.mode))
-    .bind(state.previous.map(mode_str))
-    .bind(ts(now()))
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .execute(&store.writer)
-    .await?;
+    let done = sqlx::query(SET_MODE)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(mode_str(state.mode))
+        .bind(state.previous.map(mode_str))
+        .bind(ts(now()))
+        .execute(&store.writer)
+        .await?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound);
     }
@@ -149,15 +133,12 @@ pub(in crate::store) async fn memory_get(
     tenant: &TenantId,
     path: &str,
 ) -> StoreResult<Option<MemoryNote>> {
-    let row = sqlx::query(
-        "SELECT path, content, version, created_at, updated_at FROM memory_notes \
-         WHERE tenant_id = ? AND path = ?",
-    )
-    .bind(tenant.as_str())
-    .bind(path)
-    .fetch_optional(&store.pool)
-    .await?;
-    row.as_ref().map(sqlite_memory_note).transpose()
+    let row = sqlx::query(MEMORY_GET)
+        .bind(tenant.as_str())
+        .bind(path)
+        .fetch_optional(&store.pool)
+        .await?;
+    row.as_ref().map(memory_note).transpose()
 }
 
 pub(in crate::store) async fn memory_list(
@@ -165,25 +146,12 @@ pub(in crate::store) async fn memory_list(
     tenant: &TenantId,
     prefix: &str,
 ) -> StoreResult<Vec<MemoryEntry>> {
-    let rows = sqlx::query(
-        "SELECT path, size_bytes, version, updated_at FROM memory_notes \
-         WHERE tenant_id = ? AND substr(path, 1, length(?)) = ? ORDER BY path",
-    )
-    .bind(tenant.as_str())
-    .bind(prefix)
-    .bind(prefix)
-    .fetch_all(&store.pool)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(MemoryEntry {
-                path: row.try_get("path")?,
-                size_bytes: row.try_get("size_bytes")?,
-                version: row.try_get("version")?,
-                updated_at: parse_ts(&row.try_get::<String, _>("updated_at")?)?,
-            })
-        })
-        .collect()
+    let rows: Vec<MemoryEntryRow> = sqlx::query_as(MEMORY_LIST)
+        .bind(tenant.as_str())
+        .bind(prefix)
+        .fetch_all(&store.pool)
+        .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
 }
 
 pub(in crate::store) async fn memory_put(
@@ -200,41 +168,30 @@ pub(in crate::store) async fn memory_put(
     let mut tx = store.writer.begin().await?;
     let row = match expect {
         MemoryExpect::Absent => {
-            sqlx::query(
-                "INSERT INTO memory_notes (tenant_id, path, content, size_bytes, version, \
-                     created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?) \
-                 ON CONFLICT (tenant_id, path) DO NOTHING \
-                 RETURNING path, content, version, created_at, updated_at",
-            )
-            .bind(tenant.as_str())
-            .bind(path)
-            .bind(content)
-            .bind(content.len() as i64)
-            .bind(&at)
-            .bind(&at)
-            .fetch_optional(&mut *tx)
-            .await?
+            sqlx::query(MEMORY_INSERT)
+                .bind(tenant.as_str())
+                .bind(path)
+                .bind(content)
+                .bind(content.len() as i64)
+                .bind(&at)
+                .fetch_optional(&mut *tx)
+                .await?
         }
         MemoryExpect::Version(version) => {
-            sqlx::query(
-                "UPDATE memory_notes SET content = ?, size_bytes = ?, \
-                     version = version + 1, updated_at = ? \
-                 WHERE tenant_id = ? AND path = ? AND version = ? \
-                 RETURNING path, content, version, created_at, updated_at",
-            )
-            .bind(content)
-            .bind(content.len() as i64)
-            .bind(&at)
-            .bind(tenant.as_str())
-            .bind(path)
-            .bind(version)
-            .fetch_optional(&mut *tx)
-            .await?
+            sqlx::query(MEMORY_UPDATE)
+                .bind(tenant.as_str())
+                .bind(path)
+                .bind(content)
+                .bind(content.len() as i64)
+                .bind(&at)
+                .bind(version)
+                .fetch_optional(&mut *tx)
+                .await?
         }
     };
     tx.commit().await?;
     let row = row.ok_or_else(|| memory_conflict(path, expect))?;
-    sqlite_memory_note(&row)
+    memory_note(&row)
 }
 
 pub(in crate::store) async fn memory_delete(
@@ -242,7 +199,7 @@ pub(in crate::store) async fn memory_delete(
     tenant: &TenantId,
     path: &str,
 ) -> StoreResult<bool> {
-    let done = sqlx::query("DELETE FROM memory_notes WHERE tenant_id = ? AND path = ?")
+    let done = sqlx::query(MEMORY_DELETE)
         .bind(tenant.as_str())
         .bind(path)
         .execute(&store.writer)
@@ -264,15 +221,5 @@ pub(in crate::store) async fn memory_usage(
     Ok(MemoryUsage {
         notes: row.try_get("notes")?,
         bytes: row.try_get("bytes")?,
-    })
-}
-
-pub(in crate::store) fn sqlite_memory_note(row: &SqliteRow) -> StoreResult<MemoryNote> {
-    Ok(MemoryNote {
-        path: row.try_get("path")?,
-        content: row.try_get("content")?,
-        version: row.try_get("version")?,
-        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
-        updated_at: parse_ts(&row.try_get::<String, _>("updated_at")?)?,
     })
 }

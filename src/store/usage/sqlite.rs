@@ -7,7 +7,7 @@ use crate::usage::{
     NewUsageRecord, RawSums, SUMS_SQL, UsageGroup, UsageQuery, UsageScope, UsageTotals, sql_count,
 };
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, Row, SqliteConnection, SqlitePool};
+use sqlx::{FromRow, Row, SqliteConnection};
 
 /// Writes `records` of one session (in the caller's transaction).
 pub(in crate::store) async fn insert(
@@ -53,7 +53,7 @@ pub(in crate::store) async fn insert(
 
 /// Totals of a run's or a session's rows.
 pub(in crate::store) async fn totals(
-    pool: &SqlitePool,
+    store: &crate::store::sqlite::SqliteStore,
     tenant: &TenantId,
     scope: UsageScope<'_>,
 ) -> StoreResult<UsageTotals> {
@@ -63,14 +63,14 @@ pub(in crate::store) async fn totals(
     ))
     .bind(tenant.as_str())
     .bind(id)
-    .fetch_one(pool)
+    .fetch_one(store.reader())
     .await?;
     Ok(RawSums::from_row(&row)?.into())
 }
 
 /// The tenant's rows in `[from, to)`, grouped, ordered by key, at most `limit` groups.
 pub(in crate::store) async fn report(
-    pool: &SqlitePool,
+    store: &crate::store::sqlite::SqliteStore,
     tenant: &TenantId,
     query: &UsageQuery,
 ) -> StoreResult<Vec<UsageGroup>> {
@@ -84,7 +84,7 @@ pub(in crate::store) async fn report(
     .bind(ts(query.from))
     .bind(ts(query.to))
     .bind(i64::from(query.limit))
-    .fetch_all(pool)
+    .fetch_all(store.reader())
     .await?;
     rows.iter()
         .map(|row| {

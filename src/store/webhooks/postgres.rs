@@ -299,7 +299,7 @@ impl PgStore {
              RETURNING d.id, d.tenant_id, d.webhook_id, d.session_id, d.event_type, d.body, \
                  d.attempts, d.created_at, s.url, s.secret",
         )
-        .bind(now + crate::store::lease_span(lease))
+        .bind(now + crate::store::dialect::lease_span(lease))
         .bind(now)
         .bind(i64::from(limit))
         .fetch_all(self.pool())

@@ -325,7 +325,7 @@ impl SqliteStore {
              RETURNING id, tenant_id, webhook_id, session_id, event_type, body, attempts, \
                  created_at",
         )
-        .bind(ts(now + crate::store::lease_span(lease)))
+        .bind(ts(now + crate::store::dialect::lease_span(lease)))
         .bind(ts(now))
         .bind(i64::from(limit))
         .fetch_all(&mut *tx)
