@@ -32,7 +32,6 @@ mod webhooks;
 
 // The paths `sqlite_writer` imports from (kept so it needs no change).
 use events::event_views;
-use usage::sqlite as sqlite_usage;
 use webhooks::sqlite as sqlite_webhooks;
 
 pub use crate::webhooks::{

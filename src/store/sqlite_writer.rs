@@ -1,31 +1,38 @@
-//! The SQLite group writer: every run's appends (events, history, outputs, the run's end) go
-//! through one task that owns the write path and commits the appends of many sessions in ONE
-//! transaction (group commit).
+//! The SQLite group writer: every run's appends (events, history, outputs, usage, the run's
+//! end) go through one task that owns the write path and commits the appends of many
+//! sessions in ONE transaction (group commit), written synchronously on the connection.
 //!
-//! SQLite takes one writer at a time, and every statement is a hop to sqlx's worker thread and
-//! back; a transaction per append costs a `BEGIN` and a `COMMIT` hop (and the WAL frames of every
-//! page it touched) for each run's batch. Under load the appends of concurrent runs queue here
-//! instead: the task takes every job waiting (at most [`MAX_GROUP`]), writes them one after the
-//! other in one transaction, commits once and answers each job through its oneshot.
+//! SQLite takes one writer at a time. Through sqlx, every statement is a hop to the
+//! connection's worker thread and back (two thread wake-ups, a channel message per row). The
+//! writer avoids that: it takes the write pool's one connection, locks its database handle
+//! out of sqlx's worker ([`sqlx::SqliteConnection::lock_handle`]) and runs the whole group
+//! with `rusqlite` on that handle, on the writing task's own thread — one hand-off per group,
+//! none per statement. The handle is the write pool's only connection, so the other writes
+//! (sessions, runs, approvals…) are simply ordered before or after a group; there is never a
+//! second writing connection to meet `SQLITE_BUSY`. Statements are prepared once per group
+//! (the `rusqlite` connection is a borrowed view of the handle, dropped with every prepared
+//! statement before the handle goes back to sqlx).
 //!
-//! Each job keeps its own guarantees inside the shared transaction: its fence check is its first
-//! write (a job refused with `LeaseLost` wrote nothing, so it does not disturb the others), its
-//! sequence numbers come from the session row as left by the jobs before it, and its result is
-//! only answered after the commit. Any other failure inside the group (or of the commit) rolls the
-//! group back and writes every job of it again alone, in its own transaction, so one job's error
-//! is never another job's.
+//! Under load the appends of concurrent runs queue here: the task takes every job waiting (at
+//! most [`MAX_GROUP`]), writes each inside its own savepoint of one `BEGIN IMMEDIATE`
+//! transaction, commits once and answers each job through its oneshot. A job's failure rolls
+//! back its savepoint only, so one job's error (a lost lease, a closed session, a constraint)
+//! is never another job's; its fence check is its first write. Sequence numbers come from the
+//! session row as left by the jobs before it, and results are answered only after the commit.
+//! A failed commit writes every job of the group again alone, each in its own transaction.
 //!
-//! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait (back-pressure),
-//! it never grows without bound. Reads keep using the read pool; the other writes (sessions,
-//! runs, approvals…) share the single write connection with this task through the write pool.
+//! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait
+//! (back-pressure), it never grows without bound. Reads keep using the read pool.
 
 use super::postgres::{build_append_result, role_str};
 use super::sqlite::{parse_ts, ts};
 use super::sqlite_webhooks::Outbox;
 use super::{AppendBatch, AppendResult, StoreError, StoreResult};
 use crate::ids::{SessionId, TenantId};
+use crate::usage::sql_count;
 use chrono::{DateTime, SubsecRound, Utc};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use rusqlite::{OptionalExtension, params};
+use sqlx::SqlitePool;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -34,10 +41,6 @@ const QUEUE: usize = 1_024;
 
 /// Appends committed together at most.
 const MAX_GROUP: usize = 64;
-
-/// Rows per multi-row `INSERT` (8 columns × 100 stays under SQLite's oldest bound-parameter
-/// limit of 999).
-const ROWS_PER_INSERT: usize = 100;
 
 struct AppendJob {
     tenant: TenantId,
@@ -52,7 +55,8 @@ pub(super) struct GroupWriter {
 }
 
 impl GroupWriter {
-    /// Starts the writer task on the current runtime; it writes through `writer`.
+    /// Starts the writer task on the current runtime; it writes through `writer`'s one
+    /// connection.
     pub(super) fn start(writer: SqlitePool, outbox: Arc<Outbox>) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
         tokio::spawn(run(writer, queue, outbox));
@@ -85,91 +89,111 @@ impl GroupWriter {
 async fn run(pool: SqlitePool, mut queue: mpsc::Receiver<AppendJob>, outbox: Arc<Outbox>) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
-        write_group(&pool, &outbox, std::mem::take(&mut group)).await;
+        let jobs = std::mem::take(&mut group);
+        let answers = match with_handle(&pool, |db| write_group(db, &outbox, &jobs)).await {
+            Ok(answers) => answers,
+            Err(error) => jobs.iter().map(|_| Err(same_error(&error))).collect(),
+        };
+        for (job, answer) in jobs.into_iter().zip(answers) {
+            let _ = job.reply.send(answer);
+        }
         outbox.wake_if_written();
     }
 }
 
-/// Writes `jobs` in one transaction, or each alone when the group failed.
-async fn write_group(pool: &SqlitePool, outbox: &Outbox, jobs: Vec<AppendJob>) {
-    if jobs.len() > 1 {
-        match together(pool, outbox, &jobs).await {
-            Group::Committed(results) => {
-                for (job, result) in jobs.into_iter().zip(results) {
-                    let _ = job.reply.send(result);
-                }
-                return;
-            }
-            Group::Unavailable(error) => {
-                for job in jobs {
-                    let _ = job.reply.send(Err(StoreError::Unavailable(error.clone())));
-                }
-                return;
-            }
-            Group::Replay => {}
-        }
-    }
-    for job in jobs {
-        let result = alone(pool, outbox, &job).await;
-        let _ = job.reply.send(result);
+/// `error` again, for every job of a group that could not be written.
+fn same_error(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
+        other => StoreError::Internal(other.to_string()),
     }
 }
 
-enum Group {
-    /// One answer per job, in order (an answer may be a clean `LeaseLost`).
-    Committed(Vec<StoreResult<AppendResult>>),
-    /// The transaction could not be opened: every job gets this transient error.
-    Unavailable(String),
-    /// A job failed after it wrote, or the commit failed: nothing of the group is stored.
-    Replay,
+/// Runs `write` on the write pool's connection, its handle locked out of sqlx's worker.
+async fn with_handle<T>(
+    pool: &SqlitePool,
+    write: impl FnOnce(&rusqlite::Connection) -> T,
+) -> StoreResult<T> {
+    let mut conn = pool.acquire().await?;
+    let mut handle = conn.lock_handle().await?;
+    // SAFETY: the handle is locked for us (sqlx's worker thread cannot use it until `handle`
+    // is dropped), `from_handle` does not take ownership (dropping the `rusqlite` connection
+    // finalizes its statements and leaves the database open), and `db` is dropped at the end
+    // of this block, before `handle`.
+    let db = unsafe { rusqlite::Connection::from_handle(handle.as_raw_handle().as_ptr()) }
+        .map_err(sqlite_error)?;
+    let answer = write(&db);
+    drop(db);
+    Ok(answer)
 }
 
-async fn together(pool: &SqlitePool, outbox: &Outbox, jobs: &[AppendJob]) -> Group {
-    let mut tx = match pool.begin().await {
-        Ok(tx) => tx,
-        Err(error) => {
-            return match StoreError::from(error) {
-                StoreError::Unavailable(message) => Group::Unavailable(message),
-                _ => Group::Replay,
-            };
-        }
-    };
-    let mut results = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        match append_in(&mut tx, outbox, &job.tenant, &job.session, &job.batch).await {
-            // Refused at its fence check, its first write: it wrote nothing.
-            Err(StoreError::LeaseLost) => results.push(Err(StoreError::LeaseLost)),
-            Err(error) => {
-                tracing::debug!(%error, session = %job.session, "group append failed; writing its jobs alone");
-                return Group::Replay;
-            }
-            Ok(result) => results.push(Ok(result)),
-        }
-    }
-    match tx.commit().await {
-        Ok(()) => Group::Committed(results),
+/// Writes `jobs` in one transaction (each in a savepoint), or each alone when the commit
+/// failed. One answer per job, in order.
+fn write_group(
+    db: &rusqlite::Connection,
+    outbox: &Outbox,
+    jobs: &[AppendJob],
+) -> Vec<StoreResult<AppendResult>> {
+    match together(db, outbox, jobs) {
+        Ok(answers) => answers,
+        Err(error) if jobs.len() == 1 => vec![Err(error)],
         Err(error) => {
             tracing::debug!(%error, "group commit failed; writing its jobs alone");
-            Group::Replay
+            jobs.iter()
+                .map(|job| {
+                    together(db, outbox, std::slice::from_ref(job))
+                        .and_then(|mut one| one.remove(0))
+                })
+                .collect()
         }
     }
 }
 
-async fn alone(pool: &SqlitePool, outbox: &Outbox, job: &AppendJob) -> StoreResult<AppendResult> {
-    let mut tx = pool.begin().await?;
-    let result = append_in(&mut tx, outbox, &job.tenant, &job.session, &job.batch).await?;
-    tx.commit().await?;
-    Ok(result)
+/// One transaction over `jobs`; `Err` when it could not be opened or committed (nothing of
+/// it is stored then).
+fn together(
+    db: &rusqlite::Connection,
+    outbox: &Outbox,
+    jobs: &[AppendJob],
+) -> StoreResult<Vec<StoreResult<AppendResult>>> {
+    let tx = rusqlite::Transaction::new_unchecked(db, rusqlite::TransactionBehavior::Immediate)
+        .map_err(sqlite_error)?;
+    let mut answers = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        answers.push(in_savepoint(&tx, |db| {
+            append_in(db, outbox, &job.tenant, &job.session, &job.batch)
+        }));
+    }
+    tx.commit().map_err(sqlite_error)?;
+    Ok(answers)
+}
+
+/// Runs `write` inside a savepoint: kept when it succeeds, rolled back when it fails.
+fn in_savepoint<T>(
+    db: &rusqlite::Connection,
+    write: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    db.execute_batch("SAVEPOINT job").map_err(sqlite_error)?;
+    match write(db) {
+        Ok(value) => {
+            db.execute_batch("RELEASE job").map_err(sqlite_error)?;
+            Ok(value)
+        }
+        Err(error) => {
+            db.execute_batch("ROLLBACK TO job; RELEASE job")
+                .map_err(sqlite_error)?;
+            Err(error)
+        }
+    }
 }
 
 fn now() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
 }
 
-/// One append inside an open transaction. Its first write is the fence check, so a
-/// `LeaseLost` leaves the transaction as it found it.
-async fn append_in(
-    conn: &mut SqliteConnection,
+/// One append inside an open transaction.
+fn append_in(
+    db: &rusqlite::Connection,
     outbox: &Outbox,
     tenant: &TenantId,
     session: &SessionId,
@@ -181,26 +205,32 @@ async fn append_in(
     let message_count = batch.messages.len() as i64;
     if let (true, Some(id)) = (batch.retry, batch.id.as_deref()) {
         // The first attempt may have committed before its answer was lost.
-        let row = sqlx::query(
-            "SELECT last_append_id, last_event_seq, last_message_seq, updated_at \
-             FROM sessions WHERE id = ? AND tenant_id = ?",
-        )
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-        if row
-            .try_get::<Option<String>, _>("last_append_id")?
-            .as_deref()
-            == Some(id)
-        {
-            let committed_at = parse_ts(&row.try_get::<String, _>("updated_at")?)?;
+        let row = db
+            .prepare_cached(
+                "SELECT last_append_id, last_event_seq, last_message_seq, updated_at \
+                 FROM sessions WHERE id = ? AND tenant_id = ?",
+            )
+            .and_then(|mut select| {
+                select
+                    .query_row(params![session.as_str(), tenant.as_str()], |row| {
+                        Ok((
+                            row.get::<_, Option<String>>(0)?,
+                            row.get::<_, i64>(1)?,
+                            row.get::<_, i64>(2)?,
+                            row.get::<_, String>(3)?,
+                        ))
+                    })
+                    .optional()
+            })
+            .map_err(sqlite_error)?
+            .ok_or(StoreError::NotFound)?;
+        let (last_append, last_event, last_message, updated_at) = row;
+        if last_append.as_deref() == Some(id) {
             return Ok(build_append_result(
                 batch,
-                row.try_get::<i64, _>("last_event_seq")? - event_count + 1,
-                row.try_get::<i64, _>("last_message_seq")? - message_count + 1,
-                committed_at,
+                last_event - event_count + 1,
+                last_message - message_count + 1,
+                parse_ts(&updated_at)?,
             ));
         }
     }
@@ -210,22 +240,23 @@ async fn append_in(
     if let Some(lease) = &batch.lease {
         match &batch.run_end {
             Some(end) => {
-                // A write (even a no-op one) takes SQLite's write lock at once, so no claim
-                // can slip in between this check and the commit.
-                let held = sqlx::query(
-                    "UPDATE runs SET status = ?, terminal = ?, ended_at = ?, \
-                         lease_expires_at = NULL \
-                     WHERE id = ? AND owner = ? AND fence = ? AND status = 'running'",
-                )
-                .bind(end.status.as_str())
-                .bind(end.terminal.to_string())
-                .bind(&created)
-                .bind(lease.run_id.as_str())
-                .bind(&lease.owner)
-                .bind(lease.fence)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected()
+                let held = db
+                    .prepare_cached(
+                        "UPDATE runs SET status = ?, terminal = ?, ended_at = ?, \
+                             lease_expires_at = NULL \
+                         WHERE id = ? AND owner = ? AND fence = ? AND status = 'running'",
+                    )
+                    .and_then(|mut update| {
+                        update.execute(params![
+                            end.status.as_str(),
+                            end.terminal.to_string(),
+                            created,
+                            lease.run_id.as_str(),
+                            lease.owner,
+                            lease.fence,
+                        ])
+                    })
+                    .map_err(sqlite_error)?
                     == 1;
                 if !held {
                     return Err(StoreError::LeaseLost);
@@ -234,128 +265,217 @@ async fn append_in(
             None => fenced_in_update = Some(lease),
         }
     }
-    let row = sqlx::query(
-        "UPDATE sessions SET last_event_seq = last_event_seq + ?, \
-             last_message_seq = last_message_seq + ?, updated_at = ?, last_append_id = ?, \
-             workspace_snapshot = COALESCE(?, workspace_snapshot) \
-         WHERE id = ? AND tenant_id = ? \
-           AND (? IS NULL OR EXISTS (SELECT 1 FROM runs WHERE id = ? AND owner = ? \
-                AND fence = ? AND status = 'running')) \
-         RETURNING last_event_seq, last_message_seq",
-    )
-    .bind(event_count)
-    .bind(message_count)
-    .bind(&created)
-    .bind(batch.id.as_deref())
-    .bind(batch.workspace_snapshot.as_deref())
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .bind(fenced_in_update.map(|lease| lease.run_id.as_str()))
-    .bind(fenced_in_update.map(|lease| lease.run_id.as_str()))
-    .bind(fenced_in_update.map(|lease| lease.owner.as_str()))
-    .bind(fenced_in_update.map(|lease| lease.fence))
-    .fetch_optional(&mut *conn)
-    .await?;
-    let row = match row {
-        Some(row) => row,
+    let sequences = db
+        .prepare_cached(
+            "UPDATE sessions SET last_event_seq = last_event_seq + ?1, \
+                 last_message_seq = last_message_seq + ?2, updated_at = ?3, last_append_id = ?4, \
+                 workspace_snapshot = COALESCE(?5, workspace_snapshot) \
+             WHERE id = ?6 AND tenant_id = ?7 \
+               AND (?8 IS NULL OR EXISTS (SELECT 1 FROM runs WHERE id = ?8 AND owner = ?9 \
+                    AND fence = ?10 AND status = 'running')) \
+             RETURNING last_event_seq, last_message_seq",
+        )
+        .and_then(|mut update| {
+            update
+                .query_row(
+                    params![
+                        event_count,
+                        message_count,
+                        created,
+                        batch.id.as_deref(),
+                        batch.workspace_snapshot.as_deref(),
+                        session.as_str(),
+                        tenant.as_str(),
+                        fenced_in_update.map(|lease| lease.run_id.as_str()),
+                        fenced_in_update.map(|lease| lease.owner.as_str()),
+                        fenced_in_update.map(|lease| lease.fence),
+                    ],
+                    |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+                )
+                .optional()
+        })
+        .map_err(sqlite_error)?;
+    let Some((last_event, last_message)) = sequences else {
         // Nothing was written: the session is gone, or the run's lease is another claim's.
-        None if fenced_in_update.is_some() => {
-            let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")
-                .bind(session.as_str())
-                .bind(tenant.as_str())
-                .fetch_optional(&mut *conn)
-                .await?
-                .is_some();
-            return Err(if exists {
-                StoreError::LeaseLost
-            } else {
-                StoreError::NotFound
-            });
+        if fenced_in_update.is_none() {
+            return Err(StoreError::NotFound);
         }
-        None => return Err(StoreError::NotFound),
-    };
-    let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
-    let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
-    let result = build_append_result(batch, first_event, first_message, created_at);
-    super::sqlite_usage::insert(&mut *conn, tenant, session, &batch.usage, created_at).await?;
-
-    // Multi-row inserts: one statement (one hop to SQLite's worker thread) per table and
-    // chunk of rows, not one per row.
-    let payloads: Vec<String> = batch.events.iter().map(|e| e.payload.to_string()).collect();
-    let rows: Vec<_> = batch
-        .events
-        .iter()
-        .zip(&result.events)
-        .zip(&payloads)
-        .collect();
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
-        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, created_at) ",
-        );
-        insert.push_values(chunk, |mut row, ((event, record), payload)| {
-            row.push_bind(session.as_str())
-                .push_bind(record.seq)
-                .push_bind(tenant.as_str())
-                .push_bind(event.kind.as_str())
-                .push_bind(payload.as_str())
-                .push_bind(event.run_id.as_deref())
-                .push_bind(created.as_str());
+        let exists = db
+            .prepare_cached("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")
+            .and_then(|mut select| select.exists(params![session.as_str(), tenant.as_str()]))
+            .map_err(sqlite_error)?;
+        return Err(if exists {
+            StoreError::LeaseLost
+        } else {
+            StoreError::NotFound
         });
-        insert.build().execute(&mut *conn).await?;
+    };
+    let result = build_append_result(
+        batch,
+        last_event - event_count + 1,
+        last_message - message_count + 1,
+        created_at,
+    );
+    insert_usage(db, tenant, session, batch, created_at, &created)?;
+    if !batch.events.is_empty() {
+        let mut insert = db
+            .prepare_cached(
+                "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, \
+                     created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .map_err(sqlite_error)?;
+        for (event, record) in batch.events.iter().zip(&result.events) {
+            insert
+                .execute(params![
+                    session.as_str(),
+                    record.seq,
+                    tenant.as_str(),
+                    event.kind.as_str(),
+                    event.payload.to_string(),
+                    event.run_id.as_deref(),
+                    created,
+                ])
+                .map_err(sqlite_error)?;
+        }
     }
     let notices = crate::webhooks::notices(
         session.as_str(),
         super::event_views(&batch.events, &result.events),
         created_at,
     );
-    outbox
-        .insert(&mut *conn, tenant, session, &created, &notices)
-        .await?;
-    let contents: Vec<String> = batch
-        .messages
-        .iter()
-        .map(|m| serde_json::to_string(&m.message.content))
-        .collect::<Result<_, _>>()
-        .map_err(|error| StoreError::Internal(error.to_string()))?;
-    let rows: Vec<_> = batch
-        .messages
-        .iter()
-        .zip(&result.messages)
-        .zip(&contents)
-        .collect();
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
-        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
-                 compaction_boundary, created_at) ",
-        );
-        insert.push_values(chunk, |mut row, ((message, record), content)| {
-            row.push_bind(session.as_str())
-                .push_bind(record.seq)
-                .push_bind(tenant.as_str())
-                .push_bind(role_str(message.message.role))
-                .push_bind(content.as_str())
-                .push_bind(message.run_id.as_deref())
-                .push_bind(message.compaction_boundary)
-                .push_bind(created.as_str());
-        });
-        insert.build().execute(&mut *conn).await?;
+    outbox.insert_sync(db, tenant, session, &created, &notices)?;
+    if !batch.messages.is_empty() {
+        let mut insert = db
+            .prepare_cached(
+                "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
+                     compaction_boundary, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .map_err(sqlite_error)?;
+        for (message, record) in batch.messages.iter().zip(&result.messages) {
+            let content = serde_json::to_string(&message.message.content)
+                .map_err(|error| StoreError::Internal(error.to_string()))?;
+            insert
+                .execute(params![
+                    session.as_str(),
+                    record.seq,
+                    tenant.as_str(),
+                    role_str(message.message.role),
+                    content,
+                    message.run_id.as_deref(),
+                    message.compaction_boundary,
+                    created,
+                ])
+                .map_err(sqlite_error)?;
+        }
     }
     for output in &batch.outputs {
-        sqlx::query(
+        db.prepare_cached(
             "INSERT INTO outputs (id, session_id, tenant_id, tool_use_id, tool_name, sha256, \
                  size_bytes, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
-        .bind(output.id.as_str())
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .bind(&output.tool_use_id)
-        .bind(&output.tool_name)
-        .bind(&output.sha256)
-        .bind(output.content.len() as i64)
-        .bind(&output.content)
-        .bind(&created)
-        .execute(&mut *conn)
-        .await?;
+        .and_then(|mut insert| {
+            insert.execute(params![
+                output.id.as_str(),
+                session.as_str(),
+                tenant.as_str(),
+                output.tool_use_id,
+                output.tool_name,
+                output.sha256,
+                output.content.len() as i64,
+                output.content,
+                created,
+            ])
+        })
+        .map_err(sqlite_error)?;
     }
     Ok(result)
+}
+
+/// The usage ledger rows of the batch and the tenant's budget totals they add to, in the
+/// append's transaction: the totals always equal the ledger.
+fn insert_usage(
+    db: &rusqlite::Connection,
+    tenant: &TenantId,
+    session: &SessionId,
+    batch: &AppendBatch,
+    at: DateTime<Utc>,
+    created: &str,
+) -> StoreResult<()> {
+    if batch.usage.is_empty() {
+        return Ok(());
+    }
+    let day = at.format("%Y-%m-%d").to_string();
+    let mut insert = db
+        .prepare_cached(
+            "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
+                 input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, \
+                 day, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .map_err(sqlite_error)?;
+    for record in &batch.usage {
+        insert
+            .execute(params![
+                tenant.as_str(),
+                session.as_str(),
+                record.run_id.as_str(),
+                record.provider.as_str(),
+                record.model.as_str(),
+                sql_count(record.tokens.input_tokens),
+                sql_count(record.tokens.output_tokens),
+                sql_count(record.tokens.cache_read_tokens),
+                sql_count(record.tokens.cache_write_tokens),
+                record.cost_pico,
+                day,
+                created,
+            ])
+            .map_err(sqlite_error)?;
+    }
+    // An integer sum past the largest integer becomes a real in SQLite; MIN brings it back.
+    let mut spend = db
+        .prepare_cached(
+            "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) \
+             VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
+             tokens = CAST(MIN(tokens + excluded.tokens, 9223372036854775807) AS INTEGER), \
+             cost_pico = CAST(MIN(cost_pico + excluded.cost_pico, 9223372036854775807) AS INTEGER)",
+        )
+        .map_err(sqlite_error)?;
+    for delta in crate::budgets::spend_deltas(&batch.usage, at) {
+        spend
+            .execute(params![
+                tenant.as_str(),
+                delta.period.as_str(),
+                delta.key,
+                delta.tokens,
+                delta.cost_pico,
+            ])
+            .map_err(sqlite_error)?;
+    }
+    Ok(())
+}
+
+/// A `rusqlite` error as the store's: BUSY / LOCKED and a full disk are transient
+/// (`Unavailable`), a unique violation a `Conflict`, anything else `Internal` — the same
+/// classification as sqlx's errors get.
+pub(super) fn sqlite_error(error: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    match &error {
+        rusqlite::Error::SqliteFailure(failure, _) => match failure.code {
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::DiskFull => {
+                StoreError::Unavailable(error.to_string())
+            }
+            ErrorCode::ConstraintViolation
+                if matches!(
+                    failure.extended_code,
+                    rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                        | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                ) =>
+            {
+                StoreError::Conflict(error.to_string())
+            }
+            _ => StoreError::Internal(error.to_string()),
+        },
+        rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound,
+        _ => StoreError::Internal(error.to_string()),
+    }
 }

@@ -2,41 +2,11 @@
 //! per UTC day and month, added to in the usage ledger's transaction (the one writer
 //! connection serializes them).
 
-use crate::budgets::{Budget, Period, Spend, SpendDelta, TenantSpend};
+use crate::budgets::{Budget, Period, Spend, TenantSpend};
 use crate::store::sqlite::{SqliteStore, ts};
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use sqlx::{Row, SqliteConnection};
-
-/// Adds `deltas` to the tenant's running totals (in the caller's transaction); totals
-/// saturate at the largest integer instead of failing the append.
-pub(in crate::store) async fn add_spend(
-    conn: &mut SqliteConnection,
-    tenant: &TenantId,
-    deltas: &[SpendDelta],
-) -> StoreResult<()> {
-    if deltas.is_empty() {
-        return Ok(());
-    }
-    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) ",
-    );
-    insert.push_values(deltas, |mut row, delta| {
-        row.push_bind(tenant.as_str())
-            .push_bind(delta.period.as_str())
-            .push_bind(delta.key.as_str())
-            .push_bind(delta.tokens)
-            .push_bind(delta.cost_pico);
-    });
-    // An integer sum past the largest integer becomes a real in SQLite; MIN brings it back.
-    insert.push(
-        " ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
-         tokens = CAST(MIN(tokens + excluded.tokens, 9223372036854775807) AS INTEGER), \
-         cost_pico = CAST(MIN(cost_pico + excluded.cost_pico, 9223372036854775807) AS INTEGER)",
-    );
-    insert.build().execute(conn).await?;
-    Ok(())
-}
+use sqlx::Row;
 
 pub(in crate::store) async fn budget(
     store: &SqliteStore,

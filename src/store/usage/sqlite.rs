@@ -3,53 +3,8 @@
 
 use crate::store::sqlite::ts;
 use crate::store::*;
-use crate::usage::{
-    NewUsageRecord, RawSums, SUMS_SQL, UsageGroup, UsageQuery, UsageScope, UsageTotals, sql_count,
-};
-use chrono::{DateTime, Utc};
-use sqlx::{FromRow, Row, SqliteConnection};
-
-/// Writes `records` of one session (in the caller's transaction).
-pub(in crate::store) async fn insert(
-    conn: &mut SqliteConnection,
-    tenant: &TenantId,
-    session: &SessionId,
-    records: &[NewUsageRecord],
-    at: DateTime<Utc>,
-) -> StoreResult<()> {
-    if records.is_empty() {
-        return Ok(());
-    }
-    let created = ts(at);
-    let day = at.format("%Y-%m-%d").to_string();
-    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
-         input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, day, \
-         created_at) ",
-    );
-    insert.push_values(records, |mut row, record| {
-        row.push_bind(tenant.as_str())
-            .push_bind(session.as_str())
-            .push_bind(record.run_id.as_str())
-            .push_bind(record.provider.as_str())
-            .push_bind(record.model.as_str())
-            .push_bind(sql_count(record.tokens.input_tokens))
-            .push_bind(sql_count(record.tokens.output_tokens))
-            .push_bind(sql_count(record.tokens.cache_read_tokens))
-            .push_bind(sql_count(record.tokens.cache_write_tokens))
-            .push_bind(record.cost_pico)
-            .push_bind(day.as_str())
-            .push_bind(created.as_str());
-    });
-    insert.build().execute(&mut *conn).await?;
-    // The tenant's budget totals, in the same transaction: they always equal the ledger.
-    crate::store::budgets::sqlite::add_spend(
-        conn,
-        tenant,
-        &crate::budgets::spend_deltas(records, at),
-    )
-    .await
-}
+use crate::usage::{RawSums, SUMS_SQL, UsageGroup, UsageQuery, UsageScope, UsageTotals};
+use sqlx::{FromRow, Row};
 
 /// Totals of a run's or a session's rows.
 pub(in crate::store) async fn totals(

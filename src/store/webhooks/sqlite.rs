@@ -73,8 +73,7 @@ impl Outbox {
         }
     }
 
-    /// Writes one outbox row per notice and subscription of the tenant (or the session) to
-    /// the notice's event, in the caller's transaction; nothing when the tenant has none.
+    /// [`Outbox::insert_sync`] through sqlx, in the caller's transaction.
     pub(in crate::store) async fn insert(
         &self,
         conn: &mut SqliteConnection,
@@ -87,22 +86,51 @@ impl Outbox {
             return Ok(());
         }
         for notice in notices {
-            let written = sqlx::query(
-                "INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, session_id, \
-                     event_type, body, next_attempt_at, created_at) \
-                 SELECT 'msg_' || lower(hex(randomblob(16))), ?1, s.id, ?2, ?3, ?4, ?5, ?5 \
-                 FROM webhook_subscriptions s WHERE s.tenant_id = ?1 \
-                     AND (s.session_id IS NULL OR s.session_id = ?2) AND instr(s.events, ?6) > 0",
-            )
-            .bind(tenant.as_str())
-            .bind(session.as_str())
-            .bind(notice.event.as_str())
-            .bind(&notice.body)
-            .bind(at)
-            .bind(format!(",{},", notice.event.as_str()))
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
+            let written = sqlx::query(OUTBOX_INSERT)
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .bind(notice.event.as_str())
+                .bind(&notice.body)
+                .bind(at)
+                .bind(format!(",{},", notice.event.as_str()))
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            if written > 0 {
+                self.written.store(true, Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one outbox row per notice and subscription of the tenant (or the session) to
+    /// the notice's event, in the caller's transaction (the group writer's synchronous
+    /// connection); nothing when the tenant has none.
+    pub(in crate::store) fn insert_sync(
+        &self,
+        db: &rusqlite::Connection,
+        tenant: &TenantId,
+        session: &SessionId,
+        at: &str,
+        notices: &[Notice],
+    ) -> StoreResult<()> {
+        if notices.is_empty() || !self.has(tenant) {
+            return Ok(());
+        }
+        let mut insert = db
+            .prepare_cached(OUTBOX_INSERT)
+            .map_err(crate::store::sqlite_writer::sqlite_error)?;
+        for notice in notices {
+            let written = insert
+                .execute(rusqlite::params![
+                    tenant.as_str(),
+                    session.as_str(),
+                    notice.event.as_str(),
+                    notice.body,
+                    at,
+                    format!(",{},", notice.event.as_str()),
+                ])
+                .map_err(crate::store::sqlite_writer::sqlite_error)?;
             if written > 0 {
                 self.written.store(true, Ordering::SeqCst);
             }
@@ -110,6 +138,13 @@ impl Outbox {
         Ok(())
     }
 }
+
+/// One outbox row per subscription of tenant `?1` (or its session `?2`) to event `?3`.
+const OUTBOX_INSERT: &str = "INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, \
+         session_id, event_type, body, next_attempt_at, created_at) \
+     SELECT 'msg_' || lower(hex(randomblob(16))), ?1, s.id, ?2, ?3, ?4, ?5, ?5 \
+     FROM webhook_subscriptions s WHERE s.tenant_id = ?1 \
+         AND (s.session_id IS NULL OR s.session_id = ?2) AND instr(s.events, ?6) > 0";
 
 const WEBHOOK_COLUMNS: &str = "id, session_id, url, events, created_at";
 
