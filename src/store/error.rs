@@ -122,6 +122,14 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(error: sqlx::migrate::MigrateError) -> Self {
+        Self::Internal(format!("migration failed: {error}"))
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
 #[cfg(test)]
 mod classification_tests {
     use super::*;
@@ -160,11 +168,3 @@ mod classification_tests {
         assert!(!StoreError::Internal("x".into()).is_transient());
     }
 }
-
-impl From<sqlx::migrate::MigrateError> for StoreError {
-    fn from(error: sqlx::migrate::MigrateError) -> Self {
-        Self::Internal(format!("migration failed: {error}"))
-    }
-}
-
-pub type StoreResult<T> = Result<T, StoreError>;
