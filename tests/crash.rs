@@ -9,7 +9,8 @@
 //! - (c) killed while a tool runs: the call gets an `INTERRUPTED` result and is not run again;
 //! - (d) killed while a subagent runs a slow tool: the subagent run resumes like any run (its
 //!   own call `INTERRUPTED`), and the parent's `Agent` call re-attaches to it (no
-//!   `INTERRUPTED` for the parent) and gets its final answer.
+//!   `INTERRUPTED` for the parent) and gets its final answer; the resumed parent's usage
+//!   counts the subagent's recorded calls.
 //!
 //! Every case runs on SQLite (the default file in the data dir) and on Postgres (a fresh
 //! database; skipped loudly when Postgres is unreachable outside CI, failing in CI). In every
@@ -612,4 +613,20 @@ async fn kill_during_subagent_run(mut server: ServerProcess) {
     assert_eq!(read_lines(&marker), vec!["ran".to_owned()]);
     let record = wait_run_final(&server, &token, &id, &run).await;
     assert_eq!(record["status"], "completed", "{record}");
+    // The resumed parent's usage counts the subagent's recorded calls (its run's ledger) into
+    // its own, in the run record and in its `usage` event.
+    let child_calls =
+        &run_record(&server, &token, &child, &child_run).await["usage"]["model_calls"];
+    for usage in [&record["usage"], &of_kind(&events, "usage")[0]["payload"]] {
+        let part = &usage["subagents"];
+        assert_eq!(
+            (&part["runs"], &part["model_calls"]),
+            (&json!(1), child_calls),
+            "{usage}"
+        );
+        assert!(
+            usage["model_calls"].as_u64() > part["model_calls"].as_u64(),
+            "{usage}"
+        );
+    }
 }

@@ -293,9 +293,11 @@ pub async fn list_runs(
 pub struct RunResponse {
     #[serde(flatten)]
     pub run: crate::store::RunRecord,
-    /// Sums over the run's usage ledger: every completed model call of the run, before and
-    /// after any resume, with its cost.
-    pub usage: crate::usage::UsageTotals,
+    /// Sums over the run's usage ledger — every completed model call of the run, before and
+    /// after any resume, with its cost — plus those of the subagents it started (nested
+    /// ones included; `subagents` says which part). The subagents' own rows are in the
+    /// ledger under their own sessions.
+    pub usage: crate::usage::UsageWithSubagents,
 }
 
 /// One run: its status, prompt, lease holder, terminal reason and usage.
@@ -315,9 +317,21 @@ pub async fn get_run(
         .get_run(&principal.tenant, &session.id, &RunId::from_string(run_id))
         .await?
         .ok_or_else(|| ApiError::not_found("run"))?;
-    let usage = state
-        .store
-        .usage_totals(&principal.tenant, crate::usage::UsageScope::Run(&run.id))
-        .await?;
+    let usage = if crate::subagents::defines_agents(&session.config) {
+        crate::runtime::subagent_usage::run_usage(
+            state.store.as_ref(),
+            &principal.tenant,
+            &session.id,
+            &RunId::from_string(run.id.clone()),
+        )
+        .await?
+    } else {
+        crate::usage::UsageWithSubagents::own(
+            state
+                .store
+                .usage_totals(&principal.tenant, crate::usage::UsageScope::Run(&run.id))
+                .await?,
+        )
+    };
     Ok(Json(RunResponse { run, usage }))
 }

@@ -46,10 +46,12 @@ pub struct SessionResponse {
     /// no search backend is configured for the tenant). Empty when every tool is offered.
     #[serde(default)]
     pub absent_tools: Vec<crate::runtime::AbsentTool>,
-    /// Sums over the usage ledger of the session's runs, with their cost; shown by
+    /// Sums over the usage ledger of the session's runs, with their cost, plus those of the
+    /// subagents they started (nested ones included; `subagents` says which part: the
+    /// subagents' own rows are in the ledger under their own sessions); shown by
     /// `GET /v1/sessions/{id}` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<crate::usage::UsageTotals>,
+    pub usage: Option<crate::usage::UsageWithSubagents>,
     /// Each MCP server of the session: `state` (`not_started`, `starting`, `ready`,
     /// `crashed`, `failed`, `cut_off`, `stopped`), `error` when it is not ready, the registry
     /// `tools` it offers, `skipped_tools` with reasons, `restarts`.
@@ -303,13 +305,24 @@ pub async fn get_session(
 ) -> ApiResult<Json<SessionResponse>> {
     principal.require(scopes::SESSIONS_READ)?;
     let record = crate::api::runs::load_owned_session(&state, &principal, id).await?;
-    let usage = state
-        .store
-        .usage_totals(
+    let usage = if crate::subagents::defines_agents(&record.config) {
+        crate::runtime::subagent_usage::session_usage(
+            state.store.as_ref(),
             &principal.tenant,
-            crate::usage::UsageScope::Session(record.id.as_str()),
+            &record.id,
         )
-        .await?;
+        .await?
+    } else {
+        crate::usage::UsageWithSubagents::own(
+            state
+                .store
+                .usage_totals(
+                    &principal.tenant,
+                    crate::usage::UsageScope::Session(record.id.as_str()),
+                )
+                .await?,
+        )
+    };
     let mut response = SessionResponse::from_record(record, &state)?;
     response.usage = Some(usage);
     Ok(Json(response))
@@ -338,9 +351,16 @@ pub async fn close_session(
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
     state.runtime.close(&record.tenant, &record.id).await;
+    // Its subagent sessions close with it (recursively); a second close finds them closed.
+    if crate::subagents::defines_agents(&record.config) {
+        state
+            .runtime
+            .close_subagents(&record.tenant, &record.id)
+            .await;
+    }
     // SessionEnd hooks really run (D4), once, on the close that closed it; the close stands
-    // whatever they answer.
-    if record.closed_at == Some(record.updated_at) {
+    // whatever they answer. A subagent's session runs none (its top-level session does).
+    if record.closed_at == Some(record.updated_at) && record.config.get("subagent").is_none() {
         state
             .runtime
             .session_hooks(

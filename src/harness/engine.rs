@@ -83,6 +83,11 @@ pub trait LoopHost: Send + Sync + 'static {
     fn delegated_tokens(&self) -> u64 {
         0
     }
+    /// The part of the run's usage that came from its subagents (read when the run ends:
+    /// its `usage` event counts them into its totals); `None` when it started none.
+    async fn subagent_usage(&self) -> Option<run_event::SubagentTokens> {
+        None
+    }
 
     /// Called before every model request: a host whose tools can change while a run goes
     /// on (an MCP server said its list changed) brings them up to date here, so the request
@@ -457,7 +462,10 @@ impl Engine {
         ledger: &RunLedger,
         state: &AfterResponse,
     ) -> Result<RunOutcome, HostError> {
-        let usage = ledger.usage();
+        let usage = match self.host.subagent_usage().await {
+            Some(part) => ledger.usage().with_subagents(part),
+            None => ledger.usage(),
+        };
         events.extend([RunEvent::Usage(usage), RunEvent::Terminal(terminal.clone())]);
         self.host.commit(appends, events).await?;
         Ok(RunOutcome {

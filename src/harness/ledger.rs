@@ -109,6 +109,10 @@ impl Add for Usage {
             failed_tool_calls: self
                 .failed_tool_calls
                 .saturating_add(other.failed_tool_calls),
+            subagents: match (self.subagents, other.subagents) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            },
         }
     }
 }

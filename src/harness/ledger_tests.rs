@@ -35,6 +35,7 @@ fn usage_is_computed_from_entries() {
             model_calls: 3,
             tool_calls: 3,
             failed_tool_calls: 1,
+            subagents: None,
         }
     );
     assert_eq!(usage.total_tokens(), 505);
@@ -121,6 +122,7 @@ fn session_and_tenant_usage_are_sums_of_their_runs() {
             model_calls: 2,
             tool_calls: 1,
             failed_tool_calls: 0,
+            subagents: None,
         }
     );
     assert_eq!(
@@ -131,6 +133,7 @@ fn session_and_tenant_usage_are_sums_of_their_runs() {
             model_calls: 2,
             tool_calls: 2,
             failed_tool_calls: 1,
+            subagents: None,
         }
     );
     // A tenant never sees another tenant's runs, even under the same session id.

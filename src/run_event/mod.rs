@@ -20,7 +20,7 @@ mod reasons;
 #[cfg(test)]
 mod tests;
 
-pub use reasons::{BudgetKind, ContinueReason, TerminalReason, Usage};
+pub use reasons::{BudgetKind, ContinueReason, SubagentTokens, TerminalReason, Usage};
 
 use crate::llm::{StopReason, Usage as TurnUsage};
 use crate::message::{Message, ToolResultBlock};
@@ -377,8 +377,9 @@ pub struct SubagentFinished {
     pub run_id: String,
     /// The subagent run's terminal reason (as its `terminal` event).
     pub terminal: Value,
-    /// Its model calls and tokens (from its usage ledger).
-    pub usage: crate::usage::UsageTotals,
+    /// Its model calls, tokens and cost (from its usage ledger), its own subagents'
+    /// included (`usage.subagents` says which part).
+    pub usage: crate::usage::UsageWithSubagents,
 }
 
 /// A skill the model loaded (event kind `skill_loaded`), written before the `Skill` call's
@@ -416,6 +417,7 @@ pub mod kinds {
     pub const TOOL_EXECUTING: &str = "tool_executing";
     pub const TOOL_RESULT: &str = "tool_result";
     pub const APPROVAL_DECIDED: &str = "approval_decided";
+    pub const SUBAGENT_STARTED: &str = "subagent_started";
     pub const SUBAGENT_FINISHED: &str = "subagent_finished";
 }
 

@@ -131,4 +131,61 @@ pub struct Usage {
     pub tool_calls: u64,
     /// The subset of `tool_calls` whose result was an error.
     pub failed_tool_calls: u64,
+    /// In a run's `usage` event: the part of the token and model-call totals that came from
+    /// its subagents (nested ones included); absent when the run started none. Tool calls
+    /// count the run's own only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<SubagentTokens>,
+}
+
+/// The subagents' part of a run's `usage` event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SubagentTokens {
+    /// Subagent runs counted, nested ones included.
+    pub runs: u64,
+    /// Input tokens (cached prompt tokens included), like the event's own.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub model_calls: u64,
+}
+
+impl From<crate::usage::SubagentUsage> for SubagentTokens {
+    fn from(part: crate::usage::SubagentUsage) -> Self {
+        let totals = part.totals;
+        Self {
+            runs: part.runs,
+            input_tokens: totals
+                .input_tokens
+                .saturating_add(totals.cache_read_tokens)
+                .saturating_add(totals.cache_write_tokens),
+            output_tokens: totals.output_tokens,
+            model_calls: totals.model_calls,
+        }
+    }
+}
+
+impl std::ops::Add for SubagentTokens {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        Self {
+            runs: self.runs.saturating_add(other.runs),
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+            model_calls: self.model_calls.saturating_add(other.model_calls),
+        }
+    }
+}
+
+impl Usage {
+    /// This usage with the subagents' `part` added to its totals and reported apart.
+    pub fn with_subagents(self, part: SubagentTokens) -> Self {
+        Self {
+            input_tokens: self.input_tokens.saturating_add(part.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(part.output_tokens),
+            model_calls: self.model_calls.saturating_add(part.model_calls),
+            subagents: Some(part),
+            ..self
+        }
+    }
 }

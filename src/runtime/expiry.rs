@@ -23,6 +23,9 @@ pub async fn expire_idle_sessions(
             continue;
         };
         runtime.close(&session.tenant, &session.id).await;
+        if crate::subagents::defines_agents(&closed.config) {
+            runtime.close_subagents(&session.tenant, &session.id).await;
+        }
         let written = store
             .append(
                 &session.tenant,
@@ -41,14 +44,17 @@ pub async fn expire_idle_sessions(
         // Live subscribers on this replica see it at once (on SQLite there is no other way;
         // on Postgres the notification of the same seq is then a duplicate the bus drops).
         runtime.bus().publish(&session.id, &written.events);
-        runtime
-            .session_hooks(
-                &closed,
-                crate::hooks::HookPayload::SessionEnd {
-                    reason: "expired".into(),
-                },
-            )
-            .await;
+        // A subagent's session runs no SessionEnd hooks (its top-level session does).
+        if closed.config.get("subagent").is_none() {
+            runtime
+                .session_hooks(
+                    &closed,
+                    crate::hooks::HookPayload::SessionEnd {
+                        reason: "expired".into(),
+                    },
+                )
+                .await;
+        }
         tracing::info!(session_id = %session.id, tenant = %session.tenant, "idle session expired");
         expired += 1;
     }

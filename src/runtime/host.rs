@@ -601,6 +601,26 @@ impl LoopHost for StoreHost {
         self.delegated.tokens()
     }
 
+    async fn subagent_usage(&self) -> Option<crate::run_event::SubagentTokens> {
+        if !self.delegated.is_offered() {
+            return None;
+        }
+        // From the store: subagents finished before a resume count, and one cancelled with
+        // this run (no `subagent_finished`) counts from its own ledger.
+        let part = super::subagent_usage::subagents_of_run(
+            self.store.as_ref(),
+            &self.tenant,
+            &self.session,
+            &self.run_id,
+        )
+        .await
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot read the subagents' usage; counting the finished ones");
+            self.delegated.part()
+        });
+        part.map(Into::into)
+    }
+
     async fn tenant_budget_spent(&self, pending: &[RunEvent]) -> Option<BudgetKind> {
         self.tenant_budget_spent_inner(pending).await
     }

@@ -34,6 +34,8 @@ mod run_factory;
 mod skills;
 mod snapshots;
 pub mod subagent;
+mod subagent_close;
+pub mod subagent_usage;
 pub mod webhook;
 pub mod workspace_quota;
 

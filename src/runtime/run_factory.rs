@@ -739,10 +739,10 @@ impl SessionRuntime {
         ),
         resuming: bool,
     ) -> Result<subagent::DelegatedUsage, RuntimeError> {
-        let delegated = subagent::DelegatedUsage::default();
         if !crate::subagents::offers_agent_tool(config) {
-            return Ok(delegated);
+            return Ok(subagent::DelegatedUsage::default());
         }
+        let delegated = subagent::DelegatedUsage::offered();
         if resuming {
             subagent::restore_delegated(self.store.as_ref(), tenant, session, run_id, &delegated)
                 .await?;

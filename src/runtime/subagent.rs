@@ -11,11 +11,15 @@
 //!
 //! While it waits, the call copies the child's events (except text deltas) into the parent's
 //! transcript as `subagent_event`s, from the last one copied; the call's result is the
-//! child's final answer. A cancelled (or timed-out) call cancels the child run — unless the
-//! replica is shutting down, when the child hands off like any run.
+//! child's final answer (no pipeline time bound: the child's own budgets bound it). A
+//! cancelled call cancels the child run, and closes the child session when the parent's
+//! session was closed (see `subagent_close`) — unless the replica is shutting down, when the
+//! child hands off like any run. The child's usage, with its own subagents', is recorded in
+//! `subagent_finished` and counted into the parent's (see `subagent_usage`).
 
 use super::SessionRuntime;
 use super::host::SessionWriter;
+pub use super::subagent_usage::{DelegatedUsage, restore_delegated};
 use crate::ids::{RunId, SessionId, TenantId};
 use crate::message::Role;
 use crate::permission::PermissionMode;
@@ -27,8 +31,8 @@ use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, codes};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 use tokio::sync::broadcast;
 
@@ -43,28 +47,6 @@ const POLL: Duration = Duration::from_millis(500);
 /// getting `INTERRUPTED`.
 pub fn reattaches(tool: &str) -> bool {
     tool == AGENT_TOOL
-}
-
-/// Tokens the run's subagents used, by `Agent` call, counted into the parent run's token
-/// budget (a call re-attached after a restart counts once).
-#[derive(Clone, Default)]
-pub struct DelegatedUsage(Arc<Mutex<HashMap<String, u64>>>);
-
-impl DelegatedUsage {
-    pub fn record(&self, tool_use_id: &str, tokens: u64) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(tool_use_id.to_owned(), tokens);
-    }
-
-    pub fn tokens(&self) -> u64 {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .fold(0, |sum, tokens| sum.saturating_add(*tokens))
-    }
 }
 
 /// The id of the subagent session an `Agent` call starts: derived from the (random) parent
@@ -177,6 +159,12 @@ impl Tool for AgentTool {
         self.read_only_agents.contains(self.agent_of(input))
     }
 
+    /// No pipeline time bound: the call lasts as long as the subagent's run, which its own
+    /// turn and token budgets bound (and which is cancelled with the parent's).
+    fn call_timeout(&self, _default: Duration) -> Option<Duration> {
+        None
+    }
+
     /// Starting a subagent needs no approval of its own: everything it does is judged by its
     /// own (narrower) policy. Deny rules naming `Agent` still apply.
     fn self_decision(&self, _input: &Value) -> crate::permission::SelfDecision {
@@ -192,46 +180,73 @@ impl Tool for AgentTool {
         let name = self.agent_of(&input).to_owned();
         let prompt = input["prompt"].as_str().unwrap_or_default().to_owned();
         let description = input["description"].as_str().unwrap_or_default().to_owned();
-        let child =
-            Child::start_or_attach(&runtime, &self.setup, ctx, &name, prompt, description).await?;
-        let mut guard = CancelGuard {
+        let mut guard = ChildGuard {
             runtime: Arc::downgrade(&runtime),
             tenant: self.setup.tenant.clone(),
-            session: child.session.clone(),
-            run: child.run.clone(),
+            parent: self.setup.session.clone(),
+            session: None,
+            run: None,
             done: false,
         };
+        let child = Child::start_or_attach(
+            &runtime,
+            &self.setup,
+            ctx,
+            (&name, prompt, description),
+            &mut guard,
+        )
+        .await?;
         let outcome = child.wait(&runtime, &self.setup, ctx).await;
         guard.done = true;
         outcome
     }
 }
 
-/// Cancels the child run when the `Agent` call is dropped before the child ended (the parent
-/// was cancelled, or the call timed out); not when the replica shuts down (the child hands
-/// off and the resumed parent re-attaches).
-struct CancelGuard {
+/// Acts when the `Agent` call is dropped before the child ended (the parent was cancelled or
+/// its session closed): cancels the child run, and closes the child session (and its own
+/// subagents) when the parent's session is closed — a close racing a starting subagent, whose
+/// `subagent_started` the close may not have found. Nothing when the replica shuts down (the
+/// child hands off and the resumed parent re-attaches).
+struct ChildGuard {
     runtime: Weak<SessionRuntime>,
     tenant: TenantId,
-    session: SessionId,
-    run: RunId,
+    parent: SessionId,
+    /// The child session, once this call created or found it.
+    session: Option<SessionId>,
+    run: Option<RunId>,
     done: bool,
 }
 
-impl Drop for CancelGuard {
+impl Drop for ChildGuard {
     fn drop(&mut self) {
         if self.done {
             return;
         }
+        let Some(session) = self.session.take() else {
+            return;
+        };
         let Some(runtime) = self.runtime.upgrade() else {
             return;
         };
         if runtime.shutdown.is_cancelled() {
             return;
         }
-        let (tenant, session, run) = (self.tenant.clone(), self.session.clone(), self.run.clone());
+        let (tenant, parent, run) = (self.tenant.clone(), self.parent.clone(), self.run.take());
         tokio::spawn(async move {
-            if let Err(error) = runtime.cancel(&tenant, &session, &run).await {
+            let parent_closed = runtime
+                .store
+                .get_session(&tenant, &parent)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|record| record.status == crate::store::SessionStatus::Closed);
+            if parent_closed {
+                runtime
+                    .close_subagent(&tenant, &session, run.as_ref())
+                    .await;
+            } else if let Some(run) = run
+                && let Err(error) = runtime.cancel(&tenant, &session, &run).await
+            {
                 tracing::debug!(%error, run_id = %run, "subagent run already over");
             }
         });
@@ -247,6 +262,21 @@ struct Child {
     cursor: i64,
 }
 
+/// The subagent's prompt was refused.
+fn refused(error: super::RuntimeError) -> ToolError {
+    match error {
+        super::RuntimeError::PromptBlocked(block) => ToolError::new(
+            codes::HOOK_BLOCKED,
+            format!("UserPromptSubmit hook: {}", block.reason),
+        ),
+        super::RuntimeError::Store(crate::store::StoreError::TenantLimit(limit)) => ToolError::new(
+            codes::TENANT_LIMIT,
+            format!("the subagent could not be started: {limit}"),
+        ),
+        other => ToolError::failed(format!("the subagent could not be started: {other}")),
+    }
+}
+
 fn store_failure(error: impl std::fmt::Display) -> ToolError {
     ToolError::failed(format!("the subagent could not be started: {error}"))
 }
@@ -256,9 +286,8 @@ impl Child {
         runtime: &Arc<SessionRuntime>,
         setup: &AgentSetup,
         ctx: &ToolContext,
-        name: &str,
-        prompt: String,
-        description: String,
+        (name, prompt, description): (&str, String, String),
+        guard: &mut ChildGuard,
     ) -> Result<Self, ToolError> {
         let agent = setup.config.agents.get(name).ok_or_else(|| {
             ToolError::new(
@@ -274,13 +303,22 @@ impl Child {
             .await
             .map_err(store_failure)?;
         let (record, reattached) = match existing {
-            Some(record) => (record, true),
+            Some(record) => {
+                guard.session = Some(id.clone());
+                (record, true)
+            }
             None => {
                 let parent = store
                     .get_session(tenant, &setup.session)
                     .await
                     .map_err(store_failure)?
                     .ok_or_else(|| ToolError::failed("the session is gone"))?;
+                if parent.status == crate::store::SessionStatus::Closed {
+                    return Err(ToolError::new(
+                        codes::CANCELLED,
+                        "the session is closed: it starts no subagent",
+                    ));
+                }
                 let outcome = runtime
                     .session_hooks(
                         &parent,
@@ -332,6 +370,7 @@ impl Child {
                     })
                     .await
                     .map_err(store_failure)?;
+                guard.session = Some(id.clone());
                 // D6: the child inherits the parent's unlock set (its schema filter came
                 // with the configuration).
                 let unlocked: Vec<String> = setup.unlocked.snapshot().into_iter().collect();
@@ -351,27 +390,22 @@ impl Child {
         let run = match first.first() {
             Some(run) => RunId::from_string(run.id.clone()),
             None => {
-                let (run, _) = runtime
+                let submitted = runtime
                     .submit(&record, prompt, super::BusyPolicy::Enqueue, None)
-                    .await
-                    .map_err(|error| match error {
-                        super::RuntimeError::PromptBlocked(block) => ToolError::new(
-                            codes::HOOK_BLOCKED,
-                            format!("UserPromptSubmit hook: {}", block.reason),
-                        ),
-                        super::RuntimeError::Store(crate::store::StoreError::TenantLimit(
-                            limit,
-                        )) => ToolError::new(
-                            codes::TENANT_LIMIT,
-                            format!("the subagent could not be started: {limit}"),
-                        ),
-                        other => {
-                            ToolError::failed(format!("the subagent could not be started: {other}"))
+                    .await;
+                match submitted {
+                    Ok((run, _)) => run,
+                    Err(error) => {
+                        // Nobody would wait on it: the session goes (its slot freed).
+                        if !reattached {
+                            runtime.close_subagent(tenant, &id, None).await;
                         }
-                    })?;
-                run
+                        return Err(refused(error));
+                    }
+                }
             }
         };
+        guard.run = Some(run.clone());
         let mut cursor = 0;
         if reattached {
             // Nested events already copied before the restart are not copied again.
@@ -492,13 +526,12 @@ impl Child {
                 () = tokio::time::sleep(POLL) => {}
             }
         };
-        let usage = store
-            .usage_totals(tenant, crate::usage::UsageScope::Run(self.run.as_str()))
-            .await
-            .unwrap_or_default();
-        setup
-            .delegated
-            .record(&ctx.tool_use_id, usage.total_tokens());
+        // Its own calls and its own subagents' (nested ones reported in its events).
+        let usage =
+            super::subagent_usage::run_usage(store.as_ref(), tenant, &self.session, &self.run)
+                .await
+                .unwrap_or_default();
+        setup.delegated.record(&ctx.tool_use_id, usage);
         setup
             .writer
             .write(
@@ -561,24 +594,4 @@ impl Child {
             })
             .unwrap_or_default()
     }
-}
-
-/// Restores the tokens the subagents of a resumed run used before the restart (their
-/// `subagent_finished` events) into `delegated`.
-pub async fn restore_delegated(
-    store: &dyn crate::store::Store,
-    tenant: &TenantId,
-    session: &SessionId,
-    run: &RunId,
-    delegated: &DelegatedUsage,
-) -> Result<(), crate::store::StoreError> {
-    for event in store
-        .list_run_events(tenant, session, run, &[run_event::kinds::SUBAGENT_FINISHED])
-        .await?
-    {
-        if let RunEvent::SubagentFinished(done) = RunEvent::from_row(&event) {
-            delegated.record(&done.tool_use_id, done.usage.total_tokens());
-        }
-    }
-    Ok(())
 }

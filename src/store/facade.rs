@@ -48,6 +48,9 @@ macro_rules! store_facade {
             async fn list_run_events(&self, tenant: &TenantId, session: &SessionId, run: &RunId, kinds: &[&str]) -> StoreResult<Vec<EventRecord>> {
                 events::$backend::list_run_events(self, tenant, session, run, kinds).await
             }
+            async fn list_session_events(&self, tenant: &TenantId, session: &SessionId, kinds: &[&str], after: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+                events::$backend::list_session_events(self, tenant, session, kinds, after, limit).await
+            }
             async fn list_messages(&self, tenant: &TenantId, session: &SessionId, after: i64, limit: u32) -> StoreResult<Vec<MessageRecord>> {
                 events::$backend::list_messages(self, tenant, session, after, limit).await
             }

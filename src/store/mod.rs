@@ -148,6 +148,17 @@ pub trait Store: Send + Sync + 'static {
         kinds: &[&str],
     ) -> StoreResult<Vec<EventRecord>>;
 
+    /// The session's events (of every run) with one of `kinds` and `seq > after`, in order,
+    /// at most `limit` (used to find a session's subagents).
+    async fn list_session_events(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        kinds: &[&str],
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>>;
+
     /// History messages with `seq > after`, in order, at most `limit`.
     async fn list_messages(
         &self,

@@ -110,7 +110,7 @@ fn same_error(error: &StoreError) -> StoreError {
 }
 
 /// Runs `write` on the write pool's connection, its handle locked out of sqlx's worker.
-async fn with_handle<T>(
+pub(super) async fn with_handle<T>(
     pool: &SqlitePool,
     write: impl FnOnce(&rusqlite::Connection) -> T,
 ) -> StoreResult<T> {
@@ -156,16 +156,29 @@ fn together(
     outbox: &Outbox,
     jobs: &[AppendJob],
 ) -> StoreResult<Vec<StoreResult<AppendResult>>> {
+    in_transaction(db, |db| {
+        Ok(jobs
+            .iter()
+            .map(|job| {
+                in_savepoint(db, |db| {
+                    append_in(db, outbox, &job.tenant, &job.session, &job.batch)
+                })
+            })
+            .collect())
+    })
+}
+
+/// Runs `write` in one `IMMEDIATE` transaction: committed when it succeeds, rolled back when
+/// it (or the commit) fails.
+pub(super) fn in_transaction<T>(
+    db: &rusqlite::Connection,
+    write: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
     let tx = rusqlite::Transaction::new_unchecked(db, rusqlite::TransactionBehavior::Immediate)
         .map_err(sqlite_error)?;
-    let mut answers = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        answers.push(in_savepoint(&tx, |db| {
-            append_in(db, outbox, &job.tenant, &job.session, &job.batch)
-        }));
-    }
+    let value = write(&tx)?;
     tx.commit().map_err(sqlite_error)?;
-    Ok(answers)
+    Ok(value)
 }
 
 /// Runs `write` inside a savepoint: kept when it succeeds, rolled back when it fails.

@@ -152,6 +152,15 @@ pub fn depth(config: &SessionConfig) -> u8 {
     config.subagent.as_ref().map_or(0, |link| link.depth)
 }
 
+/// Whether a stored session configuration defines agent types: only then can its runs have
+/// started subagents (a cheap look at the JSON, no parse).
+pub fn defines_agents(config: &serde_json::Value) -> bool {
+    config
+        .get("agents")
+        .and_then(serde_json::Value::as_object)
+        .is_some_and(|agents| !agents.is_empty())
+}
+
 /// Whether a session of this configuration is offered the `Agent` tool.
 pub fn offers_agent_tool(config: &SessionConfig) -> bool {
     !config.agents.is_empty() && depth(config) < max_depth(config)

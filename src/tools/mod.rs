@@ -175,6 +175,13 @@ pub trait Tool: Send + Sync + 'static {
     fn permission_subject_text(&self, _input: &Value) -> Option<String> {
         None
     }
+    /// How long one call may run before the pipeline ends it with `TOOL_TIMEOUT`: the
+    /// pipeline's bound (`default`) unless the tool says otherwise. `None`: no time bound of
+    /// the pipeline's — the call ends with what it waits on, or with its run's cancel (the
+    /// `Agent` tool: its subagent's run is bounded by its own turns and budgets).
+    fn call_timeout(&self, default: std::time::Duration) -> Option<std::time::Duration> {
+        Some(default)
+    }
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 }
 

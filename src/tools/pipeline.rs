@@ -603,15 +603,25 @@ impl Pipeline {
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let call = AssertUnwindSafe(tool.call(input, ctx)).catch_unwind();
+        let bound = tool.call_timeout(self.call_timeout);
+        let bounded = async {
+            match bound {
+                Some(bound) => tokio::time::timeout(bound, call).await,
+                None => Ok(call.await),
+            }
+        };
         tokio::select! {
             biased;
             () = ctx.cancel.cancelled() => {
                 Err(ToolError::new(codes::CANCELLED, "the tool call was cancelled"))
             }
-            finished = tokio::time::timeout(self.call_timeout, call) => match finished {
+            finished = bounded => match finished {
                 Err(_elapsed) => Err(ToolError::new(
                     codes::TOOL_TIMEOUT,
-                    format!("the tool did not finish within {} s", self.call_timeout.as_secs_f64()),
+                    format!(
+                        "the tool did not finish within {} s",
+                        bound.unwrap_or_default().as_secs_f64()
+                    ),
                 )),
                 Ok(Err(_panic)) => {
                     tracing::error!("tool panicked");

@@ -673,6 +673,42 @@ async fn a_slow_call_times_out() {
     assert_eq!(code(&outcome), Some(codes::TOOL_TIMEOUT));
 }
 
+/// Waits 60 s and opts out of the pipeline's time bound, as the `Agent` tool does.
+struct Patient(Value);
+
+#[async_trait]
+impl Tool for Patient {
+    fn name(&self) -> &str {
+        "Patient"
+    }
+    fn description(&self) -> &str {
+        "waits for its work"
+    }
+    fn input_schema(&self) -> &Value {
+        &self.0
+    }
+    fn call_timeout(&self, _default: Duration) -> Option<Duration> {
+        None
+    }
+    async fn call(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(ToolOutput::text("done waiting"))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_without_a_time_bound_outlasts_the_pipelines() {
+    let pipeline = Pipeline::new(
+        registry(vec![Arc::new(Patient(json!({"type": "object"})))]),
+        allow_everything(),
+    )
+    .with_call_timeout(Duration::from_secs(10));
+    let outcome = pipeline
+        .call("Patient", json!({}), &ctx(), &HashSet::new())
+        .await;
+    assert_eq!(code(&outcome), None);
+}
+
 #[tokio::test(start_paused = true)]
 async fn cancellation_interrupts_a_running_call() {
     let pipeline = Pipeline::new(registry(vec![sleeper(60)]), allow_everything());

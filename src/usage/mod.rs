@@ -103,6 +103,74 @@ impl UsageTotals {
     }
 }
 
+impl UsageTotals {
+    /// Adds `other` (saturating).
+    pub fn add(&mut self, other: &UsageTotals) {
+        self.model_calls = self.model_calls.saturating_add(other.model_calls);
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
+        self.cost_micros = self.cost_micros.saturating_add(other.cost_micros);
+        self.unpriced_model_calls = self
+            .unpriced_model_calls
+            .saturating_add(other.unpriced_model_calls);
+    }
+}
+
+/// A run's (or a session's) usage with its subagents': the top-level totals are its own
+/// model calls plus every subagent's (nested ones included), and `subagents` says what part
+/// came from them. Each subagent's own calls are in the usage ledger under the subagent's
+/// session, so `GET /v1/usage` (which sums the ledger) never counts them twice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsageWithSubagents {
+    #[serde(flatten)]
+    pub totals: UsageTotals,
+    /// The part of the totals that came from subagents (`Agent` calls); absent when none
+    /// was started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<SubagentUsage>,
+}
+
+/// The subagents' part of a usage total.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SubagentUsage {
+    /// Subagent runs counted, nested ones included.
+    pub runs: u64,
+    #[serde(flatten)]
+    pub totals: UsageTotals,
+}
+
+impl UsageWithSubagents {
+    /// Own usage only (no subagent counted yet).
+    pub fn own(totals: UsageTotals) -> Self {
+        Self {
+            totals,
+            subagents: None,
+        }
+    }
+
+    /// Counts one subagent run whose usage (its own subagents' included) is `child`.
+    pub fn add_subagent(&mut self, child: &UsageWithSubagents) {
+        self.totals.add(&child.totals);
+        let part = self.subagents.get_or_insert_with(SubagentUsage::default);
+        part.runs = part
+            .runs
+            .saturating_add(1)
+            .saturating_add(child.subagents.map_or(0, |nested| nested.runs));
+        part.totals.add(&child.totals);
+    }
+
+    /// Every token of every kind, subagents' included.
+    pub fn total_tokens(&self) -> u64 {
+        self.totals.total_tokens()
+    }
+}
+
 impl From<UsageTotals> for crate::run_event::Usage {
     /// The run-event view of ledger totals: input counts cached prompt tokens too; tool calls
     /// are not in the usage ledger (zero).
@@ -116,6 +184,7 @@ impl From<UsageTotals> for crate::run_event::Usage {
             model_calls: totals.model_calls,
             tool_calls: 0,
             failed_tool_calls: 0,
+            subagents: None,
         }
     }
 }

@@ -17,19 +17,38 @@ on_both_backends! {
     subagents_tokens_count_into_the_parents_budget => tokens_into_parent_budget;
 }
 
+/// Declares `mod $name { sqlite(); postgres(); }` running `$case(backend)` on each store (for
+/// cases that start their server with their own settings).
+#[macro_export]
+macro_rules! subagent_cases {
+    ($($name:ident => $case:path;)*) => {$(
+        mod $name {
+            use super::*;
+            #[tokio::test]
+            async fn sqlite() {
+                $case($crate::helpers::Backend::Sqlite).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                $case($crate::helpers::Backend::Postgres).await;
+            }
+        }
+    )*};
+}
+
 /// The nested events of one `Agent` call in the parent's transcript.
-fn nested<'a>(events: &'a [Value], tool_use_id: &str) -> Vec<&'a Value> {
+pub fn nested<'a>(events: &'a [Value], tool_use_id: &str) -> Vec<&'a Value> {
     events
         .iter()
         .filter(|e| e["type"] == "subagent_event" && e["payload"]["tool_use_id"] == tool_use_id)
         .collect()
 }
 
-fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == kind).collect()
 }
 
-async fn wait_terminal(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
+pub async fn wait_terminal(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
     app.wait_for_events(token, id, |e| count(e, "terminal") == 1)
         .await
 }
@@ -426,13 +445,13 @@ async fn tokens_into_parent_budget(app: TestApp) {
         .map(|e| e["payload"]["usage"]["input_tokens"].as_u64().unwrap())
         .sum();
     assert!(delegated >= 4000, "{delegated}");
-    let own: u64 = of_kind(&events, "usage")
-        .iter()
-        .map(|e| {
-            e["payload"]["input_tokens"].as_u64().unwrap()
-                + e["payload"]["output_tokens"].as_u64().unwrap()
-        })
-        .sum();
+    // The run's `usage` counts its subagents' tokens into its totals and says which part.
+    let usage = &of_kind(&events, "usage")[0]["payload"];
+    let tokens =
+        |u: &Value| u["input_tokens"].as_u64().unwrap() + u["output_tokens"].as_u64().unwrap();
+    assert_eq!(usage["subagents"]["runs"], 2, "{usage}");
+    assert_eq!(usage["subagents"]["input_tokens"], delegated, "{usage}");
+    let own = tokens(usage) - tokens(&usage["subagents"]);
     assert!(own < 4000, "the parent alone stays under its budget: {own}");
     assert!(
         events

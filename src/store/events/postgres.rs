@@ -234,6 +234,31 @@ pub(in crate::store) async fn list_run_events(
     rows.iter().map(event_from_row).collect()
 }
 
+pub(in crate::store) async fn list_session_events(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    kinds: &[&str],
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows = sqlx::query(
+        "SELECT seq, kind, payload, run_id, created_at FROM events \
+         WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 AND kind = ANY($4) \
+         ORDER BY seq LIMIT $5",
+    )
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .bind(after)
+    .bind(kinds)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    rows.iter().map(event_from_row).collect()
+}
+
 pub(in crate::store) async fn list_messages(
     store: &PgStore,
     tenant: &TenantId,

@@ -58,6 +58,29 @@ pub(in crate::store) async fn list_run_events(
     rows.iter().map(event_from_row).collect()
 }
 
+pub(in crate::store) async fn list_session_events(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    kinds: &[&str],
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>> {
+    let rows = sqlx::query(
+        "SELECT seq, kind, payload, run_id, created_at FROM events \
+         WHERE session_id = ? AND tenant_id = ? AND seq > ? \
+             AND kind IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
+    )
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .bind(after)
+    .bind(serde_json::to_string(kinds).unwrap_or_else(|_| "[]".into()))
+    .bind(i64::from(limit))
+    .fetch_all(&store.pool)
+    .await?;
+    rows.iter().map(event_from_row).collect()
+}
+
 pub(in crate::store) async fn list_messages(
     store: &SqliteStore,
     tenant: &TenantId,

@@ -5,6 +5,7 @@
 use crate::limits::{Limit, LimitExceeded};
 use crate::store::dialect::lease_span;
 use crate::store::sqlite::{SqliteStore, ts};
+use crate::store::sqlite_writer::sqlite_error;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
@@ -91,6 +92,8 @@ pub(in crate::store) async fn admit_approval(
 }
 
 impl SqliteStore {
+    /// Sweeps the tenant's expired holds, checks the caps and inserts the hold: one
+    /// synchronous transaction on the write connection (no hop per statement).
     pub(in crate::store) async fn acquire_hold_tx(
         &self,
         tenant: &TenantId,
@@ -98,41 +101,56 @@ impl SqliteStore {
         caps: HoldCaps,
     ) -> StoreResult<()> {
         let at = Utc::now();
-        let mut tx = self.writer().begin().await?;
-        // The first statement writes, so the transaction holds SQLite's write lock from here.
-        sqlx::query("DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?")
-            .bind(tenant.as_str())
-            .bind(ts(at))
-            .execute(&mut *tx)
-            .await?;
-        let (in_session, in_tenant): (i64, i64) = sqlx::query_as(
-            "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
-             WHERE tenant_id = ? AND kind = ?",
-        )
-        .bind(hold.session.as_str())
-        .bind(tenant.as_str())
-        .bind(hold.kind.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
-        if let Some((limit, max)) = caps.per_session {
-            over(limit, max, in_session)?;
-        }
-        over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
-        sqlx::query(
-            "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, expires_at, \
-                 created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&hold.id)
-        .bind(tenant.as_str())
-        .bind(hold.session.as_str())
-        .bind(hold.kind.as_str())
-        .bind(&hold.replica)
-        .bind(ts(at + lease_span(hold.lease)))
-        .bind(ts(at))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let now = ts(at);
+        let expires = ts(at + lease_span(hold.lease));
+        crate::store::sqlite_writer::with_handle(self.writer(), |db| {
+            crate::store::sqlite_writer::in_transaction(db, |db| {
+                // The first statement writes: the transaction is `IMMEDIATE` anyway.
+                db.prepare_cached(
+                    "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
+                )
+                .and_then(|mut sweep| sweep.execute(rusqlite::params![tenant.as_str(), now]))
+                .map_err(sqlite_error)?;
+                let (in_session, in_tenant) = db
+                    .prepare_cached(
+                        "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
+                         WHERE tenant_id = ? AND kind = ?",
+                    )
+                    .and_then(|mut count| {
+                        count.query_row(
+                            rusqlite::params![
+                                hold.session.as_str(),
+                                tenant.as_str(),
+                                hold.kind.as_str()
+                            ],
+                            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+                        )
+                    })
+                    .map_err(sqlite_error)?;
+                if let Some((limit, max)) = caps.per_session {
+                    over(limit, max, in_session)?;
+                }
+                over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
+                db.prepare_cached(
+                    "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
+                         expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                )
+                .and_then(|mut insert| {
+                    insert.execute(rusqlite::params![
+                        hold.id,
+                        tenant.as_str(),
+                        hold.session.as_str(),
+                        hold.kind.as_str(),
+                        hold.replica,
+                        expires,
+                        now,
+                    ])
+                })
+                .map_err(sqlite_error)?;
+                Ok(())
+            })
+        })
+        .await?
     }
 
     pub(in crate::store) async fn record_workspace_bytes_tx(
@@ -176,12 +194,13 @@ impl SqliteStore {
         tenant: &TenantId,
         id: &str,
     ) -> StoreResult<()> {
-        sqlx::query("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")
-            .bind(id)
-            .bind(tenant.as_str())
-            .execute(self.writer())
-            .await?;
-        Ok(())
+        crate::store::sqlite_writer::with_handle(self.writer(), |db| {
+            db.prepare_cached("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")
+                .and_then(|mut delete| delete.execute(rusqlite::params![id, tenant.as_str()]))
+                .map(drop)
+                .map_err(sqlite_error)
+        })
+        .await?
     }
 
     pub(in crate::store) async fn count_holds_tx(
