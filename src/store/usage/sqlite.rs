@@ -1,14 +1,14 @@
 //! The usage ledger on SQLite: rows written inside an append's transaction, sums read from
 //! the read pool.
 
-use super::sqlite::ts;
-use super::*;
+use crate::store::sqlite::ts;
+use crate::store::*;
 use crate::usage::{RawSums, SUMS_SQL, UsageGroup, UsageQuery, UsageScope, UsageTotals};
-use sqlx::{FromRow, Row, SqlitePool};
+use sqlx::{FromRow, Row};
 
 /// Totals of a run's or a session's rows.
-pub(super) async fn totals(
-    pool: &SqlitePool,
+pub(in crate::store) async fn totals(
+    store: &crate::store::sqlite::SqliteStore,
     tenant: &TenantId,
     scope: UsageScope<'_>,
 ) -> StoreResult<UsageTotals> {
@@ -18,14 +18,14 @@ pub(super) async fn totals(
     ))
     .bind(tenant.as_str())
     .bind(id)
-    .fetch_one(pool)
+    .fetch_one(store.reader())
     .await?;
     Ok(RawSums::from_row(&row)?.into())
 }
 
 /// The tenant's rows in `[from, to)`, grouped, ordered by key, at most `limit` groups.
-pub(super) async fn report(
-    pool: &SqlitePool,
+pub(in crate::store) async fn report(
+    store: &crate::store::sqlite::SqliteStore,
     tenant: &TenantId,
     query: &UsageQuery,
 ) -> StoreResult<Vec<UsageGroup>> {
@@ -39,7 +39,7 @@ pub(super) async fn report(
     .bind(ts(query.from))
     .bind(ts(query.to))
     .bind(i64::from(query.limit))
-    .fetch_all(pool)
+    .fetch_all(store.reader())
     .await?;
     rows.iter()
         .map(|row| {

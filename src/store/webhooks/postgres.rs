@@ -4,8 +4,8 @@
 //! attempt twice. The outbox rows of an append are written by the statement that inserts its
 //! events (see [`insert_events`]): an append notifying nobody costs nothing more.
 
-use super::postgres::PgStore;
-use super::*;
+use crate::store::postgres::PgStore;
+use crate::store::*;
 use crate::webhooks::{DeliveryAttempt, DeliveryStatus, Notice, WebhookEvent};
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
@@ -19,7 +19,7 @@ const NEW_DELIVERY_ID: &str = "'msg_' || replace(gen_random_uuid()::text, '-', '
 /// event) and, in the same statement, one outbox row per notice and subscription of the
 /// tenant (or of the session) to the notice's event. Returns the outbox rows written.
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn insert_events(
+pub(in crate::store) async fn insert_events(
     conn: &mut PgConnection,
     tenant: &TenantId,
     session: &SessionId,
@@ -74,7 +74,7 @@ pub(super) async fn insert_events(
 /// The `UPDATE` of a session close that also writes the `session.closed` outbox rows when
 /// this close is the one that closed it (`$1` session, `$2` tenant, `$3` now, `$4` body).
 /// Returns the session columns plus `notified` (outbox rows written).
-pub(super) fn close_session_sql(session_columns: &str) -> String {
+pub(in crate::store) fn close_session_sql(session_columns: &str) -> String {
     format!(
         "WITH closed AS ( \
              UPDATE sessions SET status = 'closed', \
@@ -136,14 +136,14 @@ fn delivery_from_row(row: &PgRow) -> StoreResult<DeliveryRecord> {
 }
 
 impl PgStore {
-    pub(super) async fn create_webhook_tx(
+    pub(in crate::store) async fn create_webhook_tx(
         &self,
         tenant: &TenantId,
         webhook: NewWebhook,
         caps: WebhookCaps,
     ) -> StoreResult<Result<WebhookRecord, WebhookCapReached>> {
         let mut tx = self.tenant_tx(tenant).await?;
-        super::postgres_limits::lock_tenant(&mut tx, tenant).await?;
+        crate::store::limits::postgres::lock_tenant(&mut tx, tenant).await?;
         let (count, cap) = match &webhook.session {
             Some(session) => {
                 sqlx::query("SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2")
@@ -206,7 +206,7 @@ impl PgStore {
         Ok(Ok(webhook_from_row(&row)?))
     }
 
-    pub(super) async fn list_webhooks_tx(
+    pub(in crate::store) async fn list_webhooks_tx(
         &self,
         tenant: &TenantId,
         session: Option<&SessionId>,
@@ -225,7 +225,7 @@ impl PgStore {
         rows.iter().map(webhook_from_row).collect()
     }
 
-    pub(super) async fn get_webhook_tx(
+    pub(in crate::store) async fn get_webhook_tx(
         &self,
         tenant: &TenantId,
         id: &str,
@@ -242,7 +242,11 @@ impl PgStore {
         row.as_ref().map(webhook_from_row).transpose()
     }
 
-    pub(super) async fn delete_webhook_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<bool> {
+    pub(in crate::store) async fn delete_webhook_tx(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> StoreResult<bool> {
         let mut tx = self.tenant_tx(tenant).await?;
         let deleted =
             sqlx::query("DELETE FROM webhook_subscriptions WHERE id = $1 AND tenant_id = $2")
@@ -255,7 +259,7 @@ impl PgStore {
         Ok(deleted == 1)
     }
 
-    pub(super) async fn list_deliveries_tx(
+    pub(in crate::store) async fn list_deliveries_tx(
         &self,
         tenant: &TenantId,
         webhook: &str,
@@ -278,7 +282,7 @@ impl PgStore {
         rows.iter().map(delivery_from_row).collect()
     }
 
-    pub(super) async fn claim_deliveries(
+    pub(in crate::store) async fn claim_deliveries(
         &self,
         lease: Duration,
         limit: u32,
@@ -295,7 +299,7 @@ impl PgStore {
              RETURNING d.id, d.tenant_id, d.webhook_id, d.session_id, d.event_type, d.body, \
                  d.attempts, d.created_at, s.url, s.secret",
         )
-        .bind(now + super::lease_span(lease))
+        .bind(now + crate::store::dialect::lease_span(lease))
         .bind(now)
         .bind(i64::from(limit))
         .fetch_all(self.pool())
@@ -318,7 +322,7 @@ impl PgStore {
             .collect()
     }
 
-    pub(super) async fn finish_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
+    pub(in crate::store) async fn finish_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
         sqlx::query(
             "UPDATE webhook_deliveries SET status = $2, \
                  next_attempt_at = COALESCE($3, next_attempt_at), lease_until = NULL, \
@@ -337,7 +341,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
+    pub(in crate::store) async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
         Ok(sqlx::query_scalar(
             "SELECT min(GREATEST(next_attempt_at, lease_until)) FROM webhook_deliveries \
              WHERE status = 'pending'",
@@ -346,7 +350,10 @@ impl PgStore {
         .await?)
     }
 
-    pub(super) async fn purge_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+    pub(in crate::store) async fn purge_deliveries(
+        &self,
+        before: DateTime<Utc>,
+    ) -> StoreResult<u64> {
         Ok(sqlx::query(
             "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND created_at < $1",
         )

@@ -2,10 +2,11 @@
 //! writer connection, so a check and the write after it in one transaction cannot interleave
 //! with another admission.
 
-use super::sqlite::{SqliteStore, ts};
-use super::sqlite_writer::sqlite_error;
-use super::*;
 use crate::limits::{Limit, LimitExceeded};
+use crate::store::dialect::lease_span;
+use crate::store::sqlite::{SqliteStore, ts};
+use crate::store::sqlite_writer::sqlite_error;
+use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
@@ -21,7 +22,7 @@ fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
 }
 
 /// Checks that one more running run fits the tenant's cap (`except`: the run being claimed).
-pub(super) async fn admit_running(
+pub(in crate::store) async fn admit_running(
     conn: &mut SqliteConnection,
     tenant: &TenantId,
     caps: RunCaps,
@@ -44,7 +45,7 @@ pub(super) async fn admit_running(
 }
 
 /// Checks that one more queued run fits the session's and the tenant's caps.
-pub(super) async fn admit_queued(
+pub(in crate::store) async fn admit_queued(
     conn: &mut SqliteConnection,
     tenant: &TenantId,
     session: &SessionId,
@@ -70,7 +71,7 @@ pub(super) async fn admit_queued(
 }
 
 /// Checks that one more pending approval request fits the tenant's cap.
-pub(super) async fn admit_approval(
+pub(in crate::store) async fn admit_approval(
     conn: &mut SqliteConnection,
     tenant: &TenantId,
     max_pending: u32,
@@ -93,7 +94,7 @@ pub(super) async fn admit_approval(
 impl SqliteStore {
     /// Sweeps the tenant's expired holds, checks the caps and inserts the hold: one
     /// synchronous transaction on the write connection (no hop per statement).
-    pub(super) async fn acquire_hold_tx(
+    pub(in crate::store) async fn acquire_hold_tx(
         &self,
         tenant: &TenantId,
         hold: NewHold,
@@ -102,8 +103,8 @@ impl SqliteStore {
         let at = Utc::now();
         let now = ts(at);
         let expires = ts(at + lease_span(hold.lease));
-        super::sqlite_writer::with_handle(self.writer(), |db| {
-            super::sqlite_writer::in_transaction(db, |db| {
+        crate::store::sqlite_writer::with_handle(self.writer(), |db| {
+            crate::store::sqlite_writer::in_transaction(db, |db| {
                 // The first statement writes: the transaction is `IMMEDIATE` anyway.
                 db.prepare_cached(
                     "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
@@ -152,7 +153,7 @@ impl SqliteStore {
         .await?
     }
 
-    pub(super) async fn record_workspace_bytes_tx(
+    pub(in crate::store) async fn record_workspace_bytes_tx(
         &self,
         tenant: &TenantId,
         session: &SessionId,
@@ -176,7 +177,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
+    pub(in crate::store) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
         let bytes: i64 = sqlx::query_scalar(
             "SELECT COALESCE(SUM(u.bytes), 0) FROM workspace_usage u \
              JOIN sessions s ON s.id = u.session_id \
@@ -188,8 +189,12 @@ impl SqliteStore {
         Ok(bytes.max(0) as u64)
     }
 
-    pub(super) async fn release_hold_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
-        super::sqlite_writer::with_handle(self.writer(), |db| {
+    pub(in crate::store) async fn release_hold_tx(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> StoreResult<()> {
+        crate::store::sqlite_writer::with_handle(self.writer(), |db| {
             db.prepare_cached("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")
                 .and_then(|mut delete| delete.execute(rusqlite::params![id, tenant.as_str()]))
                 .map(drop)
@@ -198,7 +203,7 @@ impl SqliteStore {
         .await?
     }
 
-    pub(super) async fn count_holds_tx(
+    pub(in crate::store) async fn count_holds_tx(
         &self,
         tenant: &TenantId,
         kind: HoldKind,
@@ -219,7 +224,11 @@ impl SqliteStore {
     }
 
     /// Extends the expiry of every hold of `owner` (the heartbeat's second statement).
-    pub(super) async fn renew_holds(&self, owner: &str, lease: Duration) -> StoreResult<()> {
+    pub(in crate::store) async fn renew_holds(
+        &self,
+        owner: &str,
+        lease: Duration,
+    ) -> StoreResult<()> {
         sqlx::query("UPDATE tenant_holds SET expires_at = ? WHERE replica = ?")
             .bind(ts(Utc::now() + lease_span(lease)))
             .bind(owner)

@@ -2,9 +2,10 @@
 //! transaction under a per-tenant advisory lock, so replicas sharing the database take turns
 //! per tenant and cannot both take the last slot.
 
-use super::postgres::PgStore;
-use super::*;
 use crate::limits::{Limit, LimitExceeded};
+use crate::store::dialect::lease_span;
+use crate::store::postgres::PgStore;
+use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
@@ -12,7 +13,10 @@ use sqlx::PgConnection;
 const LIMITS_LOCK_SPACE: i32 = 0x4e4c_4d54; // "NLMT"
 
 /// Serializes the tenant's limit checks until the transaction ends.
-pub(super) async fn lock_tenant(conn: &mut PgConnection, tenant: &TenantId) -> StoreResult<()> {
+pub(in crate::store) async fn lock_tenant(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+) -> StoreResult<()> {
     sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
         .bind(LIMITS_LOCK_SPACE)
         .bind(tenant.as_str())
@@ -34,7 +38,7 @@ fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
 
 /// Checks that one more running run fits the tenant's cap (`except`: the run being claimed,
 /// which may still show as running under its own expired or restarted lease).
-pub(super) async fn admit_running(
+pub(in crate::store) async fn admit_running(
     conn: &mut PgConnection,
     tenant: &TenantId,
     caps: RunCaps,
@@ -58,7 +62,7 @@ pub(super) async fn admit_running(
 }
 
 /// Checks that one more queued run fits the session's and the tenant's caps.
-pub(super) async fn admit_queued(
+pub(in crate::store) async fn admit_queued(
     conn: &mut PgConnection,
     tenant: &TenantId,
     session: &SessionId,
@@ -85,7 +89,7 @@ pub(super) async fn admit_queued(
 }
 
 /// Checks that one more pending approval request fits the tenant's cap.
-pub(super) async fn admit_approval(
+pub(in crate::store) async fn admit_approval(
     conn: &mut PgConnection,
     tenant: &TenantId,
     max_pending: u32,
@@ -107,7 +111,7 @@ pub(super) async fn admit_approval(
 }
 
 impl PgStore {
-    pub(super) async fn acquire_hold_tx(
+    pub(in crate::store) async fn acquire_hold_tx(
         &self,
         tenant: &TenantId,
         hold: NewHold,
@@ -151,7 +155,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn record_workspace_bytes_tx(
+    pub(in crate::store) async fn record_workspace_bytes_tx(
         &self,
         tenant: &TenantId,
         session: &SessionId,
@@ -177,7 +181,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
+    pub(in crate::store) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
         let mut tx = self.tenant_tx(tenant).await?;
         let bytes: i64 = sqlx::query_scalar(
             "SELECT COALESCE(SUM(u.bytes), 0)::BIGINT FROM workspace_usage u \
@@ -191,7 +195,11 @@ impl PgStore {
         Ok(bytes.max(0) as u64)
     }
 
-    pub(super) async fn release_hold_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
+    pub(in crate::store) async fn release_hold_tx(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> StoreResult<()> {
         let mut tx = self.tenant_tx(tenant).await?;
         sqlx::query("DELETE FROM tenant_holds WHERE id = $1")
             .bind(id)
@@ -201,7 +209,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn count_holds_tx(
+    pub(in crate::store) async fn count_holds_tx(
         &self,
         tenant: &TenantId,
         kind: HoldKind,
@@ -223,7 +231,11 @@ impl PgStore {
     }
 
     /// Extends the expiry of every hold of `owner` (the heartbeat's second statement).
-    pub(super) async fn renew_holds(&self, owner: &str, lease: Duration) -> StoreResult<()> {
+    pub(in crate::store) async fn renew_holds(
+        &self,
+        owner: &str,
+        lease: Duration,
+    ) -> StoreResult<()> {
         sqlx::query("UPDATE tenant_holds SET expires_at = $2 WHERE replica = $1")
             .bind(owner)
             .bind(Utc::now() + lease_span(lease))

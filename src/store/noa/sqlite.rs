@@ -1,68 +1,68 @@
-//! Noa state and archives on Postgres (see `super::noa`), in tenant-scoped transactions.
+//! Noa state and archives on SQLite (see `crate::store::noa`).
 
-use super::postgres::PgStore;
-use super::*;
+use crate::store::sqlite::{SqliteStore, parse_ts, ts};
+use crate::store::*;
 use sqlx::Row;
-use sqlx::types::Json;
 
-pub(super) async fn state(
-    store: &PgStore,
+pub(in crate::store) async fn state(
+    store: &SqliteStore,
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Option<NoaStateRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
-    let row = sqlx::query(
-        "SELECT version, state FROM noa_states WHERE session_id = $1 AND tenant_id = $2",
-    )
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    let row =
+        sqlx::query("SELECT version, state FROM noa_states WHERE session_id = ? AND tenant_id = ?")
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .fetch_optional(store.reader())
+            .await?;
     row.map(|row| {
         Ok(NoaStateRecord {
             version: row.try_get("version")?,
-            state: row.try_get::<Json<serde_json::Value>, _>("state")?.0,
+            state: serde_json::from_str(&row.try_get::<String, _>("state")?)
+                .map_err(|error| StoreError::Internal(format!("bad noa state: {error}")))?,
         })
     })
     .transpose()
 }
 
-pub(super) async fn commit(
-    store: &PgStore,
+pub(in crate::store) async fn commit(
+    store: &SqliteStore,
     tenant: &TenantId,
     session: &SessionId,
     archives: &[NewNoaArchive],
     state: &serde_json::Value,
     expected: i64,
 ) -> StoreResult<i64> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let now = ts(chrono::Utc::now());
+    let mut tx = store.writer().begin().await?;
     let written = if expected == 0 {
         sqlx::query(
-            "INSERT INTO noa_states (session_id, tenant_id, version, state) \
-             SELECT id, tenant_id, 1, $3 FROM sessions WHERE id = $1 AND tenant_id = $2 \
+            "INSERT INTO noa_states (session_id, tenant_id, version, state, updated_at) \
+             SELECT id, tenant_id, 1, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
              ON CONFLICT (session_id) DO NOTHING",
         )
+        .bind(state.to_string())
+        .bind(&now)
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .bind(Json(state))
         .execute(&mut *tx)
         .await?
     } else {
         sqlx::query(
-            "UPDATE noa_states SET version = version + 1, state = $3, updated_at = now() \
-             WHERE session_id = $1 AND tenant_id = $2 AND version = $4",
+            "UPDATE noa_states SET version = version + 1, state = ?, updated_at = ? \
+             WHERE session_id = ? AND tenant_id = ? AND version = ?",
         )
+        .bind(state.to_string())
+        .bind(&now)
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .bind(Json(state))
         .bind(expected)
         .execute(&mut *tx)
         .await?
     };
     if written.rows_affected() == 0 {
-        let owned: Option<i32> =
-            sqlx::query_scalar("SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2")
+        let owned: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")
                 .bind(session.as_str())
                 .bind(tenant.as_str())
                 .fetch_optional(&mut *tx)
@@ -75,8 +75,8 @@ pub(super) async fn commit(
     for archive in archives {
         sqlx::query(
             "INSERT INTO noa_archives (session_id, tenant_id, ordinal, from_ref, to_ref, \
-             summary, message_count, tokens, messages) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+             summary, message_count, tokens, messages, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(session.as_str())
         .bind(tenant.as_str())
@@ -86,7 +86,8 @@ pub(super) async fn commit(
         .bind(&archive.summary)
         .bind(i64::from(archive.message_count))
         .bind(i64::try_from(archive.tokens).unwrap_or(i64::MAX))
-        .bind(Json(&archive.messages))
+        .bind(archive.messages.to_string())
+        .bind(&now)
         .execute(&mut *tx)
         .await
         .map_err(|error| match StoreError::from(error) {
@@ -98,7 +99,7 @@ pub(super) async fn commit(
     Ok(expected + 1)
 }
 
-fn record(row: &sqlx::postgres::PgRow, with_messages: bool) -> StoreResult<NoaArchiveRecord> {
+fn record(row: &sqlx::sqlite::SqliteRow, with_messages: bool) -> StoreResult<NoaArchiveRecord> {
     let ordinal: i64 = row.try_get("ordinal")?;
     Ok(NoaArchiveRecord {
         id: format!("a{ordinal}"),
@@ -107,54 +108,54 @@ fn record(row: &sqlx::postgres::PgRow, with_messages: bool) -> StoreResult<NoaAr
         summary: row.try_get("summary")?,
         message_count: u32::try_from(row.try_get::<i64, _>("message_count")?).unwrap_or(0),
         tokens: u64::try_from(row.try_get::<i64, _>("tokens")?).unwrap_or(0),
-        created_at: row.try_get("created_at")?,
+        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
         messages: if with_messages {
-            Some(row.try_get::<Json<serde_json::Value>, _>("messages")?.0)
+            Some(
+                serde_json::from_str(&row.try_get::<String, _>("messages")?).map_err(|error| {
+                    StoreError::Internal(format!("bad archive messages: {error}"))
+                })?,
+            )
         } else {
             None
         },
     })
 }
 
-pub(super) async fn list(
-    store: &PgStore,
+pub(in crate::store) async fn list(
+    store: &SqliteStore,
     tenant: &TenantId,
     session: &SessionId,
     after: u32,
     limit: u32,
 ) -> StoreResult<Vec<NoaArchiveRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
     let rows = sqlx::query(
         "SELECT ordinal, from_ref, to_ref, summary, message_count, tokens, created_at \
-         FROM noa_archives WHERE session_id = $1 AND tenant_id = $2 AND ordinal > $3 \
-         ORDER BY ordinal LIMIT $4",
+         FROM noa_archives WHERE session_id = ? AND tenant_id = ? AND ordinal > ? \
+         ORDER BY ordinal LIMIT ?",
     )
     .bind(session.as_str())
     .bind(tenant.as_str())
     .bind(i64::from(after))
     .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
+    .fetch_all(store.reader())
     .await?;
-    tx.commit().await?;
     rows.iter().map(|row| record(row, false)).collect()
 }
 
-pub(super) async fn get(
-    store: &PgStore,
+pub(in crate::store) async fn get(
+    store: &SqliteStore,
     tenant: &TenantId,
     session: &SessionId,
     ordinal: u32,
 ) -> StoreResult<Option<NoaArchiveRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
     let row = sqlx::query(
         "SELECT ordinal, from_ref, to_ref, summary, message_count, tokens, created_at, messages \
-         FROM noa_archives WHERE session_id = $1 AND tenant_id = $2 AND ordinal = $3",
+         FROM noa_archives WHERE session_id = ? AND tenant_id = ? AND ordinal = ?",
     )
     .bind(session.as_str())
     .bind(tenant.as_str())
     .bind(i64::from(ordinal))
-    .fetch_optional(&mut *tx)
+    .fetch_optional(store.reader())
     .await?;
-    tx.commit().await?;
     row.map(|row| record(&row, true)).transpose()
 }

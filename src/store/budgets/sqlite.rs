@@ -2,13 +2,16 @@
 //! per UTC day and month, added to in the usage ledger's transaction (the one writer
 //! connection serializes them).
 
-use super::sqlite::{SqliteStore, ts};
-use super::*;
 use crate::budgets::{Budget, Period, Spend, TenantSpend};
+use crate::store::sqlite::{SqliteStore, ts};
+use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
-pub(super) async fn budget(store: &SqliteStore, tenant: &TenantId) -> StoreResult<Option<Budget>> {
+pub(in crate::store) async fn budget(
+    store: &SqliteStore,
+    tenant: &TenantId,
+) -> StoreResult<Option<Budget>> {
     let row = sqlx::query(
         "SELECT tokens_per_day, tokens_per_month, cost_micros_per_day, cost_micros_per_month \
          FROM tenant_budgets WHERE tenant_id = ?",
@@ -32,7 +35,7 @@ pub(super) async fn budget(store: &SqliteStore, tenant: &TenantId) -> StoreResul
     .transpose()
 }
 
-pub(super) async fn set_budget(
+pub(in crate::store) async fn set_budget(
     store: &SqliteStore,
     tenant: &TenantId,
     budget: Option<&Budget>,
@@ -70,7 +73,7 @@ pub(super) async fn set_budget(
     Ok(())
 }
 
-pub(super) async fn spend(
+pub(in crate::store) async fn spend(
     store: &SqliteStore,
     tenant: &TenantId,
     at: DateTime<Utc>,

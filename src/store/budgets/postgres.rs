@@ -2,16 +2,16 @@
 //! per UTC day and month, added to in the usage ledger's transaction (row-level security
 //! scopes every statement to the tenant).
 
-use super::postgres::PgStore;
-use super::*;
 use crate::budgets::{Budget, Period, Spend, SpendDelta, TenantSpend};
+use crate::store::postgres::PgStore;
+use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 /// Adds `deltas` to the tenant's running totals (in the caller's transaction). Concurrent
 /// appends of the tenant take turns on the two rows (day first, then month: no deadlock);
 /// totals saturate at `BIGINT`'s maximum instead of failing the append.
-pub(super) async fn add_spend(
+pub(in crate::store) async fn add_spend(
     conn: &mut PgConnection,
     tenant: &TenantId,
     deltas: &[SpendDelta],
@@ -40,7 +40,10 @@ pub(super) async fn add_spend(
     Ok(())
 }
 
-pub(super) async fn budget(store: &PgStore, tenant: &TenantId) -> StoreResult<Option<Budget>> {
+pub(in crate::store) async fn budget(
+    store: &PgStore,
+    tenant: &TenantId,
+) -> StoreResult<Option<Budget>> {
     let mut tx = store.tenant_tx(tenant).await?;
     let row = sqlx::query(
         "SELECT tokens_per_day, tokens_per_month, cost_micros_per_day, cost_micros_per_month \
@@ -66,7 +69,7 @@ pub(super) async fn budget(store: &PgStore, tenant: &TenantId) -> StoreResult<Op
     .transpose()
 }
 
-pub(super) async fn set_budget(
+pub(in crate::store) async fn set_budget(
     store: &PgStore,
     tenant: &TenantId,
     budget: Option<&Budget>,
@@ -106,7 +109,7 @@ pub(super) async fn set_budget(
     Ok(())
 }
 
-pub(super) async fn spend(
+pub(in crate::store) async fn spend(
     store: &PgStore,
     tenant: &TenantId,
     at: DateTime<Utc>,

@@ -1,8 +1,8 @@
 //! The usage ledger on Postgres: rows written inside an append's transaction, sums read in a
 //! tenant-scoped transaction (row-level security).
 
-use super::postgres::PgStore;
-use super::*;
+use crate::store::postgres::PgStore;
+use crate::store::*;
 use crate::usage::{
     NewUsageRecord, RawSums, SUMS_SQL, UsageGroup, UsageQuery, UsageScope, UsageTotals, sql_count,
 };
@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgConnection, Row};
 
 /// Writes `records` of one session (in the caller's transaction).
-pub(super) async fn insert(
+pub(in crate::store) async fn insert(
     conn: &mut PgConnection,
     tenant: &TenantId,
     session: &SessionId,
@@ -42,12 +42,16 @@ pub(super) async fn insert(
     });
     insert.build().execute(&mut *conn).await?;
     // The tenant's budget totals, in the same transaction: they always equal the ledger.
-    super::postgres_budgets::add_spend(conn, tenant, &crate::budgets::spend_deltas(records, at))
-        .await
+    crate::store::budgets::postgres::add_spend(
+        conn,
+        tenant,
+        &crate::budgets::spend_deltas(records, at),
+    )
+    .await
 }
 
 /// Totals of a run's or a session's rows.
-pub(super) async fn totals(
+pub(in crate::store) async fn totals(
     store: &PgStore,
     tenant: &TenantId,
     scope: UsageScope<'_>,
@@ -66,7 +70,7 @@ pub(super) async fn totals(
 }
 
 /// The tenant's rows in `[from, to)`, grouped, ordered by key, at most `limit` groups.
-pub(super) async fn report(
+pub(in crate::store) async fn report(
     store: &PgStore,
     tenant: &TenantId,
     query: &UsageQuery,

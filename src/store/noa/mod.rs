@@ -44,3 +44,6 @@ pub struct NoaArchiveRecord {
     #[schema(value_type = Option<Vec<Object>>)]
     pub messages: Option<Value>,
 }
+
+pub(in crate::store) mod postgres;
+pub(in crate::store) mod sqlite;

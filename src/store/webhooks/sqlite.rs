@@ -3,8 +3,8 @@
 //! outbox statement at all; one with some writes one `INSERT … SELECT` per notice, in the
 //! append's transaction. The one writer connection claims due deliveries.
 
-use super::sqlite::{SqliteStore, parse_ts, ts};
-use super::*;
+use crate::store::sqlite::{SqliteStore, parse_ts, ts};
+use crate::store::*;
 use crate::webhooks::{DeliveryAttempt, DeliveryStatus, Notice, WebhookEvent};
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::SqliteRow;
@@ -15,18 +15,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What the SQLite store knows about the outbox in memory.
 #[derive(Default)]
-pub(super) struct Outbox {
+pub(in crate::store) struct Outbox {
     /// Subscriptions per tenant (tenants with none are absent).
     subscribed: Mutex<HashMap<String, u64>>,
     /// Set when a write put rows into the outbox; the writer wakes the worker after its
     /// commit.
     written: AtomicBool,
-    pub(super) wakeup: Arc<tokio::sync::Notify>,
+    pub(in crate::store) wakeup: Arc<tokio::sync::Notify>,
 }
 
 impl Outbox {
     /// Reads which tenants have subscriptions.
-    pub(super) async fn load(pool: &SqlitePool) -> StoreResult<Self> {
+    pub(in crate::store) async fn load(pool: &SqlitePool) -> StoreResult<Self> {
         let rows = sqlx::query(
             "SELECT tenant_id, count(*) AS n FROM webhook_subscriptions GROUP BY tenant_id",
         )
@@ -67,14 +67,14 @@ impl Outbox {
 
     /// Wakes the worker when a write since the last call put rows into the outbox (called
     /// after commits; a rolled-back write only costs the worker one empty claim).
-    pub(super) fn wake_if_written(&self) {
+    pub(in crate::store) fn wake_if_written(&self) {
         if self.written.swap(false, Ordering::SeqCst) {
             self.wakeup.notify_one();
         }
     }
 
     /// [`Outbox::insert_sync`] through sqlx, in the caller's transaction.
-    pub(super) async fn insert(
+    pub(in crate::store) async fn insert(
         &self,
         conn: &mut SqliteConnection,
         tenant: &TenantId,
@@ -106,7 +106,7 @@ impl Outbox {
     /// Writes one outbox row per notice and subscription of the tenant (or the session) to
     /// the notice's event, in the caller's transaction (the group writer's synchronous
     /// connection); nothing when the tenant has none.
-    pub(super) fn insert_sync(
+    pub(in crate::store) fn insert_sync(
         &self,
         db: &rusqlite::Connection,
         tenant: &TenantId,
@@ -119,7 +119,7 @@ impl Outbox {
         }
         let mut insert = db
             .prepare_cached(OUTBOX_INSERT)
-            .map_err(super::sqlite_writer::sqlite_error)?;
+            .map_err(crate::store::sqlite_writer::sqlite_error)?;
         for notice in notices {
             let written = insert
                 .execute(rusqlite::params![
@@ -130,7 +130,7 @@ impl Outbox {
                     at,
                     format!(",{},", notice.event.as_str()),
                 ])
-                .map_err(super::sqlite_writer::sqlite_error)?;
+                .map_err(crate::store::sqlite_writer::sqlite_error)?;
             if written > 0 {
                 self.written.store(true, Ordering::SeqCst);
             }
@@ -193,7 +193,7 @@ fn delivery_from_row(row: &SqliteRow) -> StoreResult<DeliveryRecord> {
 }
 
 impl SqliteStore {
-    pub(super) async fn create_webhook_tx(
+    pub(in crate::store) async fn create_webhook_tx(
         &self,
         tenant: &TenantId,
         webhook: NewWebhook,
@@ -271,7 +271,7 @@ impl SqliteStore {
         Ok(Ok(record))
     }
 
-    pub(super) async fn list_webhooks_tx(
+    pub(in crate::store) async fn list_webhooks_tx(
         &self,
         tenant: &TenantId,
         session: Option<&SessionId>,
@@ -287,7 +287,7 @@ impl SqliteStore {
         rows.iter().map(webhook_from_row).collect()
     }
 
-    pub(super) async fn get_webhook_tx(
+    pub(in crate::store) async fn get_webhook_tx(
         &self,
         tenant: &TenantId,
         id: &str,
@@ -302,7 +302,11 @@ impl SqliteStore {
         row.as_ref().map(webhook_from_row).transpose()
     }
 
-    pub(super) async fn delete_webhook_tx(&self, tenant: &TenantId, id: &str) -> StoreResult<bool> {
+    pub(in crate::store) async fn delete_webhook_tx(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> StoreResult<bool> {
         let mut tx = self.writer().begin().await?;
         let deleted =
             sqlx::query("DELETE FROM webhook_subscriptions WHERE id = ? AND tenant_id = ?")
@@ -318,7 +322,7 @@ impl SqliteStore {
         Ok(deleted == 1)
     }
 
-    pub(super) async fn list_deliveries_tx(
+    pub(in crate::store) async fn list_deliveries_tx(
         &self,
         tenant: &TenantId,
         webhook: &str,
@@ -339,7 +343,7 @@ impl SqliteStore {
         rows.iter().map(delivery_from_row).collect()
     }
 
-    pub(super) async fn claim_deliveries(
+    pub(in crate::store) async fn claim_deliveries(
         &self,
         lease: Duration,
         limit: u32,
@@ -356,7 +360,7 @@ impl SqliteStore {
              RETURNING id, tenant_id, webhook_id, session_id, event_type, body, attempts, \
                  created_at",
         )
-        .bind(ts(now + super::lease_span(lease)))
+        .bind(ts(now + crate::store::dialect::lease_span(lease)))
         .bind(ts(now))
         .bind(i64::from(limit))
         .fetch_all(&mut *tx)
@@ -389,7 +393,7 @@ impl SqliteStore {
         Ok(due)
     }
 
-    pub(super) async fn finish_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
+    pub(in crate::store) async fn finish_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
         let log = serde_json::to_string(&result.log)
             .map_err(|error| StoreError::Internal(error.to_string()))?;
         let mut tx = self.writer().begin().await?;
@@ -412,7 +416,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
+    pub(in crate::store) async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
         let next: Option<String> = sqlx::query_scalar(
             "SELECT min(max(next_attempt_at, COALESCE(lease_until, next_attempt_at))) \
              FROM webhook_deliveries WHERE status = 'pending'",
@@ -422,7 +426,10 @@ impl SqliteStore {
         next.as_deref().map(parse_ts).transpose()
     }
 
-    pub(super) async fn purge_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+    pub(in crate::store) async fn purge_deliveries(
+        &self,
+        before: DateTime<Utc>,
+    ) -> StoreResult<u64> {
         let mut tx = self.writer().begin().await?;
         let purged = sqlx::query(
             "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND created_at < ?",

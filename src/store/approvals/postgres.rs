@@ -1,0 +1,189 @@
+//! Approvals on Postgres.
+
+use super::*;
+use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
+use crate::store::dialect::now;
+use crate::store::dialect::postgres::notify;
+use crate::store::postgres::PgStore;
+use crate::store::*;
+use chrono::SubsecRound;
+use sqlx::types::Json;
+
+// --- approvals and grants ---
+pub(in crate::store) async fn create_approval(
+    store: &PgStore,
+    tenant: &TenantId,
+    mut approval: NewApproval,
+    max_pending: u32,
+) -> StoreResult<ApprovalRecord> {
+    crate::store::storable::approval(&mut approval);
+    let mut tx = store.tenant_tx(tenant).await?;
+    crate::store::limits::postgres::admit_approval(&mut tx, tenant, max_pending, now()).await?;
+    let row = sqlx::query(&format!(
+        "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \
+             input_sha256, reason, expires_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {APPROVAL_COLUMNS}"
+    ))
+    .bind(approval.id.as_str())
+    .bind(approval.session.as_str())
+    .bind(tenant.as_str())
+    .bind(approval.run_id.as_deref())
+    .bind(&approval.tool_use_id)
+    .bind(&approval.tool_name)
+    .bind(Json(&approval.input))
+    .bind(&approval.input_sha256)
+    .bind(&approval.reason)
+    .bind(approval.expires_at.trunc_subsecs(6))
+    .bind(now())
+    .fetch_one(&mut *tx)
+    .await?;
+    let record = approval_from_row(&row)?;
+    tx.commit().await?;
+    Ok(record)
+}
+
+pub(in crate::store) async fn decide_approval(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    id: &ApprovalId,
+    decision: ApprovalDecision,
+) -> StoreResult<Option<ApprovalRecord>> {
+    let at = now();
+    let mut tx = store.tenant_tx(tenant).await?;
+    let must_be_live = decision.status != ApprovalStatus::Expired;
+    let row = sqlx::query(DECIDE_APPROVAL)
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(decision.status.as_str())
+        .bind(&decision.decided_by)
+        .bind(at)
+        .bind(decision.reason.as_deref())
+        .bind(decision.updated_input.as_ref().map(Json))
+        .bind(decision.grant.as_ref().map(|g| g.id.as_str()))
+        .bind(must_be_live)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    if let Some(grant) = &decision.grant {
+        sqlx::query(INSERT_GRANT)
+            .bind(grant.id.as_str())
+            .bind(tenant.as_str())
+            .bind(grant.session.as_str())
+            .bind(grant.scope.as_str())
+            .bind(&grant.rule)
+            .bind(&grant.created_by)
+            .bind(grant.approval_id.as_deref())
+            .bind(grant.expires_at.map(|t| t.trunc_subsecs(6)))
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+    }
+    notify(&mut tx, &Signal::ApprovalDecided { id: id.to_string() }).await?;
+    let record = approval_from_row(&row)?;
+    tx.commit().await?;
+    Ok(Some(record))
+}
+
+pub(in crate::store) async fn get_approval(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    id: &ApprovalId,
+) -> StoreResult<Option<ApprovalRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let row = sqlx::query(GET_APPROVAL)
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    row.as_ref().map(approval_from_row).transpose()
+}
+
+pub(in crate::store) async fn list_approvals(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    status: Option<ApprovalStatus>,
+) -> StoreResult<Vec<ApprovalRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows = sqlx::query(&format!(
+        "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE session_id = $1 AND tenant_id = $2 \
+             AND ($3::text IS NULL OR status = $3) ORDER BY created_at, id"
+    ))
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .bind(status.map(ApprovalStatus::as_str))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    rows.iter().map(approval_from_row).collect()
+}
+
+pub(in crate::store) async fn list_grants(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+) -> StoreResult<Vec<GrantRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows: Vec<GrantRow> = sqlx::query_as(LIVE_GRANTS)
+        .bind(tenant.as_str())
+        .bind(session.as_str())
+        .bind(now())
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    grants(rows)
+}
+
+pub(in crate::store) async fn revoke_grant(
+    store: &PgStore,
+    tenant: &TenantId,
+    id: &GrantId,
+) -> StoreResult<bool> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let done = sqlx::query(REVOKE_GRANT)
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(in crate::store) async fn consume_grant(
+    store: &PgStore,
+    tenant: &TenantId,
+    id: &GrantId,
+) -> StoreResult<bool> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let done = sqlx::query(CONSUME_GRANT)
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(in crate::store) async fn settled_approvals(
+    store: &PgStore,
+    ids: &[String],
+) -> StoreResult<Vec<String>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(String,)> =
+        sqlx::query_as("SELECT id FROM approvals WHERE id = ANY($1) AND status <> 'pending'")
+            .bind(ids)
+            .fetch_all(&store.pool)
+            .await?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}

@@ -1,0 +1,165 @@
+//! Approvals on SQLite.
+
+use super::*;
+use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
+use crate::store::dialect::now;
+use crate::store::dialect::sqlite::ts;
+use crate::store::sqlite::SqliteStore;
+use crate::store::*;
+use serde_json::Value;
+
+// --- approvals and grants ---
+pub(in crate::store) async fn create_approval(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    mut approval: NewApproval,
+    max_pending: u32,
+) -> StoreResult<ApprovalRecord> {
+    crate::store::storable::approval(&mut approval);
+    let mut tx = store.writer.begin().await?;
+    crate::store::limits::sqlite::admit_approval(&mut tx, tenant, max_pending, now()).await?;
+    let row = sqlx::query(&format!(
+        "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \
+             input_sha256, reason, expires_at, created_at) \
+         SELECT ?, id, tenant_id, ?, ?, ?, ?, ?, ?, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
+         RETURNING {APPROVAL_COLUMNS}"
+    ))
+    .bind(approval.id.as_str())
+    .bind(approval.run_id.as_deref())
+    .bind(&approval.tool_use_id)
+    .bind(&approval.tool_name)
+    .bind(approval.input.to_string())
+    .bind(&approval.input_sha256)
+    .bind(&approval.reason)
+    .bind(ts(approval.expires_at))
+    .bind(ts(now()))
+    .bind(approval.session.as_str())
+    .bind(tenant.as_str())
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or(StoreError::NotFound)?;
+    let record = approval_from_row(&row)?;
+    tx.commit().await?;
+    Ok(record)
+}
+
+pub(in crate::store) async fn decide_approval(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    id: &ApprovalId,
+    decision: ApprovalDecision,
+) -> StoreResult<Option<ApprovalRecord>> {
+    let at = ts(now());
+    let must_be_live = decision.status != ApprovalStatus::Expired;
+    let mut tx = store.writer.begin().await?;
+    let row = sqlx::query(DECIDE_APPROVAL)
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(decision.status.as_str())
+        .bind(&decision.decided_by)
+        .bind(&at)
+        .bind(decision.reason.as_deref())
+        .bind(decision.updated_input.as_ref().map(Value::to_string))
+        .bind(decision.grant.as_ref().map(|g| g.id.as_str()))
+        .bind(must_be_live)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    if let Some(grant) = &decision.grant {
+        sqlx::query(INSERT_GRANT)
+            .bind(grant.id.as_str())
+            .bind(tenant.as_str())
+            .bind(grant.session.as_str())
+            .bind(grant.scope.as_str())
+            .bind(&grant.rule)
+            .bind(&grant.created_by)
+            .bind(grant.approval_id.as_deref())
+            .bind(grant.expires_at.map(ts))
+            .bind(&at)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let record = approval_from_row(&row)?;
+    tx.commit().await?;
+    Ok(Some(record))
+}
+
+pub(in crate::store) async fn get_approval(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    id: &ApprovalId,
+) -> StoreResult<Option<ApprovalRecord>> {
+    let row = sqlx::query(GET_APPROVAL)
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&store.pool)
+        .await?;
+    row.as_ref().map(approval_from_row).transpose()
+}
+
+pub(in crate::store) async fn list_approvals(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    status: Option<ApprovalStatus>,
+) -> StoreResult<Vec<ApprovalRecord>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE session_id = ? AND tenant_id = ? \
+             AND (? IS NULL OR status = ?) ORDER BY created_at, id"
+    ))
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .bind(status.map(ApprovalStatus::as_str))
+    .bind(status.map(ApprovalStatus::as_str))
+    .fetch_all(&store.pool)
+    .await?;
+    rows.iter().map(approval_from_row).collect()
+}
+
+pub(in crate::store) async fn list_grants(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+) -> StoreResult<Vec<GrantRecord>> {
+    let rows: Vec<GrantRow> = sqlx::query_as(LIVE_GRANTS)
+        .bind(tenant.as_str())
+        .bind(session.as_str())
+        .bind(ts(now()))
+        .fetch_all(&store.pool)
+        .await?;
+    grants(rows)
+}
+
+pub(in crate::store) async fn revoke_grant(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    id: &GrantId,
+) -> StoreResult<bool> {
+    let done = sqlx::query(REVOKE_GRANT)
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(ts(now()))
+        .execute(&store.writer)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(in crate::store) async fn consume_grant(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    id: &GrantId,
+) -> StoreResult<bool> {
+    let done = sqlx::query(CONSUME_GRANT)
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(ts(now()))
+        .execute(&store.writer)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}

@@ -1,0 +1,20 @@
+//! SQLite: no row-level security (every tenant-owned query filters on `tenant_id`), timestamps
+//! as fixed-width RFC 3339 text, JSON as text.
+
+use crate::store::{StoreError, StoreResult};
+use chrono::{DateTime, Utc};
+
+/// Timestamps are fixed-width RFC 3339 in UTC so text order is time order.
+pub(in crate::store) fn ts(value: DateTime<Utc>) -> String {
+    value.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+pub(in crate::store) fn parse_ts(value: &str) -> StoreResult<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(value)
+        .map(|dt| dt.with_timezone(&Utc))
+        .map_err(|error| StoreError::Internal(format!("bad timestamp {value}: {error}")))
+}
+
+pub(in crate::store) fn parse_json<T: serde::de::DeserializeOwned>(value: &str) -> StoreResult<T> {
+    serde_json::from_str(value).map_err(|error| StoreError::Internal(format!("bad json: {error}")))
+}

@@ -1,0 +1,190 @@
+//! A session's history: the append of events, messages and outputs in one transaction, and
+//! their reads. The reads both databases write alike are here once, with the row types that
+//! decode them from either; the appends differ (Postgres: `UNNEST` batches under a row lock;
+//! SQLite: multi-row inserts on the one writer, grouped by `sqlite_writer`).
+
+use crate::message::{ContentBlock, Role};
+use crate::store::{
+    AppendBatch, AppendResult, EventRecord, MessageRecord, OutputRecord, StoreError, StoreResult,
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{FromRow, Row};
+
+/// A session's events after a sequence number: `$1` session, `$2` tenant, `$3` after, `$4`
+/// limit.
+pub(in crate::store) const LIST_EVENTS: &str = "SELECT seq, kind, payload, run_id, created_at \
+     FROM events WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4";
+
+/// A session's messages after a sequence number: `$1` session, `$2` tenant, `$3` after, `$4`
+/// limit.
+pub(in crate::store) const LIST_MESSAGES: &str = "SELECT seq, role, content, run_id, \
+     compaction_boundary, created_at FROM messages \
+     WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4";
+
+/// One stored tool output: `$1` id, `$2` session, `$3` tenant.
+pub(in crate::store) const GET_OUTPUT: &str = "SELECT id, session_id, tool_use_id, tool_name, \
+     sha256, size_bytes, content, created_at \
+     FROM outputs WHERE id = $1 AND session_id = $2 AND tenant_id = $3";
+
+/// System-level: `$1` created before.
+pub(in crate::store) const PURGE_OUTPUTS: &str = "DELETE FROM outputs WHERE created_at < $1";
+
+/// An event as both databases return it.
+#[derive(FromRow)]
+pub(in crate::store) struct EventRow {
+    seq: i64,
+    kind: String,
+    payload: Json<Value>,
+    run_id: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+impl From<EventRow> for EventRecord {
+    fn from(row: EventRow) -> Self {
+        Self {
+            seq: row.seq,
+            kind: row.kind,
+            payload: row.payload.0,
+            run_id: row.run_id,
+            created_at: row.created_at,
+        }
+    }
+}
+
+pub(in crate::store) fn event_from_row<'r, R: Row>(row: &'r R) -> StoreResult<EventRecord>
+where
+    EventRow: FromRow<'r, R>,
+{
+    Ok(EventRow::from_row(row)?.into())
+}
+
+/// A message as both databases return it.
+#[derive(FromRow)]
+pub(in crate::store) struct MessageRow {
+    seq: i64,
+    role: String,
+    content: Json<Vec<ContentBlock>>,
+    run_id: Option<String>,
+    compaction_boundary: bool,
+    created_at: DateTime<Utc>,
+}
+
+impl TryFrom<MessageRow> for MessageRecord {
+    type Error = StoreError;
+
+    fn try_from(row: MessageRow) -> StoreResult<Self> {
+        Ok(Self {
+            seq: row.seq,
+            role: parse_role(&row.role)?,
+            content: row.content.0,
+            run_id: row.run_id,
+            compaction_boundary: row.compaction_boundary,
+            created_at: row.created_at,
+        })
+    }
+}
+
+/// Messages as both databases return them, as records.
+pub(in crate::store) fn messages(rows: Vec<MessageRow>) -> StoreResult<Vec<MessageRecord>> {
+    rows.into_iter().map(TryInto::try_into).collect()
+}
+
+/// A stored tool output as both databases return it.
+#[derive(FromRow)]
+pub(in crate::store) struct OutputRow {
+    id: String,
+    session_id: String,
+    tool_use_id: String,
+    tool_name: String,
+    sha256: String,
+    size_bytes: i64,
+    content: String,
+    created_at: DateTime<Utc>,
+}
+
+impl From<OutputRow> for OutputRecord {
+    fn from(row: OutputRow) -> Self {
+        Self {
+            id: row.id,
+            session_id: row.session_id,
+            tool_use_id: row.tool_use_id,
+            tool_name: row.tool_name,
+            sha256: row.sha256,
+            size_bytes: row.size_bytes,
+            content: row.content,
+            created_at: row.created_at,
+        }
+    }
+}
+
+pub(in crate::store) mod postgres;
+pub(in crate::store) mod sqlite;
+
+pub(in crate::store) fn role_str(role: Role) -> &'static str {
+    match role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    }
+}
+
+pub(in crate::store) fn parse_role(role: &str) -> StoreResult<Role> {
+    match role {
+        "user" => Ok(Role::User),
+        "assistant" => Ok(Role::Assistant),
+        other => Err(StoreError::Internal(format!("unknown role {other}"))),
+    }
+}
+
+/// The records an append writes, numbered from the first free sequence numbers.
+pub(in crate::store) fn build_append_result(
+    batch: &AppendBatch,
+    first_event: i64,
+    first_message: i64,
+    created_at: DateTime<Utc>,
+) -> AppendResult {
+    AppendResult {
+        events: batch
+            .events
+            .iter()
+            .zip(first_event..)
+            .map(|(event, seq)| EventRecord {
+                seq,
+                kind: event.kind.clone(),
+                payload: event.payload.clone(),
+                run_id: event.run_id.clone(),
+                created_at,
+            })
+            .collect(),
+        messages: batch
+            .messages
+            .iter()
+            .zip(first_message..)
+            .map(|(message, seq)| MessageRecord {
+                seq,
+                role: message.message.role,
+                content: message.message.content.clone(),
+                run_id: message.run_id.clone(),
+                compaction_boundary: message.compaction_boundary,
+                created_at,
+            })
+            .collect(),
+    }
+}
+
+/// The events of an append as the webhook notices read them.
+pub(in crate::store) fn event_views<'a>(
+    events: &'a [crate::store::NewEvent],
+    records: &'a [EventRecord],
+) -> impl Iterator<Item = crate::webhooks::EventView<'a>> {
+    events
+        .iter()
+        .zip(records)
+        .map(|(event, record)| crate::webhooks::EventView {
+            kind: &event.kind,
+            payload: &event.payload,
+            run_id: event.run_id.as_deref(),
+            seq: record.seq,
+        })
+}

@@ -1,0 +1,310 @@
+//! Events on Postgres.
+
+use super::*;
+use crate::ids::{OutputId, RunId, SessionId, TenantId};
+use crate::store::dialect::now;
+use crate::store::dialect::postgres::notify;
+use crate::store::postgres::PgStore;
+use crate::store::*;
+use sqlx::Row;
+use sqlx::types::Json;
+
+pub(in crate::store) async fn append(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    mut batch: AppendBatch,
+) -> StoreResult<AppendResult> {
+    crate::store::storable::append_batch(&mut batch);
+    let created_at = now();
+    let mut tx = store.tenant_tx(tenant).await?;
+    let event_count = batch.events.len() as i64;
+    let message_count = batch.messages.len() as i64;
+    if let (true, Some(id)) = (batch.retry, batch.id.as_deref()) {
+        // The first attempt may have committed before its answer was lost. The row lock
+        // waits for that attempt if the server is still finishing it.
+        let row = sqlx::query(
+            "SELECT last_append_id, last_event_seq, last_message_seq, updated_at \
+             FROM sessions WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        if row
+            .try_get::<Option<String>, _>("last_append_id")?
+            .as_deref()
+            == Some(id)
+        {
+            return Ok(build_append_result(
+                &batch,
+                row.try_get::<i64, _>("last_event_seq")? - event_count + 1,
+                row.try_get::<i64, _>("last_message_seq")? - message_count + 1,
+                row.try_get("updated_at")?,
+            ));
+        }
+    }
+    if let Some(lease) = &batch.lease {
+        // The row lock makes a concurrent claim wait for this write, or this write see it.
+        let held = match &batch.run_end {
+            None => sqlx::query(
+                "SELECT 1 FROM runs WHERE id = $1 AND owner = $2 AND fence = $3 \
+                     AND status = 'running' FOR SHARE",
+            )
+            .bind(lease.run_id.as_str())
+            .bind(&lease.owner)
+            .bind(lease.fence)
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some(),
+            Some(end) => {
+                sqlx::query(
+                    "UPDATE runs SET status = $4, terminal = $5, ended_at = $6, \
+                         lease_expires_at = NULL \
+                     WHERE id = $1 AND owner = $2 AND fence = $3 AND status = 'running'",
+                )
+                .bind(lease.run_id.as_str())
+                .bind(&lease.owner)
+                .bind(lease.fence)
+                .bind(end.status.as_str())
+                .bind(Json(&end.terminal))
+                .bind(created_at)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1
+            }
+        };
+        if !held {
+            return Err(StoreError::LeaseLost);
+        }
+    }
+    let row = sqlx::query(
+        "UPDATE sessions SET last_event_seq = last_event_seq + $3, \
+             last_message_seq = last_message_seq + $4, updated_at = $5, last_append_id = $6, \
+             workspace_snapshot = COALESCE($7, workspace_snapshot) \
+         WHERE id = $1 AND tenant_id = $2 RETURNING last_event_seq, last_message_seq",
+    )
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .bind(event_count)
+    .bind(message_count)
+    .bind(created_at)
+    .bind(batch.id.as_deref())
+    .bind(batch.workspace_snapshot.as_deref())
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or(StoreError::NotFound)?;
+    let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
+    let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
+
+    let result = build_append_result(&batch, first_event, first_message, created_at);
+    crate::store::usage::postgres::insert(&mut tx, tenant, session, &batch.usage, created_at)
+        .await?;
+
+    let mut notified = 0;
+    if !batch.events.is_empty() {
+        let seqs: Vec<i64> = result.events.iter().map(|e| e.seq).collect();
+        let kinds: Vec<&str> = batch.events.iter().map(|e| e.kind.as_str()).collect();
+        let payloads: Vec<String> = batch.events.iter().map(|e| e.payload.to_string()).collect();
+        let runs: Vec<Option<&str>> = batch.events.iter().map(|e| e.run_id.as_deref()).collect();
+        let notices = crate::webhooks::notices(
+            session.as_str(),
+            crate::store::event_views(&batch.events, &result.events),
+            created_at,
+        );
+        notified = crate::store::webhooks::postgres::insert_events(
+            &mut tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices,
+        )
+        .await?;
+    }
+    if !batch.messages.is_empty() {
+        let seqs: Vec<i64> = result.messages.iter().map(|m| m.seq).collect();
+        let roles: Vec<&str> = batch
+            .messages
+            .iter()
+            .map(|m| role_str(m.message.role))
+            .collect();
+        let contents: Vec<String> = batch
+            .messages
+            .iter()
+            .map(|m| serde_json::to_string(&m.message.content))
+            .collect::<Result<_, _>>()
+            .map_err(|error| StoreError::Internal(error.to_string()))?;
+        let runs: Vec<Option<&str>> = batch.messages.iter().map(|m| m.run_id.as_deref()).collect();
+        let boundaries: Vec<bool> = batch
+            .messages
+            .iter()
+            .map(|m| m.compaction_boundary)
+            .collect();
+        sqlx::query(
+            "INSERT INTO messages (session_id, tenant_id, created_at, seq, role, content, run_id, \
+                 compaction_boundary) \
+             SELECT $1, $2, $3, seq, role, content::jsonb, run_id, boundary \
+             FROM UNNEST($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bool[]) \
+                 AS t(seq, role, content, run_id, boundary)",
+        )
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(created_at)
+        .bind(&seqs)
+        .bind(&roles)
+        .bind(&contents)
+        .bind(&runs)
+        .bind(&boundaries)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if let (Some(first), Some(last)) = (result.events.first(), result.events.last()) {
+        // Delivered at commit, to every replica listening (cross-replica SSE fan-out).
+        notify(
+            &mut tx,
+            &Signal::Events {
+                tenant: tenant.clone(),
+                session: session.clone(),
+                first: first.seq,
+                last: last.seq,
+            },
+        )
+        .await?;
+    }
+    for output in &batch.outputs {
+        sqlx::query(
+            "INSERT INTO outputs (id, session_id, tenant_id, tool_use_id, tool_name, sha256, \
+                 size_bytes, content, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(output.id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(&output.tool_use_id)
+        .bind(&output.tool_name)
+        .bind(&output.sha256)
+        .bind(output.content.len() as i64)
+        .bind(&output.content)
+        .bind(created_at)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    if notified > 0 {
+        store.webhook_wakeup.notify_one();
+    }
+    Ok(result)
+}
+
+pub(in crate::store) async fn list_events(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows = sqlx::query(LIST_EVENTS)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+pub(in crate::store) async fn list_run_events(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    run: &RunId,
+    kinds: &[&str],
+) -> StoreResult<Vec<EventRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows = sqlx::query(
+        "SELECT seq, kind, payload, run_id, created_at FROM events \
+         WHERE session_id = $1 AND run_id = $2 AND kind = ANY($3) ORDER BY seq",
+    )
+    .bind(session.as_str())
+    .bind(run.as_str())
+    .bind(kinds)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+pub(in crate::store) async fn list_session_events(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    kinds: &[&str],
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows = sqlx::query(
+        "SELECT seq, kind, payload, run_id, created_at FROM events \
+         WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 AND kind = ANY($4) \
+         ORDER BY seq LIMIT $5",
+    )
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .bind(after)
+    .bind(kinds)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+pub(in crate::store) async fn list_messages(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<MessageRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows: Vec<MessageRow> = sqlx::query_as(LIST_MESSAGES)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    messages(rows)
+}
+
+pub(in crate::store) async fn get_output(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    id: &OutputId,
+) -> StoreResult<Option<OutputRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let row: Option<OutputRow> = sqlx::query_as(GET_OUTPUT)
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(row.map(Into::into))
+}
+
+pub(in crate::store) async fn purge_outputs(
+    store: &PgStore,
+    older_than: Duration,
+) -> StoreResult<u64> {
+    let cutoff = now()
+        - chrono::Duration::from_std(older_than)
+            .map_err(|error| StoreError::Internal(error.to_string()))?;
+    let done = sqlx::query(PURGE_OUTPUTS)
+        .bind(cutoff)
+        .execute(&store.pool)
+        .await?;
+    Ok(done.rows_affected())
+}

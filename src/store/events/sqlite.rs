@@ -1,0 +1,128 @@
+//! Events on SQLite.
+
+use super::*;
+use crate::ids::{OutputId, RunId, SessionId, TenantId};
+use crate::store::dialect::now;
+use crate::store::dialect::sqlite::ts;
+use crate::store::sqlite::SqliteStore;
+use crate::store::*;
+
+pub(in crate::store) async fn append(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    mut batch: AppendBatch,
+) -> StoreResult<AppendResult> {
+    crate::store::storable::append_batch(&mut batch);
+    store
+        .appends
+        .append(tenant.clone(), session.clone(), batch)
+        .await
+}
+
+pub(in crate::store) async fn list_events(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>> {
+    let rows = sqlx::query(LIST_EVENTS)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+pub(in crate::store) async fn list_run_events(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    run: &RunId,
+    kinds: &[&str],
+) -> StoreResult<Vec<EventRecord>> {
+    let rows = sqlx::query(
+        "SELECT seq, kind, payload, run_id, created_at FROM events \
+         WHERE session_id = ? AND tenant_id = ? AND run_id = ? \
+             AND kind IN (SELECT value FROM json_each(?)) ORDER BY seq",
+    )
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .bind(run.as_str())
+    .bind(serde_json::to_string(kinds).unwrap_or_else(|_| "[]".into()))
+    .fetch_all(&store.pool)
+    .await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+pub(in crate::store) async fn list_session_events(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    kinds: &[&str],
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>> {
+    let rows = sqlx::query(
+        "SELECT seq, kind, payload, run_id, created_at FROM events \
+         WHERE session_id = ? AND tenant_id = ? AND seq > ? \
+             AND kind IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
+    )
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .bind(after)
+    .bind(serde_json::to_string(kinds).unwrap_or_else(|_| "[]".into()))
+    .bind(i64::from(limit))
+    .fetch_all(&store.pool)
+    .await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+pub(in crate::store) async fn list_messages(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<MessageRecord>> {
+    let rows: Vec<MessageRow> = sqlx::query_as(LIST_MESSAGES)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
+    messages(rows)
+}
+
+pub(in crate::store) async fn get_output(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    id: &OutputId,
+) -> StoreResult<Option<OutputRecord>> {
+    let row: Option<OutputRow> = sqlx::query_as(GET_OUTPUT)
+        .bind(id.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&store.pool)
+        .await?;
+    Ok(row.map(Into::into))
+}
+
+pub(in crate::store) async fn purge_outputs(
+    store: &SqliteStore,
+    older_than: Duration,
+) -> StoreResult<u64> {
+    let cutoff = now()
+        - chrono::Duration::from_std(older_than)
+            .map_err(|error| StoreError::Internal(error.to_string()))?;
+    let done = sqlx::query(PURGE_OUTPUTS)
+        .bind(ts(cutoff))
+        .execute(&store.writer)
+        .await?;
+    Ok(done.rows_affected())
+}

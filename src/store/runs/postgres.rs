@@ -1,0 +1,228 @@
+//! Runs on Postgres.
+
+use super::*;
+use crate::ids::{RunId, SessionId, TenantId};
+use crate::store::dialect::{lease_span, now};
+use crate::store::postgres::PgStore;
+use crate::store::*;
+
+// --- runs ---
+pub(in crate::store) async fn create_run_keyed(
+    store: &PgStore,
+    tenant: &TenantId,
+    run: NewRun,
+    claim: Option<(&str, Duration)>,
+    caps: RunCaps,
+    key: Option<&NewIdempotencyKey>,
+) -> StoreResult<RunRecord> {
+    let created_at = now();
+    let start = RunStart::new(claim, created_at);
+    let mut tx = store.tenant_tx(tenant).await?;
+    if let Some(key) = key {
+        crate::store::idempotency::postgres::insert(
+            &mut tx,
+            tenant,
+            key,
+            run.id.as_str(),
+            created_at,
+        )
+        .await?;
+    }
+    if claim.is_some() {
+        crate::store::limits::postgres::admit_running(&mut tx, tenant, caps, None, created_at)
+            .await?;
+    } else {
+        crate::store::limits::postgres::admit_queued(&mut tx, tenant, &run.session, caps).await?;
+    }
+    let row = sqlx::query(INSERT_RUN)
+        .bind(run.id.as_str())
+        .bind(run.session.as_str())
+        .bind(tenant.as_str())
+        .bind(&run.prompt)
+        .bind(start.status.as_str())
+        .bind(start.owner)
+        .bind(start.lease_expires_at)
+        .bind(start.fence)
+        .bind(created_at)
+        .bind(start.started_at)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    let record = run_from_row(&row)?;
+    tx.commit().await?;
+    Ok(record)
+}
+
+pub(in crate::store) async fn request_cancel(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    run: &RunId,
+) -> StoreResult<bool> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let done = sqlx::query(REQUEST_CANCEL)
+        .bind(run.as_str())
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(in crate::store) async fn requested_cancels(
+    store: &PgStore,
+    owner: &str,
+) -> StoreResult<Vec<(SessionId, RunId)>> {
+    // System-level (login role), like the heartbeat.
+    let rows: Vec<(String, String)> = sqlx::query_as(REQUESTED_CANCELS)
+        .bind(owner)
+        .fetch_all(&store.pool)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(session, run)| (SessionId::from_string(session), RunId::from_string(run)))
+        .collect())
+}
+
+pub(in crate::store) async fn claim_run(
+    store: &PgStore,
+    tenant: &TenantId,
+    id: &RunId,
+    owner: &str,
+    lease: Duration,
+    caps: RunCaps,
+) -> StoreResult<Option<RunRecord>> {
+    let at = now();
+    let mut tx = store.tenant_tx(tenant).await?;
+    let claimable: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND (status = 'queued' OR \
+             (status = 'running' AND (owner = $2 OR lease_expires_at IS NULL \
+             OR lease_expires_at < $3))))",
+    )
+    .bind(id.as_str())
+    .bind(owner)
+    .bind(at)
+    .fetch_one(&mut *tx)
+    .await?;
+    if !claimable {
+        return Ok(None);
+    }
+    crate::store::limits::postgres::admit_running(&mut tx, tenant, caps, Some(id), at).await?;
+    let row = sqlx::query(&format!(
+        "UPDATE runs SET status = 'running', owner = $2, lease_expires_at = $3, \
+             fence = fence + 1, started_at = COALESCE(started_at, $4) \
+         WHERE id = $1 AND (status = 'queued' OR (status = 'running' \
+             AND (owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < $4))) \
+         RETURNING {RUN_COLUMNS}"
+    ))
+    .bind(id.as_str())
+    .bind(owner)
+    .bind(at + lease_span(lease))
+    .bind(at)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let record = row.as_ref().map(run_from_row).transpose()?;
+    tx.commit().await?;
+    Ok(record)
+}
+
+pub(in crate::store) async fn cancel_queued_run(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    id: &RunId,
+) -> StoreResult<bool> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let done = sqlx::query(
+        "UPDATE runs SET status = 'cancelled', ended_at = $3, \
+             terminal = '{\"reason\": \"cancelled\"}'::jsonb \
+         WHERE id = $1 AND session_id = $2 AND status = 'queued'",
+    )
+    .bind(id.as_str())
+    .bind(session.as_str())
+    .bind(now())
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(in crate::store) async fn get_run(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    id: &RunId,
+) -> StoreResult<Option<RunRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let row = sqlx::query(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND session_id = $2"
+    ))
+    .bind(id.as_str())
+    .bind(session.as_str())
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    row.as_ref().map(run_from_row).transpose()
+}
+
+pub(in crate::store) async fn list_runs(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    after: Option<&RunId>,
+    limit: u32,
+) -> StoreResult<Vec<RunRecord>> {
+    let mut tx = store.tenant_tx(tenant).await?;
+    let rows = sqlx::query(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = $1 AND position > COALESCE(\
+             (SELECT position FROM runs WHERE id = $2 AND session_id = $1), 0) \
+         ORDER BY position LIMIT $3"
+    ))
+    .bind(session.as_str())
+    .bind(after.map(RunId::as_str))
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    rows.iter().map(run_from_row).collect()
+}
+
+pub(in crate::store) async fn renew_leases(
+    store: &PgStore,
+    owner: &str,
+    lease: Duration,
+) -> StoreResult<u64> {
+    // System-level (login role): one statement for every run this replica holds.
+    let done = sqlx::query(RENEW_LEASES)
+        .bind(owner)
+        .bind(now() + lease_span(lease))
+        .execute(&store.pool)
+        .await?;
+    store.renew_holds(owner, lease).await?;
+    Ok(done.rows_affected())
+}
+
+pub(in crate::store) async fn release_leases(
+    store: &PgStore,
+    owner: &str,
+) -> StoreResult<Vec<RunRecord>> {
+    // System-level (login role), like the heartbeat.
+    let rows = sqlx::query(RELEASE_LEASES)
+        .bind(owner)
+        .fetch_all(&store.pool)
+        .await?;
+    rows.iter().map(run_from_row).collect()
+}
+
+pub(in crate::store) async fn list_unfinished_runs(
+    store: &PgStore,
+    limit: u32,
+) -> StoreResult<Vec<UnfinishedRun>> {
+    let rows = sqlx::query(UNFINISHED_RUNS)
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
+    rows.iter().map(unfinished_from_row).collect()
+}

@@ -1,0 +1,119 @@
+//! Sessions: create, read, list, close, and the sweeps over them (idle, open counts, last
+//! sequence numbers, the workspace snapshot head). The statements both databases read alike
+//! are written here once (`$N` placeholders: sqlx binds them by number on SQLite too), and
+//! one row type decodes a session from either.
+
+pub(in crate::store) mod postgres;
+pub(in crate::store) mod sqlite;
+
+use crate::ids::{SessionId, TenantId};
+use crate::store::{IdleSession, SessionRecord, SessionStatus, StoreError, StoreResult};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{FromRow, Row};
+
+/// The columns of a [`SessionRow`].
+macro_rules! session_columns {
+    () => {
+        "id, tenant_id, config, status, created_at, updated_at, closed_at, last_event_seq"
+    };
+}
+
+pub(in crate::store) const SESSION_COLUMNS: &str = session_columns!();
+
+/// A new session: `$1` id, `$2` tenant, `$3` config, `$4` time.
+pub(in crate::store) const INSERT_SESSION: &str = concat!(
+    "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $4) RETURNING ",
+    session_columns!()
+);
+
+/// `$1` session, `$2` tenant.
+pub(in crate::store) const SELECT_SESSION: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE id = $1 AND tenant_id = $2"
+);
+
+/// The tenant's newest sessions: `$1` tenant, `$2` limit.
+pub(in crate::store) const LIST_SESSIONS: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
+);
+
+/// System-level: `$1` idle before, `$2` limit.
+pub(in crate::store) const IDLE_SESSIONS: &str = "SELECT id, tenant_id FROM sessions \
+     WHERE status = 'active' AND updated_at < $1 ORDER BY updated_at LIMIT $2";
+
+/// `$1` tenant.
+pub(in crate::store) const COUNT_OPEN_SESSIONS: &str =
+    "SELECT count(*) FROM sessions WHERE tenant_id = $1 AND status = 'active'";
+
+/// `$1` session, `$2` tenant.
+pub(in crate::store) const WORKSPACE_SNAPSHOT: &str =
+    "SELECT workspace_snapshot FROM sessions WHERE id = $1 AND tenant_id = $2";
+
+/// A session as both databases return it (JSON and timestamps decode from `jsonb` and
+/// `timestamptz` on Postgres, from text on SQLite).
+#[derive(FromRow)]
+pub(in crate::store) struct SessionRow {
+    id: String,
+    tenant_id: String,
+    config: Json<Value>,
+    status: String,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    closed_at: Option<DateTime<Utc>>,
+    last_event_seq: i64,
+}
+
+impl TryFrom<SessionRow> for SessionRecord {
+    type Error = StoreError;
+
+    fn try_from(row: SessionRow) -> StoreResult<Self> {
+        Ok(Self {
+            status: SessionStatus::parse(&row.status).ok_or_else(|| {
+                StoreError::Internal(format!("unknown session status {}", row.status))
+            })?,
+            id: SessionId::from_string(row.id),
+            tenant: TenantId::new(row.tenant_id),
+            config: row.config.0,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            closed_at: row.closed_at,
+            last_event_seq: row.last_event_seq,
+        })
+    }
+}
+
+pub(in crate::store) fn session_from_row<'r, R: Row>(row: &'r R) -> StoreResult<SessionRecord>
+where
+    SessionRow: FromRow<'r, R>,
+{
+    SessionRow::from_row(row)?.try_into()
+}
+
+/// An idle session's keys.
+#[derive(FromRow)]
+pub(in crate::store) struct IdleRow {
+    id: String,
+    tenant_id: String,
+}
+
+impl From<IdleRow> for IdleSession {
+    fn from(row: IdleRow) -> Self {
+        Self {
+            id: SessionId::from_string(row.id),
+            tenant: TenantId::new(row.tenant_id),
+        }
+    }
+}
+
+/// `(id, last_event_seq)` rows as the pairs callers read.
+pub(in crate::store) fn seqs(rows: Vec<(String, i64)>) -> Vec<(SessionId, i64)> {
+    rows.into_iter()
+        .map(|(id, seq)| (SessionId::from_string(id), seq))
+        .collect()
+}

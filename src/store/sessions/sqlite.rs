@@ -1,0 +1,178 @@
+//! Sessions on SQLite.
+
+use super::*;
+use crate::ids::{SessionId, TenantId};
+use crate::store::dialect::now;
+use crate::store::dialect::sqlite::ts;
+use crate::store::sqlite::SqliteStore;
+use crate::store::*;
+use chrono::{DateTime, Utc};
+
+pub(in crate::store) async fn create_session_keyed(
+    store: &SqliteStore,
+    session: NewSession,
+    key: Option<&NewIdempotencyKey>,
+) -> StoreResult<SessionRecord> {
+    let at = now();
+    let created = ts(at);
+    // An explicit transaction: an autocommit `RETURNING` statement commits when it is reset,
+    // after its row was read, and a failed commit (a full disk) would go unreported.
+    let mut tx = store.writer.begin().await?;
+    if let Some(key) = key {
+        crate::store::idempotency::sqlite::insert(
+            &mut tx,
+            &session.tenant,
+            key,
+            session.id.as_str(),
+            at,
+        )
+        .await?;
+    }
+    let row = sqlx::query(INSERT_SESSION)
+        .bind(session.id.as_str())
+        .bind(session.tenant.as_str())
+        .bind(session.config.to_string())
+        .bind(&created)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    session_from_row(&row)
+}
+
+pub(in crate::store) async fn get_session(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    id: &SessionId,
+) -> StoreResult<Option<SessionRecord>> {
+    let row = sqlx::query(SELECT_SESSION)
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(&store.pool)
+        .await?;
+    row.as_ref().map(session_from_row).transpose()
+}
+
+pub(in crate::store) async fn list_sessions(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    cursor: Option<&SessionCursor>,
+    limit: u32,
+) -> StoreResult<Vec<SessionRecord>> {
+    let rows = match cursor {
+        Some(cursor) => {
+            let created = ts(cursor.created_at);
+            sqlx::query(&format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? \
+                 AND (created_at < ? OR (created_at = ? AND id < ?)) \
+                 ORDER BY created_at DESC, id DESC LIMIT ?"
+            ))
+            .bind(tenant.as_str())
+            .bind(&created)
+            .bind(&created)
+            .bind(cursor.id.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&store.pool)
+            .await?
+        }
+        None => {
+            sqlx::query(LIST_SESSIONS)
+                .bind(tenant.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&store.pool)
+                .await?
+        }
+    };
+    rows.iter().map(session_from_row).collect()
+}
+
+pub(in crate::store) async fn close_session(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    id: &SessionId,
+) -> StoreResult<Option<SessionRecord>> {
+    let closed_at = now();
+    let at = ts(closed_at);
+    // Explicit transaction: see `create_session`.
+    let mut tx = store.writer.begin().await?;
+    let row = sqlx::query(&format!(
+        "UPDATE sessions SET status = 'closed', closed_at = COALESCE(closed_at, ?), \
+             updated_at = ? \
+         WHERE id = ? AND tenant_id = ? RETURNING {SESSION_COLUMNS}"
+    ))
+    .bind(&at)
+    .bind(&at)
+    .bind(id.as_str())
+    .bind(tenant.as_str())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let record = row.as_ref().map(session_from_row).transpose()?;
+    // This close closed it (an earlier one kept its own `closed_at`): notify, in the
+    // same transaction.
+    if record
+        .as_ref()
+        .is_some_and(|record| record.closed_at == Some(closed_at))
+    {
+        let notice = crate::webhooks::session_closed(id.as_str(), closed_at);
+        store
+            .outbox
+            .insert(&mut tx, tenant, id, &at, std::slice::from_ref(&notice))
+            .await?;
+    }
+    tx.commit().await?;
+    store.outbox.wake_if_written();
+    Ok(record)
+}
+
+pub(in crate::store) async fn list_idle_sessions(
+    store: &SqliteStore,
+    idle_before: DateTime<Utc>,
+    limit: u32,
+) -> StoreResult<Vec<IdleSession>> {
+    let rows: Vec<IdleRow> = sqlx::query_as(IDLE_SESSIONS)
+        .bind(ts(idle_before))
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub(in crate::store) async fn count_open_sessions(
+    store: &SqliteStore,
+    tenant: &TenantId,
+) -> StoreResult<i64> {
+    let count: i64 = sqlx::query_scalar(COUNT_OPEN_SESSIONS)
+        .bind(tenant.as_str())
+        .fetch_one(&store.pool)
+        .await?;
+    Ok(count)
+}
+
+pub(in crate::store) async fn last_event_seqs(
+    store: &SqliteStore,
+    sessions: &[SessionId],
+) -> StoreResult<Vec<(SessionId, i64)>> {
+    if sessions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<&str> = sessions.iter().map(SessionId::as_str).collect();
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT id, last_event_seq FROM sessions WHERE id IN (SELECT value FROM json_each(?))",
+    )
+    .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
+    .fetch_all(&store.pool)
+    .await?;
+    Ok(seqs(rows))
+}
+
+pub(in crate::store) async fn workspace_snapshot(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+) -> StoreResult<Option<String>> {
+    let head: Option<Option<String>> = sqlx::query_scalar(WORKSPACE_SNAPSHOT)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(store.reader())
+        .await?;
+    Ok(head.flatten())
+}
