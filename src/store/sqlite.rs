@@ -60,10 +60,15 @@ impl SqliteStore {
         }
         // No ping before every acquire: it is one more hop to the connection's worker thread
         // per statement; a broken connection fails its statement instead (and is dropped).
+        // The acquire timeout is an outage detector for a database over the network; a local
+        // SQLite file has no outage to detect, only its own queue (a connection being opened
+        // while migrations or a checkpoint hold the file), so it waits as long as the busy
+        // timeout, like the writer below, instead of failing a request under load.
+        let patience = options.acquire_timeout.max(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .test_before_acquire(false)
-            .acquire_timeout(options.acquire_timeout)
+            .acquire_timeout(patience)
             .connect_with(connect.clone())
             .await?;
         MIGRATOR.run(&pool).await?;
@@ -73,7 +78,7 @@ impl SqliteStore {
             .max_connections(1)
             .test_before_acquire(false)
             // A queue of writers, not an outage: as patient as SQLite's own busy timeout.
-            .acquire_timeout(options.acquire_timeout.max(Duration::from_secs(10)))
+            .acquire_timeout(patience)
             .connect_with(connect)
             .await?;
         let outbox = Arc::new(webhooks::sqlite::Outbox::load(&pool).await?);
