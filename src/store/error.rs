@@ -83,6 +83,34 @@ where
     }
 }
 
+/// A `rusqlite` error (the SQLite group writer's synchronous path) as the store's, classified
+/// like sqlx's SQLite errors: BUSY / LOCKED and a full disk are transient (`Unavailable`), a
+/// unique or primary-key violation a `Conflict`, anything else `Internal`.
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match &error {
+            rusqlite::Error::SqliteFailure(failure, _) => match failure.code {
+                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::DiskFull => {
+                    Self::Unavailable(error.to_string())
+                }
+                ErrorCode::ConstraintViolation
+                    if matches!(
+                        failure.extended_code,
+                        rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                            | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                    ) =>
+                {
+                    Self::Conflict(error.to_string())
+                }
+                _ => Self::Internal(error.to_string()),
+            },
+            rusqlite::Error::QueryReturnedNoRows => Self::NotFound,
+            _ => Self::Internal(error.to_string()),
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         match &error {

@@ -120,8 +120,7 @@ pub(super) async fn with_handle<T>(
     // is dropped), `from_handle` does not take ownership (dropping the `rusqlite` connection
     // finalizes its statements and leaves the database open), and `db` is dropped at the end
     // of this block, before `handle`.
-    let db = unsafe { rusqlite::Connection::from_handle(handle.as_raw_handle().as_ptr()) }
-        .map_err(sqlite_error)?;
+    let db = unsafe { rusqlite::Connection::from_handle(handle.as_raw_handle().as_ptr()) }?;
     let answer = write(&db);
     drop(db);
     Ok(answer)
@@ -174,10 +173,9 @@ pub(super) fn in_transaction<T>(
     db: &rusqlite::Connection,
     write: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
-    let tx = rusqlite::Transaction::new_unchecked(db, rusqlite::TransactionBehavior::Immediate)
-        .map_err(sqlite_error)?;
+    let tx = rusqlite::Transaction::new_unchecked(db, rusqlite::TransactionBehavior::Immediate)?;
     let value = write(&tx)?;
-    tx.commit().map_err(sqlite_error)?;
+    tx.commit()?;
     Ok(value)
 }
 
@@ -186,15 +184,14 @@ fn in_savepoint<T>(
     db: &rusqlite::Connection,
     write: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
-    db.execute_batch("SAVEPOINT job").map_err(sqlite_error)?;
+    db.execute_batch("SAVEPOINT job")?;
     match write(db) {
         Ok(value) => {
-            db.execute_batch("RELEASE job").map_err(sqlite_error)?;
+            db.execute_batch("RELEASE job")?;
             Ok(value)
         }
         Err(error) => {
-            db.execute_batch("ROLLBACK TO job; RELEASE job")
-                .map_err(sqlite_error)?;
+            db.execute_batch("ROLLBACK TO job; RELEASE job")?;
             Err(error)
         }
     }
@@ -222,20 +219,16 @@ fn append_in(
             .prepare_cached(
                 "SELECT last_append_id, last_event_seq, last_message_seq, updated_at \
                  FROM sessions WHERE id = ? AND tenant_id = ?",
-            )
-            .and_then(|mut select| {
-                select
-                    .query_row(params![session.as_str(), tenant.as_str()], |row| {
-                        Ok((
-                            row.get::<_, Option<String>>(0)?,
-                            row.get::<_, i64>(1)?,
-                            row.get::<_, i64>(2)?,
-                            row.get::<_, String>(3)?,
-                        ))
-                    })
-                    .optional()
+            )?
+            .query_row(params![session.as_str(), tenant.as_str()], |row| {
+                Ok((
+                    row.get::<_, Option<String>>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
             })
-            .map_err(sqlite_error)?
+            .optional()?
             .ok_or(StoreError::NotFound)?;
         let (last_append, last_event, last_message, updated_at) = row;
         if last_append.as_deref() == Some(id) {
@@ -253,24 +246,20 @@ fn append_in(
     if let Some(lease) = &batch.lease {
         match &batch.run_end {
             Some(end) => {
-                let held = db
-                    .prepare_cached(
+                let held =
+                    db.prepare_cached(
                         "UPDATE runs SET status = ?, terminal = ?, ended_at = ?, \
                              lease_expires_at = NULL \
                          WHERE id = ? AND owner = ? AND fence = ? AND status = 'running'",
-                    )
-                    .and_then(|mut update| {
-                        update.execute(params![
-                            end.status.as_str(),
-                            end.terminal.to_string(),
-                            created,
-                            lease.run_id.as_str(),
-                            lease.owner,
-                            lease.fence,
-                        ])
-                    })
-                    .map_err(sqlite_error)?
-                    == 1;
+                    )?
+                    .execute(params![
+                        end.status.as_str(),
+                        end.terminal.to_string(),
+                        created,
+                        lease.run_id.as_str(),
+                        lease.owner,
+                        lease.fence,
+                    ])? == 1;
                 if !held {
                     return Err(StoreError::LeaseLost);
                 }
@@ -287,36 +276,31 @@ fn append_in(
                AND (?8 IS NULL OR EXISTS (SELECT 1 FROM runs WHERE id = ?8 AND owner = ?9 \
                     AND fence = ?10 AND status = 'running')) \
              RETURNING last_event_seq, last_message_seq",
+        )?
+        .query_row(
+            params![
+                event_count,
+                message_count,
+                created,
+                batch.id.as_deref(),
+                batch.workspace_snapshot.as_deref(),
+                session.as_str(),
+                tenant.as_str(),
+                fenced_in_update.map(|lease| lease.run_id.as_str()),
+                fenced_in_update.map(|lease| lease.owner.as_str()),
+                fenced_in_update.map(|lease| lease.fence),
+            ],
+            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
         )
-        .and_then(|mut update| {
-            update
-                .query_row(
-                    params![
-                        event_count,
-                        message_count,
-                        created,
-                        batch.id.as_deref(),
-                        batch.workspace_snapshot.as_deref(),
-                        session.as_str(),
-                        tenant.as_str(),
-                        fenced_in_update.map(|lease| lease.run_id.as_str()),
-                        fenced_in_update.map(|lease| lease.owner.as_str()),
-                        fenced_in_update.map(|lease| lease.fence),
-                    ],
-                    |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
-                )
-                .optional()
-        })
-        .map_err(sqlite_error)?;
+        .optional()?;
     let Some((last_event, last_message)) = sequences else {
         // Nothing was written: the session is gone, or the run's lease is another claim's.
         if fenced_in_update.is_none() {
             return Err(StoreError::NotFound);
         }
         let exists = db
-            .prepare_cached("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")
-            .and_then(|mut select| select.exists(params![session.as_str(), tenant.as_str()]))
-            .map_err(sqlite_error)?;
+            .prepare_cached("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")?
+            .exists(params![session.as_str(), tenant.as_str()])?;
         return Err(if exists {
             StoreError::LeaseLost
         } else {
@@ -331,24 +315,20 @@ fn append_in(
     );
     insert_usage(db, tenant, session, batch, created_at, &created)?;
     if !batch.events.is_empty() {
-        let mut insert = db
-            .prepare_cached(
-                "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, \
+        let mut insert = db.prepare_cached(
+            "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, \
                      created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .map_err(sqlite_error)?;
+        )?;
         for (event, record) in batch.events.iter().zip(&result.events) {
-            insert
-                .execute(params![
-                    session.as_str(),
-                    record.seq,
-                    tenant.as_str(),
-                    event.kind.as_str(),
-                    event.payload.to_string(),
-                    event.run_id.as_deref(),
-                    created,
-                ])
-                .map_err(sqlite_error)?;
+            insert.execute(params![
+                session.as_str(),
+                record.seq,
+                tenant.as_str(),
+                event.kind.as_str(),
+                event.payload.to_string(),
+                event.run_id.as_deref(),
+                created,
+            ])?;
         }
     }
     let notices = crate::webhooks::notices(
@@ -358,48 +338,41 @@ fn append_in(
     );
     outbox.insert_sync(db, tenant, session, &created, &notices)?;
     if !batch.messages.is_empty() {
-        let mut insert = db
-            .prepare_cached(
-                "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
+        let mut insert = db.prepare_cached(
+            "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
                      compaction_boundary, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .map_err(sqlite_error)?;
+        )?;
         for (message, record) in batch.messages.iter().zip(&result.messages) {
             let content = serde_json::to_string(&message.message.content)
                 .map_err(|error| StoreError::Internal(error.to_string()))?;
-            insert
-                .execute(params![
-                    session.as_str(),
-                    record.seq,
-                    tenant.as_str(),
-                    role_str(message.message.role),
-                    content,
-                    message.run_id.as_deref(),
-                    message.compaction_boundary,
-                    created,
-                ])
-                .map_err(sqlite_error)?;
+            insert.execute(params![
+                session.as_str(),
+                record.seq,
+                tenant.as_str(),
+                role_str(message.message.role),
+                content,
+                message.run_id.as_deref(),
+                message.compaction_boundary,
+                created,
+            ])?;
         }
     }
     for output in &batch.outputs {
         db.prepare_cached(
             "INSERT INTO outputs (id, session_id, tenant_id, tool_use_id, tool_name, sha256, \
                  size_bytes, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .and_then(|mut insert| {
-            insert.execute(params![
-                output.id.as_str(),
-                session.as_str(),
-                tenant.as_str(),
-                output.tool_use_id,
-                output.tool_name,
-                output.sha256,
-                output.content.len() as i64,
-                output.content,
-                created,
-            ])
-        })
-        .map_err(sqlite_error)?;
+        )?
+        .execute(params![
+            output.id.as_str(),
+            session.as_str(),
+            tenant.as_str(),
+            output.tool_use_id,
+            output.tool_name,
+            output.sha256,
+            output.content.len() as i64,
+            output.content,
+            created,
+        ])?;
     }
     Ok(result)
 }
@@ -418,77 +391,43 @@ fn insert_usage(
         return Ok(());
     }
     let day = at.format("%Y-%m-%d").to_string();
-    let mut insert = db
-        .prepare_cached(
-            "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
+    let mut insert = db.prepare_cached(
+        "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
                  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, \
                  day, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .map_err(sqlite_error)?;
+    )?;
     for record in &batch.usage {
-        insert
-            .execute(params![
-                tenant.as_str(),
-                session.as_str(),
-                record.run_id.as_str(),
-                record.provider.as_str(),
-                record.model.as_str(),
-                sql_count(record.tokens.input_tokens),
-                sql_count(record.tokens.output_tokens),
-                sql_count(record.tokens.cache_read_tokens),
-                sql_count(record.tokens.cache_write_tokens),
-                record.cost_pico,
-                day,
-                created,
-            ])
-            .map_err(sqlite_error)?;
+        insert.execute(params![
+            tenant.as_str(),
+            session.as_str(),
+            record.run_id.as_str(),
+            record.provider.as_str(),
+            record.model.as_str(),
+            sql_count(record.tokens.input_tokens),
+            sql_count(record.tokens.output_tokens),
+            sql_count(record.tokens.cache_read_tokens),
+            sql_count(record.tokens.cache_write_tokens),
+            record.cost_pico,
+            day,
+            created,
+        ])?;
     }
     // An integer sum past the largest integer becomes a real in SQLite; MIN brings it back.
-    let mut spend = db
-        .prepare_cached(
-            "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) \
+    let mut spend = db.prepare_cached(
+        "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) \
              VALUES (?, ?, ?, ?, ?) \
              ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
              tokens = CAST(MIN(tokens + excluded.tokens, 9223372036854775807) AS INTEGER), \
              cost_pico = CAST(MIN(cost_pico + excluded.cost_pico, 9223372036854775807) AS INTEGER)",
-        )
-        .map_err(sqlite_error)?;
+    )?;
     for delta in crate::budgets::spend_deltas(&batch.usage, at) {
-        spend
-            .execute(params![
-                tenant.as_str(),
-                delta.period.as_str(),
-                delta.key,
-                delta.tokens,
-                delta.cost_pico,
-            ])
-            .map_err(sqlite_error)?;
+        spend.execute(params![
+            tenant.as_str(),
+            delta.period.as_str(),
+            delta.key,
+            delta.tokens,
+            delta.cost_pico,
+        ])?;
     }
     Ok(())
-}
-
-/// A `rusqlite` error as the store's: BUSY / LOCKED and a full disk are transient
-/// (`Unavailable`), a unique violation a `Conflict`, anything else `Internal` — the same
-/// classification as sqlx's errors get.
-pub(super) fn sqlite_error(error: rusqlite::Error) -> StoreError {
-    use rusqlite::ErrorCode;
-    match &error {
-        rusqlite::Error::SqliteFailure(failure, _) => match failure.code {
-            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::DiskFull => {
-                StoreError::Unavailable(error.to_string())
-            }
-            ErrorCode::ConstraintViolation
-                if matches!(
-                    failure.extended_code,
-                    rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
-                        | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
-                ) =>
-            {
-                StoreError::Conflict(error.to_string())
-            }
-            _ => StoreError::Internal(error.to_string()),
-        },
-        rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound,
-        _ => StoreError::Internal(error.to_string()),
-    }
 }

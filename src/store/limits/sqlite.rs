@@ -5,7 +5,6 @@
 use crate::limits::{Limit, LimitExceeded};
 use crate::store::dialect::lease_span;
 use crate::store::sqlite::{SqliteStore, ts};
-use crate::store::sqlite_writer::sqlite_error;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
@@ -108,25 +107,21 @@ impl SqliteStore {
                 // The first statement writes: the transaction is `IMMEDIATE` anyway.
                 db.prepare_cached(
                     "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
-                )
-                .and_then(|mut sweep| sweep.execute(rusqlite::params![tenant.as_str(), now]))
-                .map_err(sqlite_error)?;
+                )?
+                .execute(rusqlite::params![tenant.as_str(), now])?;
                 let (in_session, in_tenant) = db
                     .prepare_cached(
                         "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
                          WHERE tenant_id = ? AND kind = ?",
-                    )
-                    .and_then(|mut count| {
-                        count.query_row(
-                            rusqlite::params![
-                                hold.session.as_str(),
-                                tenant.as_str(),
-                                hold.kind.as_str()
-                            ],
-                            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
-                        )
-                    })
-                    .map_err(sqlite_error)?;
+                    )?
+                    .query_row(
+                        rusqlite::params![
+                            hold.session.as_str(),
+                            tenant.as_str(),
+                            hold.kind.as_str()
+                        ],
+                        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+                    )?;
                 if let Some((limit, max)) = caps.per_session {
                     over(limit, max, in_session)?;
                 }
@@ -134,19 +129,16 @@ impl SqliteStore {
                 db.prepare_cached(
                     "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
                          expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                )
-                .and_then(|mut insert| {
-                    insert.execute(rusqlite::params![
-                        hold.id,
-                        tenant.as_str(),
-                        hold.session.as_str(),
-                        hold.kind.as_str(),
-                        hold.replica,
-                        expires,
-                        now,
-                    ])
-                })
-                .map_err(sqlite_error)?;
+                )?
+                .execute(rusqlite::params![
+                    hold.id,
+                    tenant.as_str(),
+                    hold.session.as_str(),
+                    hold.kind.as_str(),
+                    hold.replica,
+                    expires,
+                    now,
+                ])?;
                 Ok(())
             })
         })
@@ -195,10 +187,9 @@ impl SqliteStore {
         id: &str,
     ) -> StoreResult<()> {
         crate::store::sqlite_writer::with_handle(self.writer(), |db| {
-            db.prepare_cached("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")
-                .and_then(|mut delete| delete.execute(rusqlite::params![id, tenant.as_str()]))
-                .map(drop)
-                .map_err(sqlite_error)
+            db.prepare_cached("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")?
+                .execute(rusqlite::params![id, tenant.as_str()])?;
+            Ok(())
         })
         .await?
     }

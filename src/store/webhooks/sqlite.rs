@@ -117,20 +117,16 @@ impl Outbox {
         if notices.is_empty() || !self.has(tenant) {
             return Ok(());
         }
-        let mut insert = db
-            .prepare_cached(OUTBOX_INSERT)
-            .map_err(crate::store::sqlite_writer::sqlite_error)?;
+        let mut insert = db.prepare_cached(OUTBOX_INSERT)?;
         for notice in notices {
-            let written = insert
-                .execute(rusqlite::params![
-                    tenant.as_str(),
-                    session.as_str(),
-                    notice.event.as_str(),
-                    notice.body,
-                    at,
-                    format!(",{},", notice.event.as_str()),
-                ])
-                .map_err(crate::store::sqlite_writer::sqlite_error)?;
+            let written = insert.execute(rusqlite::params![
+                tenant.as_str(),
+                session.as_str(),
+                notice.event.as_str(),
+                notice.body,
+                at,
+                format!(",{},", notice.event.as_str()),
+            ])?;
             if written > 0 {
                 self.written.store(true, Ordering::SeqCst);
             }
