@@ -53,12 +53,13 @@ impl LoopHost for Host {
         Ok(())
     }
 
-    fn tool_specs(&self) -> Vec<ToolSpec> {
+    fn tool_specs(&self) -> std::sync::Arc<[ToolSpec]> {
         vec![ToolSpec {
             name: "Lookup".into(),
             description: "Looks a key up".into(),
             input_schema: json!({"type": "object", "properties": {"key": {"type": "string"}}}),
         }]
+        .into()
     }
 
     fn is_concurrency_safe(&self, _name: &str, _input: &Value) -> bool {

@@ -56,7 +56,8 @@ fn request(messages: Vec<Message>) -> ModelRequest {
             name: "Read".into(),
             description: "Read a file".into(),
             input_schema: json!({"type": "object", "properties": {"file_path": {"type": "string"}}}),
-        }],
+        }]
+        .into(),
         max_tokens: 1024,
         temperature: None,
     }

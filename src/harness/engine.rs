@@ -50,8 +50,8 @@ pub trait LoopHost: Send + Sync + 'static {
         messages: Vec<HistoryAppend>,
         events: Vec<RunEvent>,
     ) -> Result<(), HostError>;
-    /// The tools offered to the model.
-    fn tool_specs(&self) -> Vec<ToolSpec>;
+    /// The tools offered to the model (shared, not copied, by every request of the run).
+    fn tool_specs(&self) -> std::sync::Arc<[ToolSpec]>;
     /// Scheduling metadata of one call (unknown tools are exclusive).
     fn is_concurrency_safe(&self, name: &str, input: &Value) -> bool;
     /// Runs one call through the tool pipeline; always returns the paired result.
@@ -520,7 +520,7 @@ impl Engine {
             model: self.config.model.clone(),
             system: None,
             messages: older,
-            tools: vec![],
+            tools: Default::default(),
             max_tokens: self.config.max_tokens,
             temperature: None,
         };

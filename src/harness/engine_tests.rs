@@ -174,7 +174,7 @@ impl LoopHost for TestHost {
         Ok(())
     }
 
-    fn tool_specs(&self) -> Vec<ToolSpec> {
+    fn tool_specs(&self) -> std::sync::Arc<[ToolSpec]> {
         let mut names: Vec<&String> = self.tools.keys().collect();
         names.sort();
         names
@@ -184,7 +184,8 @@ impl LoopHost for TestHost {
                 description: format!("test tool {name}"),
                 input_schema: json!({"type": "object"}),
             })
-            .collect()
+            .collect::<Vec<_>>()
+            .into()
     }
 
     fn is_concurrency_safe(&self, name: &str, _input: &Value) -> bool {

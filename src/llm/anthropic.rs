@@ -11,7 +11,7 @@ use eventsource_stream::Event;
 use reqwest::header::CONTENT_TYPE;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::retry::{RetryingSender, resend_on_empty};
@@ -20,7 +20,6 @@ use super::{
     ItemStream, ModelRequest, Provider, ProviderConfig, ProviderError, StopReason, StreamItem,
     Usage,
 };
-use crate::message::{ContentBlock, Message, Role};
 
 /// The `anthropic-version` header value this decoder understands.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -33,6 +32,7 @@ pub struct AnthropicProvider {
     api_key: SecretString,
     sender: RetryingSender,
     empty_response_retry: bool,
+    tools_json: super::anthropic_wire::ToolsJson,
 }
 
 impl std::fmt::Debug for AnthropicProvider {
@@ -59,6 +59,7 @@ impl AnthropicProvider {
             api_key,
             sender,
             empty_response_retry: config.empty_response_retry,
+            tools_json: Default::default(),
         })
     }
 
@@ -100,7 +101,16 @@ impl Provider for AnthropicProvider {
         request: &ModelRequest,
         cancel: &CancellationToken,
     ) -> Result<ItemStream, ProviderError> {
-        let body = super::wire_body(request_body(request), request, &self.model, self.max_tokens)?;
+        let tools = self
+            .tools_json
+            .of(&request.tools)
+            .map_err(|error| ProviderError::Decode(error.to_string()))?;
+        let body = super::encode_body(&super::anthropic_wire::WireRequest::new(
+            request,
+            &self.model,
+            self.max_tokens,
+            tools,
+        ))?;
         resend_on_empty(self.empty_response_retry, || self.open(&body, cancel)).await
     }
 }
@@ -114,93 +124,6 @@ pub fn classify_status(status: u16, body: String) -> ProviderError {
         return ProviderError::ContextOverflow(body);
     }
     ProviderError::Status { status, body }
-}
-
-/// The Messages API request body for `request` (streaming).
-pub fn request_body(request: &ModelRequest) -> Value {
-    let mut body = json!({
-        "model": request.model,
-        "max_tokens": request.max_tokens,
-        "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
-        "stream": true,
-    });
-    if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
-        body["system"] = json!(system);
-    }
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "name": tool.name,
-                    "description": tool.description,
-                    "input_schema": tool.input_schema,
-                })
-            })
-            .collect();
-    }
-    if let Some(temperature) = request.temperature {
-        body["temperature"] = json!(temperature);
-    }
-    body
-}
-
-/// One history message on the wire: thinking passed back unchanged, tool results (with
-/// `is_error`) as user content blocks.
-fn wire_message(message: &Message) -> Value {
-    let role = match message.role {
-        Role::User => "user",
-        Role::Assistant => "assistant",
-    };
-    let mut content: Vec<Value> = message
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text { text } if text.trim().is_empty() => None,
-            ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
-            ContentBlock::Thinking {
-                thinking,
-                signature,
-            } => {
-                let mut wire = json!({"type": "thinking", "thinking": thinking});
-                if let Some(signature) = signature {
-                    wire["signature"] = json!(signature);
-                }
-                Some(wire)
-            }
-            ContentBlock::RedactedThinking { data } => {
-                Some(json!({"type": "redacted_thinking", "data": data}))
-            }
-            ContentBlock::ToolUse { id, name, input } => {
-                Some(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
-            }
-            ContentBlock::ToolResult(result) if result.images.is_empty() => Some(json!({
-                "type": "tool_result",
-                "tool_use_id": result.tool_use_id,
-                "content": result.content,
-                "is_error": result.is_error,
-            })),
-            ContentBlock::ToolResult(result) => {
-                let mut parts = vec![json!({"type": "text", "text": result.content})];
-                parts.extend(result.images.iter().map(|image| {
-                    json!({"type": "image", "source": {
-                        "type": "base64", "media_type": image.media_type, "data": image.data,
-                    }})
-                }));
-                Some(json!({
-                    "type": "tool_result",
-                    "tool_use_id": result.tool_use_id,
-                    "content": parts,
-                    "is_error": result.is_error,
-                }))
-            }
-        })
-        .collect();
-    if content.is_empty() {
-        content.push(json!({"type": "text", "text": "(no content)"}));
-    }
-    json!({"role": role, "content": content})
 }
 
 /// What an open content block is, by wire index.

@@ -4,6 +4,7 @@
 //! [`retry`], once, around every HTTP request; the loop never sees wire formats.
 
 pub mod anthropic;
+mod anthropic_wire;
 pub mod budget;
 pub mod config;
 pub mod demo;
@@ -49,21 +50,9 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     ) -> Result<ItemStream, ProviderError>;
 }
 
-/// Serialises a wire request body, filling the model and output limit from the provider's
-/// configuration when the request leaves them unset (shared by the HTTP providers).
-fn wire_body(
-    mut wire: Value,
-    request: &ModelRequest,
-    model: &str,
-    max_tokens: u32,
-) -> Result<bytes::Bytes, ProviderError> {
-    if request.model.is_empty() {
-        wire["model"] = Value::from(model);
-    }
-    if request.max_tokens == 0 {
-        wire["max_tokens"] = Value::from(max_tokens);
-    }
-    serde_json::to_vec(&wire)
+/// Serialises a wire request body (shared by the HTTP providers).
+fn encode_body(body: &impl serde::Serialize) -> Result<bytes::Bytes, ProviderError> {
+    serde_json::to_vec(body)
         .map(bytes::Bytes::from)
         .map_err(|error| ProviderError::Decode(error.to_string()))
 }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use eventsource_stream::Event;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -104,7 +104,7 @@ impl Provider for OpenAiProvider {
         request: &ModelRequest,
         cancel: &CancellationToken,
     ) -> Result<ItemStream, ProviderError> {
-        let body = super::wire_body(request_body(request), request, &self.model, self.max_tokens)?;
+        let body = super::encode_body(&WireRequest::new(request, &self.model, self.max_tokens))?;
         resend_on_empty(self.empty_response_retry, || self.open(&body, cancel)).await
     }
 }
@@ -120,42 +120,82 @@ pub fn classify_status(status: u16, body: String) -> ProviderError {
     ProviderError::Status { status, body }
 }
 
-/// The Chat Completions request body for `request` (streaming, usage included).
-pub fn request_body(request: &ModelRequest) -> Value {
-    let mut messages = Vec::new();
-    if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
-        messages.push(json!({"role": "system", "content": system}));
-    }
-    for message in &request.messages {
-        wire_messages(message, &mut messages);
-    }
-    let mut body = json!({
-        "model": request.model,
-        "messages": messages,
-        "max_tokens": request.max_tokens,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.input_schema,
+/// The Chat Completions request body (streaming, usage included): the history as wire
+/// messages, the rest borrowed from the request and serialised without a JSON tree.
+#[derive(Serialize)]
+pub struct WireRequest<'a> {
+    model: &'a str,
+    messages: Vec<Value>,
+    max_tokens: u32,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> WireRequest<'a> {
+    /// The body for `request`; `model` and `max_tokens` stand in where the request leaves
+    /// them unset (the provider's configuration).
+    pub fn new(request: &'a ModelRequest, model: &'a str, max_tokens: u32) -> Self {
+        let mut messages = Vec::new();
+        if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        for message in &request.messages {
+            wire_messages(message, &mut messages);
+        }
+        Self {
+            model: if request.model.is_empty() {
+                model
+            } else {
+                &request.model
+            },
+            messages,
+            max_tokens: if request.max_tokens == 0 {
+                max_tokens
+            } else {
+                request.max_tokens
+            },
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            tools: request
+                .tools
+                .iter()
+                .map(|tool| WireTool {
+                    kind: "function",
+                    function: WireFunction {
+                        name: &tool.name,
+                        description: &tool.description,
+                        parameters: &tool.input_schema,
                     },
                 })
-            })
-            .collect();
+                .collect(),
+            temperature: request.temperature,
+        }
     }
-    if let Some(temperature) = request.temperature {
-        body["temperature"] = json!(temperature);
-    }
-    body
 }
 
 fn joined_text(message: &Message) -> String {

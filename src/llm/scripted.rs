@@ -556,7 +556,7 @@ mod noa_tests {
             model: "scripted".into(),
             system: None,
             messages,
-            tools: vec![],
+            tools: Default::default(),
             max_tokens: 100,
             temperature: None,
         }

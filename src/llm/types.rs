@@ -26,8 +26,9 @@ pub struct ModelRequest {
     pub system: Option<String>,
     /// History after the last compaction boundary, tool_use/tool_result pairs intact.
     pub messages: Vec<Message>,
-    /// Tools offered to the model.
-    pub tools: Vec<ToolSpec>,
+    /// Tools offered to the model: shared with the registry that built them (one list per
+    /// registry, not a copy per request).
+    pub tools: std::sync::Arc<[ToolSpec]>,
     /// Output token limit of this turn.
     pub max_tokens: u32,
     /// Sampling temperature, provider default when `None`.

@@ -521,17 +521,8 @@ impl LoopHost for StoreHost {
         self.writer.write(messages, events).await
     }
 
-    fn tool_specs(&self) -> Vec<ToolSpec> {
-        self.pipeline
-            .registry()
-            .provider_tools()
-            .into_iter()
-            .map(|tool| ToolSpec {
-                name: tool.name,
-                description: tool.description,
-                input_schema: tool.input_schema,
-            })
-            .collect()
+    fn tool_specs(&self) -> Arc<[ToolSpec]> {
+        self.pipeline.registry().provider_tools()
     }
 
     fn is_concurrency_safe(&self, name: &str, input: &Value) -> bool {

@@ -44,7 +44,7 @@ impl Sampler for RunSampler {
             model: self.model.clone(),
             system: request.system,
             messages: request.messages,
-            tools: Vec::new(),
+            tools: Default::default(),
             max_tokens: request.max_tokens,
             temperature: request.temperature,
         };

@@ -8,8 +8,6 @@
 
 use super::DynTool;
 use super::schema::{CompiledSchema, SchemaError};
-use serde::Serialize;
-use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -36,14 +34,9 @@ pub enum LookupError {
     Hidden,
 }
 
-/// A tool as the provider sees it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ProviderTool {
-    pub name: String,
-    /// The description followed by the tool's prompt (when it has one).
-    pub description: String,
-    pub input_schema: Value,
-}
+/// A tool as the provider sees it: its description is followed by the tool's prompt (when
+/// it has one).
+pub use crate::llm::ToolSpec as ProviderTool;
 
 /// A registered tool with its compiled schema.
 pub struct RegisteredTool {
@@ -67,6 +60,9 @@ struct Table {
     by_name: HashMap<String, Arc<RegisteredTool>>,
     /// Registration order of the names (a replaced tool keeps its place).
     order: Vec<String>,
+    /// The provider's list, built on first use and shared by every model request; a
+    /// registration or removal clears it.
+    visible: std::sync::OnceLock<Arc<[ProviderTool]>>,
 }
 
 /// Tools by name. See the module docs.
@@ -118,6 +114,7 @@ impl ToolRegistry {
             deferred,
         });
         let table = Arc::make_mut(&mut self.table);
+        table.visible = Default::default();
         let replaced = table.by_name.insert(name.clone(), entry);
         if replaced.is_none() {
             table.order.push(name);
@@ -128,14 +125,19 @@ impl ToolRegistry {
     /// Removes a tool; returns it when it was registered.
     pub fn unregister(&mut self, name: &str) -> Option<DynTool> {
         let table = Arc::make_mut(&mut self.table);
+        table.visible = Default::default();
         let removed = table.by_name.remove(name)?;
         table.order.retain(|known| known != name);
         Some(removed.tool.clone())
     }
 
-    /// The visible tools in registration order, as shown to the provider.
-    pub fn provider_tools(&self) -> Vec<ProviderTool> {
-        self.listing(false)
+    /// The visible tools in registration order, as shown to the provider (built once per
+    /// registry).
+    pub fn provider_tools(&self) -> Arc<[ProviderTool]> {
+        self.table
+            .visible
+            .get_or_init(|| self.listing(false).into())
+            .clone()
     }
 
     /// The deferred tools in registration order (what `SearchExtraTools` searches).

@@ -2,7 +2,7 @@ use super::*;
 use crate::tools::builder::ToolBuilder;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn tool(name: &str, description: &str) -> DynTool {
     let text = description.to_owned();
@@ -87,8 +87,8 @@ fn provider_listing_and_lookup_are_separate_paths() {
 
     let listed: Vec<_> = registry
         .provider_tools()
-        .into_iter()
-        .map(|t| t.name)
+        .iter()
+        .map(|t| t.name.clone())
         .collect();
     assert_eq!(listed, vec!["Visible"]);
     let deferred: Vec<_> = registry
@@ -116,6 +116,28 @@ fn provider_listing_and_lookup_are_separate_paths() {
 }
 
 #[test]
+fn the_shared_provider_list_follows_registrations() {
+    let mut registry = ToolRegistry::new();
+    registry.register(tool("A", "a")).unwrap();
+    let first = registry.provider_tools();
+    assert!(
+        Arc::ptr_eq(&first, &registry.provider_tools()),
+        "built once"
+    );
+    let before = registry.clone();
+    registry.register(tool("B", "b")).unwrap();
+    let names = |list: Arc<[ProviderTool]>| list.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(registry.provider_tools()), vec!["A", "B"]);
+    assert_eq!(
+        names(before.provider_tools()),
+        vec!["A"],
+        "a clone keeps its own list"
+    );
+    registry.unregister("A");
+    assert_eq!(names(registry.provider_tools()), vec!["B"]);
+}
+
+#[test]
 fn the_provider_description_includes_the_prompt_and_schema() {
     let mut registry = ToolRegistry::new();
     let with_prompt: DynTool = Arc::new(
@@ -129,7 +151,7 @@ fn the_provider_description_includes_the_prompt_and_schema() {
     );
     registry.register(with_prompt).unwrap();
     assert_eq!(
-        registry.provider_tools(),
+        registry.provider_tools().to_vec(),
         vec![ProviderTool {
             name: "P".into(),
             description: "Does p.\n\nOnly on Tuesdays.".into(),

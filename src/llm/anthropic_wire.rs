@@ -1,0 +1,306 @@
+//! The Anthropic Messages API request body, as typed structs that borrow from the
+//! [`ModelRequest`]: serialised straight to bytes, without building (and freeing) a JSON tree
+//! of the history and the tool schemas for every model call.
+
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::sync::{Arc, Mutex};
+
+use super::{ModelRequest, ToolSpec};
+use crate::message::{ContentBlock, Message, Role, ToolImage};
+
+/// The streaming request body (`POST /v1/messages`).
+#[derive(Serialize)]
+pub struct WireRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    messages: Vec<WireMessage<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<&'a str>,
+    /// The tool list, serialised once per list (see [`ToolsJson`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Arc<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+}
+
+/// One history message: thinking passed back unchanged, tool results (with `is_error`) as
+/// user content blocks; a message left without content says so (the API refuses empty ones).
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: Vec<WireBlock<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    Thinking {
+        thinking: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        signature: Option<&'a str>,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: ResultContent<'a>,
+        is_error: bool,
+    },
+}
+
+/// A tool result's content: its text alone, or text and images as parts.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResultContent<'a> {
+    Text(&'a str),
+    Parts(Vec<ResultPart<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResultPart<'a> {
+    Text { text: &'a str },
+    Image { source: ImageSource<'a> },
+}
+
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'a str,
+    data: &'a str,
+}
+
+impl<'a> WireRequest<'a> {
+    /// The body for `request`; `model` and `max_tokens` stand in where the request leaves
+    /// them unset (the provider's configuration); `tools` is the request's tool list as JSON.
+    pub fn new(
+        request: &'a ModelRequest,
+        model: &'a str,
+        max_tokens: u32,
+        tools: Option<Arc<RawValue>>,
+    ) -> Self {
+        Self {
+            model: if request.model.is_empty() {
+                model
+            } else {
+                &request.model
+            },
+            max_tokens: if request.max_tokens == 0 {
+                max_tokens
+            } else {
+                request.max_tokens
+            },
+            messages: request.messages.iter().map(WireMessage::of).collect(),
+            stream: true,
+            system: request.system.as_deref().filter(|s| !s.is_empty()),
+            tools,
+            temperature: request.temperature,
+        }
+    }
+}
+
+/// The tool list of the latest request, serialised: every request of a run offers the same
+/// shared list (one per tool registry), so its JSON — the tools' schemas are most of a short
+/// request — is written once per run, not once per model call. The list is kept (not only
+/// its address), so a new list can never be mistaken for it.
+#[derive(Default)]
+pub struct ToolsJson {
+    last: Mutex<Option<(Arc<[ToolSpec]>, Arc<RawValue>)>>,
+}
+
+impl ToolsJson {
+    /// `tools` as a JSON array (the specs have the wire's own shape: `name`, `description`,
+    /// `input_schema`); `None` for no tools.
+    pub fn of(&self, tools: &Arc<[ToolSpec]>) -> Result<Option<Arc<RawValue>>, serde_json::Error> {
+        if tools.is_empty() {
+            return Ok(None);
+        }
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((list, json)) = last.as_ref()
+            && Arc::ptr_eq(list, tools)
+        {
+            return Ok(Some(json.clone()));
+        }
+        let json: Arc<RawValue> = serde_json::value::to_raw_value(&**tools)?.into();
+        *last = Some((tools.clone(), json.clone()));
+        Ok(Some(json))
+    }
+}
+
+impl<'a> WireMessage<'a> {
+    fn of(message: &'a Message) -> Self {
+        let role = match message.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        let mut content: Vec<WireBlock<'a>> =
+            message.content.iter().filter_map(WireBlock::of).collect();
+        if content.is_empty() {
+            content.push(WireBlock::Text {
+                text: "(no content)",
+            });
+        }
+        Self { role, content }
+    }
+}
+
+impl<'a> WireBlock<'a> {
+    fn of(block: &'a ContentBlock) -> Option<Self> {
+        Some(match block {
+            ContentBlock::Text { text } if text.trim().is_empty() => return None,
+            ContentBlock::Text { text } => Self::Text { text },
+            ContentBlock::Thinking {
+                thinking,
+                signature,
+            } => Self::Thinking {
+                thinking,
+                signature: signature.as_deref(),
+            },
+            ContentBlock::RedactedThinking { data } => Self::RedactedThinking { data },
+            ContentBlock::ToolUse { id, name, input } => Self::ToolUse { id, name, input },
+            ContentBlock::ToolResult(result) => Self::ToolResult {
+                tool_use_id: &result.tool_use_id,
+                content: if result.images.is_empty() {
+                    ResultContent::Text(&result.content)
+                } else {
+                    ResultContent::Parts(
+                        std::iter::once(ResultPart::Text {
+                            text: &result.content,
+                        })
+                        .chain(result.images.iter().map(ResultPart::image))
+                        .collect(),
+                    )
+                },
+                is_error: result.is_error,
+            },
+        })
+    }
+}
+
+impl<'a> ResultPart<'a> {
+    fn image(image: &'a ToolImage) -> Self {
+        Self::Image {
+            source: ImageSource {
+                kind: "base64",
+                media_type: &image.media_type,
+                data: &image.data,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ToolResultBlock;
+    use serde_json::json;
+
+    #[test]
+    fn the_body_has_the_messages_api_shape() {
+        let mut result = ToolResultBlock::ok("t1", "file text");
+        result.images.push(ToolImage {
+            media_type: "image/png".into(),
+            data: "AAAA".into(),
+        });
+        let request = ModelRequest {
+            model: String::new(),
+            system: Some("be brief".into()),
+            messages: vec![
+                Message::user_text("hi"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::Thinking {
+                            thinking: "hm".into(),
+                            signature: None,
+                        },
+                        ContentBlock::Text { text: "  ".into() },
+                        ContentBlock::ToolUse {
+                            id: "t1".into(),
+                            name: "Read".into(),
+                            input: json!({"path": "a"}),
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        ContentBlock::ToolResult(ToolResultBlock::ok("t0", "plain")),
+                        ContentBlock::ToolResult(result),
+                    ],
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![],
+                },
+            ],
+            tools: vec![ToolSpec {
+                name: "Read".into(),
+                description: "reads".into(),
+                input_schema: json!({"type": "object"}),
+            }]
+            .into(),
+            max_tokens: 0,
+            temperature: None,
+        };
+        let cache = ToolsJson::default();
+        let tools = cache.of(&request.tools).unwrap();
+        let body: Value =
+            serde_json::to_value(WireRequest::new(&request, "claude-x", 1024, tools)).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude-x",
+                "max_tokens": 1024,
+                "stream": true,
+                "system": "be brief",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "thinking", "thinking": "hm"},
+                        {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a"}},
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "t0", "content": "plain", "is_error": false},
+                        {"type": "tool_result", "tool_use_id": "t1", "is_error": false, "content": [
+                            {"type": "text", "text": "file text"},
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+                        ]},
+                    ]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "(no content)"}]},
+                ],
+                "tools": [{"name": "Read", "description": "reads", "input_schema": {"type": "object"}}],
+            })
+        );
+    }
+
+    #[test]
+    fn a_tool_list_is_serialised_once_and_a_new_list_again() {
+        let spec = |name: &str| ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+        };
+        let cache = ToolsJson::default();
+        let first: Arc<[ToolSpec]> = vec![spec("A")].into();
+        let a = cache.of(&first).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&a, &cache.of(&first.clone()).unwrap().unwrap()));
+        let second: Arc<[ToolSpec]> = vec![spec("B")].into();
+        let b = cache.of(&second).unwrap().unwrap();
+        assert!(b.get().contains("\"B\"") && !b.get().contains("\"A\""));
+        assert!(cache.of(&Arc::from(Vec::new())).unwrap().is_none());
+    }
+}
