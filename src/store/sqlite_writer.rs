@@ -14,12 +14,13 @@
 //! statement before the handle goes back to sqlx).
 //!
 //! Under load the appends of concurrent runs queue here: the task takes every job waiting (at
-//! most [`MAX_GROUP`]), writes each inside its own savepoint of one `BEGIN IMMEDIATE`
-//! transaction, commits once and answers each job through its oneshot. A job's failure rolls
-//! back its savepoint only, so one job's error (a lost lease, a closed session, a constraint)
-//! is never another job's; its fence check is its first write. Sequence numbers come from the
-//! session row as left by the jobs before it, and results are answered only after the commit.
-//! A failed commit writes every job of the group again alone, each in its own transaction.
+//! most [`MAX_GROUP`]), writes them one after the other in one `BEGIN IMMEDIATE` transaction,
+//! commits once and answers each job through its oneshot. One job's error is never another
+//! job's: a job whose fence check (its first write) fails — a lost lease, a closed session —
+//! has written nothing and fails alone; a job that fails after writing part of itself, or a
+//! failed commit, rolls the whole group back and every job is written again alone, each in
+//! its own transaction. Sequence numbers come from the session row as left by the jobs
+//! before it, and results are answered only after the commit.
 //!
 //! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait
 //! (back-pressure), it never grows without bound. Reads keep using the read pool.
@@ -126,8 +127,8 @@ pub(super) async fn with_handle<T>(
     Ok(answer)
 }
 
-/// Writes `jobs` in one transaction (each in a savepoint), or each alone when the commit
-/// failed. One answer per job, in order.
+/// Writes `jobs` in one transaction, or each alone when the group could not be committed
+/// (or a job failed part-way). One answer per job, in order.
 fn write_group(
     db: &rusqlite::Connection,
     outbox: &Outbox,
@@ -148,22 +149,27 @@ fn write_group(
     }
 }
 
-/// One transaction over `jobs`; `Err` when it could not be opened or committed (nothing of
-/// it is stored then).
+/// One transaction over `jobs`; `Err` when it could not be opened or committed, or when a
+/// job failed after it had written part of itself (nothing of the group is stored then, and
+/// [`write_group`] writes each job alone). A job that fails before writing anything (a lost
+/// lease, a closed session: its first statement changes no row) fails alone and the group
+/// goes on — no savepoint per job, which would copy every page it touches into a
+/// sub-journal.
 fn together(
     db: &rusqlite::Connection,
     outbox: &Outbox,
     jobs: &[AppendJob],
 ) -> StoreResult<Vec<StoreResult<AppendResult>>> {
     in_transaction(db, |db| {
-        Ok(jobs
-            .iter()
-            .map(|job| {
-                in_savepoint(db, |db| {
-                    append_in(db, outbox, &job.tenant, &job.session, &job.batch)
-                })
-            })
-            .collect())
+        let mut answers = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let before = db.total_changes();
+            match append_in(db, outbox, &job.tenant, &job.session, &job.batch) {
+                Err(error) if db.total_changes() != before => return Err(error),
+                answer => answers.push(answer),
+            }
+        }
+        Ok(answers)
     })
 }
 
@@ -177,24 +183,6 @@ pub(super) fn in_transaction<T>(
     let value = write(&tx)?;
     tx.commit()?;
     Ok(value)
-}
-
-/// Runs `write` inside a savepoint: kept when it succeeds, rolled back when it fails.
-fn in_savepoint<T>(
-    db: &rusqlite::Connection,
-    write: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
-) -> StoreResult<T> {
-    db.execute_batch("SAVEPOINT job")?;
-    match write(db) {
-        Ok(value) => {
-            db.execute_batch("RELEASE job")?;
-            Ok(value)
-        }
-        Err(error) => {
-            db.execute_batch("ROLLBACK TO job; RELEASE job")?;
-            Err(error)
-        }
-    }
 }
 
 fn now() -> DateTime<Utc> {

@@ -3,7 +3,9 @@
 
 use norma::ids::{RunId, SessionId, TenantId};
 use norma::limits::RunCaps;
-use norma::store::{AppendBatch, NewEvent, NewRun, NewSession, RunLease, Store, StoreError};
+use norma::store::{
+    AppendBatch, NewEvent, NewOutput, NewRun, NewSession, RunLease, Store, StoreError,
+};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,10 +51,26 @@ fn batch(lease: Option<RunLease>, n: usize) -> AppendBatch {
     }
 }
 
-/// 16 sessions append 3 rounds at once, while a fenced-off writer (its run was claimed again)
-/// and a writer naming another tenant's session append among them: every good append is
-/// stored once, numbered contiguously per session, the fenced one gets `LeaseLost` and the
-/// other `NotFound`, and neither leaves anything behind nor fails anyone else.
+/// A batch whose spilled output reuses `id`: it fails on its last statement, after its
+/// events were written (in SQLite's shared transaction, the whole group is written again).
+fn clashing_batch(lease: RunLease, id: &str) -> AppendBatch {
+    AppendBatch {
+        outputs: vec![NewOutput {
+            id: norma::ids::OutputId::from_string(id.to_owned()),
+            tool_use_id: "tu".into(),
+            tool_name: "Bash".into(),
+            content: "x".into(),
+            sha256: "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881".into(),
+        }],
+        ..batch(Some(lease), 2)
+    }
+}
+
+/// 16 sessions append 3 rounds at once, while a fenced-off writer (its run was claimed again),
+/// a writer naming another tenant's session and a writer whose batch fails part-way (its
+/// output id is taken) append among them: every good append is stored once, numbered
+/// contiguously per session, the fenced one gets `LeaseLost`, the foreign one `NotFound`, the
+/// clashing one an error, and none of them leaves anything behind or fails anyone else.
 pub async fn appends_of_many_sessions_at_once_keep_their_own_fence_and_errors(
     store: Arc<dyn Store>,
 ) {
@@ -74,6 +92,13 @@ pub async fn appends_of_many_sessions_at_once_keep_their_own_fence_and_errors(
         .unwrap()
         .expect("reclaimed");
     let (foreign_session, _) = session_with_run(&store, &TenantId::new("t2")).await;
+    let (clashing_session, clashing) = session_with_run(&store, &tenant).await;
+    let taken = format!("out_{}", uuid::Uuid::new_v4().simple());
+    let (owner_session, owner) = session_with_run(&store, &tenant).await;
+    store
+        .append(&tenant, &owner_session, clashing_batch(owner, &taken))
+        .await
+        .expect("the first output with this id");
 
     for round in 0..3 {
         let mut writes = Vec::new();
@@ -101,6 +126,20 @@ pub async fn appends_of_many_sessions_at_once_keep_their_own_fence_and_errors(
             let (store, tenant, session) = (store.clone(), tenant.clone(), foreign_session.clone());
             tokio::spawn(async move { store.append(&tenant, &session, batch(None, 2)).await })
         };
+        let clash = {
+            let (store, tenant, session, lease, taken) = (
+                store.clone(),
+                tenant.clone(),
+                clashing_session.clone(),
+                clashing.clone(),
+                taken.clone(),
+            );
+            tokio::spawn(async move {
+                store
+                    .append(&tenant, &session, clashing_batch(lease, &taken))
+                    .await
+            })
+        };
         for (i, write) in writes.into_iter().enumerate() {
             let written = write.await.unwrap().unwrap_or_else(|error| {
                 panic!("round {round}, session {i}: {error}");
@@ -116,6 +155,11 @@ pub async fn appends_of_many_sessions_at_once_keep_their_own_fence_and_errors(
         assert!(matches!(fenced, Err(StoreError::LeaseLost)), "{fenced:?}");
         let foreign = foreign.await.unwrap();
         assert!(matches!(foreign, Err(StoreError::NotFound)), "{foreign:?}");
+        let clash = clash.await.unwrap();
+        assert!(
+            clash.is_err() && !matches!(clash, Err(StoreError::LeaseLost | StoreError::NotFound)),
+            "{clash:?}"
+        );
     }
     for (i, (session, _)) in sessions.iter().enumerate() {
         let stored = store.list_events(&tenant, session, 0, 100).await.unwrap();
@@ -132,6 +176,14 @@ pub async fn appends_of_many_sessions_at_once_keep_their_own_fence_and_errors(
             .await
             .unwrap()
             .is_empty()
+    );
+    assert!(
+        store
+            .list_events(&tenant, &clashing_session, 0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a batch that failed part-way leaves nothing"
     );
     let t2 = TenantId::new("t2");
     assert!(
