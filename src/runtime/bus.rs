@@ -88,7 +88,7 @@ impl EventBus {
     /// already published is skipped, so events arriving both from this replica's writer and
     /// from another replica's notification are delivered once. Drops the channel when nobody
     /// listens any more.
-    pub fn publish(&self, session: &SessionId, events: &[EventRecord]) {
+    pub fn publish(&self, session: &SessionId, events: Vec<EventRecord>) {
         {
             let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
             let Some(channel) = channels.get(session) else {
@@ -101,11 +101,11 @@ impl EventBus {
         }
         // Rendered once for every subscriber, outside the lock.
         let rendered: Vec<Arc<LiveEvent>> = events
-            .iter()
-            .map(|event| {
+            .into_iter()
+            .map(|record| {
                 Arc::new(LiveEvent {
-                    json: serde_json::to_string(event).unwrap_or_default(),
-                    record: event.clone(),
+                    json: serde_json::to_string(&record).unwrap_or_default(),
+                    record,
                 })
             })
             .collect();
@@ -174,7 +174,7 @@ mod tests {
         let mut received = Vec::new();
         for seq in 1..=total {
             // Publishing never waits for the stalled subscriber.
-            bus.publish(&session, &[event(seq)]);
+            bus.publish(&session, vec![event(seq)]);
             received.push(
                 reader
                     .try_recv()
@@ -192,7 +192,7 @@ mod tests {
         let bus = EventBus::default();
         let session = SessionId::generate();
         drop(bus.subscribe(&session));
-        bus.publish(&session, &[event(1)]);
+        bus.publish(&session, vec![event(1)]);
         assert!(bus.channels.lock().unwrap().is_empty());
     }
 
@@ -202,7 +202,7 @@ mod tests {
         let (gone, kept) = (SessionId::generate(), SessionId::generate());
         let reader = bus.subscribe(&gone);
         let _kept = bus.subscribe(&kept);
-        bus.publish(&gone, &[event(1)]);
+        bus.publish(&gone, vec![event(1)]);
         drop(reader);
         assert_eq!(bus.prune(), 1);
         assert_eq!(bus.channels.lock().unwrap().len(), 1);
@@ -220,8 +220,8 @@ mod tests {
             Some(2),
             "read from just before the batch"
         );
-        bus.publish(&session, &[event(3), event(4)]);
-        bus.publish(&session, &[event(4), event(5)]);
+        bus.publish(&session, vec![event(3), event(4)]);
+        bus.publish(&session, vec![event(4), event(5)]);
         let seqs: Vec<i64> = std::iter::from_fn(|| reader.try_recv().ok().map(|e| e.seq)).collect();
         assert_eq!(seqs, vec![3, 4, 5]);
         assert_eq!(bus.missing(&session, 4, 5), None, "already published");

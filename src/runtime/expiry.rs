@@ -43,7 +43,7 @@ pub async fn expire_idle_sessions(
             .await?;
         // Live subscribers on this replica see it at once (on SQLite there is no other way;
         // on Postgres the notification of the same seq is then a duplicate the bus drops).
-        runtime.bus().publish(&session.id, &written.events);
+        runtime.bus().publish(&session.id, written.events);
         // A subagent's session runs no SessionEnd hooks (its top-level session does).
         if closed.config.get("subagent").is_none() {
             runtime

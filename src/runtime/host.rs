@@ -236,7 +236,7 @@ impl SessionWriter {
             // A client that sees `terminal` may prompt at once: the session is free by then.
             self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        self.bus.publish(&self.session, &written.events);
+        self.bus.publish(&self.session, written.events);
         Ok(())
     }
 

@@ -70,7 +70,7 @@ impl SessionRuntime {
                         match self.store.list_events(&tenant, &session, after, 1000).await {
                             Ok(events) if !events.is_empty() => {
                                 after = events.last().map_or(last, |e| e.seq);
-                                self.bus.publish(&session, &events);
+                                self.bus.publish(&session, events);
                             }
                             Ok(_) => break,
                             Err(error) => {
@@ -176,7 +176,7 @@ impl SessionRuntime {
                     Ok(events) if !events.is_empty() => {
                         after = events.last().map_or(after, |e| e.seq);
                         tracing::debug!(session_id = %session, after, "caught up a followed session from the store");
-                        self.bus.publish(&session, &events);
+                        self.bus.publish(&session, events);
                     }
                     Ok(_) => break,
                     Err(error) => {

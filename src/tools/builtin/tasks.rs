@@ -99,13 +99,13 @@ pub fn kill_group(pgid: i32) {
 }
 
 impl TaskRegistry {
-    /// Creates the registry of `session`, with output files under `<data_dir>/tasks/<session>`.
+    /// Creates the registry of `session`, with output files under `<data_dir>/tasks/<session>`
+    /// (the directory is made with the session's first task: most sessions never start one).
     pub fn new(data_dir: &Path, session: &SessionId) -> Result<Arc<Self>, TaskError> {
         if !session.is_well_formed() {
             return Err(TaskError::MalformedSessionId(session.to_string()));
         }
         let log_dir = data_dir.join("tasks").join(session.as_str());
-        std::fs::create_dir_all(&log_dir)?;
         let (notify_tx, notify_rx) = mpsc::channel(1024);
         Ok(Arc::new(Self {
             log_dir,
@@ -144,6 +144,7 @@ impl TaskRegistry {
         hold: Option<crate::limits::HoldGuard>,
     ) -> Result<TaskInfo, TaskError> {
         let task_id = format!("task_{}", uuid::Uuid::new_v4().simple());
+        std::fs::create_dir_all(&self.log_dir)?;
         let log_path = self.log_dir.join(format!("{task_id}.log"));
         let log = std::fs::File::create(&log_path)?;
         let mut child = tokio::process::Command::new(&spec.program)
