@@ -50,7 +50,11 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
+            .busy_timeout(Duration::from_secs(10))
+            // A checkpoint copies every page changed since the last one back into the
+            // database; at 4,000 pages (16 MiB of WAL) instead of 1,000 the hot pages (session
+            // rows, index roots) are copied a quarter as often.
+            .pragma("wal_autocheckpoint", "4000");
         if let Some(parent) = connect.get_filename().parent()
             && !parent.as_os_str().is_empty()
         {
