@@ -102,7 +102,7 @@ async fn fan_out() {
             run_id: None,
             created_at: chrono::Utc::now(),
         };
-        bus.publish(&session, &[record]);
+        bus.publish(&session, vec![record]);
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let mut latencies = Vec::new();

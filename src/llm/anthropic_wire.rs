@@ -118,7 +118,13 @@ impl<'a> WireRequest<'a> {
 /// its address), so a new list can never be mistaken for it.
 #[derive(Default)]
 pub struct ToolsJson {
-    last: Mutex<Option<(Arc<[ToolSpec]>, Arc<RawValue>)>>,
+    last: Mutex<Option<SerialisedTools>>,
+}
+
+/// A tool list and its JSON.
+struct SerialisedTools {
+    list: Arc<[ToolSpec]>,
+    json: Arc<RawValue>,
 }
 
 impl ToolsJson {
@@ -129,13 +135,16 @@ impl ToolsJson {
             return Ok(None);
         }
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((list, json)) = last.as_ref()
-            && Arc::ptr_eq(list, tools)
+        if let Some(kept) = last.as_ref()
+            && Arc::ptr_eq(&kept.list, tools)
         {
-            return Ok(Some(json.clone()));
+            return Ok(Some(kept.json.clone()));
         }
         let json: Arc<RawValue> = serde_json::value::to_raw_value(&**tools)?.into();
-        *last = Some((tools.clone(), json.clone()));
+        *last = Some(SerialisedTools {
+            list: tools.clone(),
+            json: json.clone(),
+        });
         Ok(Some(json))
     }
 }
