@@ -93,16 +93,8 @@ impl<'a> WireRequest<'a> {
         tools: Option<Arc<RawValue>>,
     ) -> Self {
         Self {
-            model: if request.model.is_empty() {
-                model
-            } else {
-                &request.model
-            },
-            max_tokens: if request.max_tokens == 0 {
-                max_tokens
-            } else {
-                request.max_tokens
-            },
+            model: request.model_or(model),
+            max_tokens: request.max_tokens_or(max_tokens),
             messages: request.messages.iter().map(WireMessage::of).collect(),
             stream: true,
             system: request.system.as_deref().filter(|s| !s.is_empty()),

@@ -166,17 +166,9 @@ impl<'a> WireRequest<'a> {
             wire_messages(message, &mut messages);
         }
         Self {
-            model: if request.model.is_empty() {
-                model
-            } else {
-                &request.model
-            },
+            model: request.model_or(model),
             messages,
-            max_tokens: if request.max_tokens == 0 {
-                max_tokens
-            } else {
-                request.max_tokens
-            },
+            max_tokens: request.max_tokens_or(max_tokens),
             stream: true,
             stream_options: StreamOptions {
                 include_usage: true,

@@ -35,6 +35,26 @@ pub struct ModelRequest {
     pub temperature: Option<f32>,
 }
 
+impl ModelRequest {
+    /// The model to send: the request's, or `default` (the provider's) when it leaves it unset.
+    pub fn model_or<'a>(&'a self, default: &'a str) -> &'a str {
+        if self.model.is_empty() {
+            default
+        } else {
+            &self.model
+        }
+    }
+
+    /// The output limit to send: the request's, or `default` (the provider's) when it is 0.
+    pub fn max_tokens_or(&self, default: u32) -> u32 {
+        if self.max_tokens == 0 {
+            default
+        } else {
+            self.max_tokens
+        }
+    }
+}
+
 /// Token usage of one model turn. `input_tokens` excludes cached prompt tokens, which are
 /// counted in `cache_read_tokens` / `cache_write_tokens`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

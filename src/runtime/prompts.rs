@@ -148,7 +148,7 @@ impl SessionRuntime {
     /// Applies the session's `approvals.on_new_prompt` when its run waits on approvals:
     /// `reject` refuses the prompt; `deny` decides the pending requests as denied (the run
     /// reads the denial and goes on to its end) and puts the prompt first in line.
-    pub(super) async fn pending_approval_policy(
+    async fn pending_approval_policy(
         &self,
         session: &SessionRecord,
         policy: BusyPolicy,

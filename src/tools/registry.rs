@@ -125,8 +125,8 @@ impl ToolRegistry {
     /// Removes a tool; returns it when it was registered.
     pub fn unregister(&mut self, name: &str) -> Option<DynTool> {
         let table = Arc::make_mut(&mut self.table);
-        table.visible = Default::default();
         let removed = table.by_name.remove(name)?;
+        table.visible = Default::default();
         table.order.retain(|known| known != name);
         Some(removed.tool.clone())
     }
