@@ -1066,3 +1066,34 @@ async fn cancels_are_recorded_for_the_replica_holding_the_run(store: Arc<dyn Sto
             .is_empty()
     );
 }
+
+/// The session admission count and the idle-expiry sweep read only active sessions (migration
+/// 0016): SQLite's planner answers both from the partial indexes, not by scanning every
+/// session the tenant ever had.
+#[tokio::test]
+async fn active_sessions_are_counted_and_swept_through_their_own_indexes() {
+    let (store, dir) = sqlite_store().await;
+    drop(store);
+    let db = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
+    let plan = |sql: &str, params: &[&str]| -> String {
+        let mut statement = db.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows = statement
+            .query_map(rusqlite::params_from_iter(params), |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap();
+        rows.map(Result::unwrap).collect::<Vec<_>>().join("; ")
+    };
+    let count = plan(
+        "SELECT count(*) FROM sessions WHERE tenant_id = ? AND status = 'active'",
+        &["tenant"],
+    );
+    assert!(count.contains("sessions_tenant_active"), "{count}");
+    let idle = plan(
+        "SELECT id, tenant_id FROM sessions WHERE status = 'active' AND updated_at < ? \
+         ORDER BY updated_at LIMIT ?",
+        &["2026-01-01T00:00:00Z", "10"],
+    );
+    assert!(idle.contains("sessions_idle_active"), "{idle}");
+    assert!(!idle.contains("TEMP B-TREE"), "sorted by the index: {idle}");
+}
