@@ -13,9 +13,12 @@
 //! Settings: `NOA_BENCH_MESSAGES` (default 10,000), `NOA_BENCH_ITERATIONS` (default 200).
 
 use async_trait::async_trait;
+use norma::ids::SessionId;
 use norma::message::{ContentBlock, Message, Role, ToolResultBlock};
 use norma::noa::compress::{self, RangeRequest};
+use norma::noa::kept::KeptViews;
 use norma::noa::pipeline::{STEPS, Turn};
+use norma::noa::session::Keep;
 use norma::noa::session::NoaBackend;
 use norma::noa::{NoaSession, NoaSettings, NoaState};
 use norma::store::{NewNoaArchive, NoaArchiveRecord, StoreError};
@@ -57,17 +60,58 @@ fn session(
     read_only: &HashSet<String>,
     state: &NoaState,
 ) -> Arc<NoaSession> {
+    session_kept(settings, read_only, state, None)
+}
+
+/// A session loaded with `state`, taking the view cache its last run kept in `views`.
+fn session_kept(
+    settings: &NoaSettings,
+    read_only: &HashSet<String>,
+    state: &NoaState,
+    views: Option<&Arc<KeptViews>>,
+) -> Arc<NoaSession> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
     let backend = Arc::new(Stored(Some(serde_json::to_value(state).expect("state"))));
+    let keep = views.map(|views| Keep {
+        views: views.clone(),
+        session: SessionId::from_string("ses_bench"),
+    });
     runtime
-        .block_on(NoaSession::load(
+        .block_on(NoaSession::load_kept(
             settings.clone(),
             read_only.clone(),
             backend,
+            keep,
         ))
         .expect("load")
+}
+
+/// The first request of each of `iterations` runs of one session whose view cache is kept
+/// between runs; every run reads its history again (the two copies alternate, so each run's
+/// messages are other allocations than the last run's, as when read from the store).
+fn measure_later_runs(
+    name: &str,
+    iterations: usize,
+    settings: &NoaSettings,
+    read_only: &HashSet<String>,
+    state: &NoaState,
+    history: &[Message],
+) {
+    let copies = [history.to_vec(), history.to_vec()];
+    let views = Arc::new(KeptViews::default());
+    session_kept(settings, read_only, state, Some(&views)).build_view(&copies[1], None);
+    let mut times = Vec::with_capacity(iterations);
+    let mut view = 0;
+    for iteration in 0..iterations {
+        let session = session_kept(settings, read_only, state, Some(&views));
+        let started = Instant::now();
+        view = std::hint::black_box(session.build_view(&copies[iteration % 2], None).len());
+        times.push(started.elapsed());
+        assert_eq!(session.cache_rebuilds(), 1, "the kept cache is adopted");
+    }
+    report(name, times, view);
 }
 
 fn history(messages: usize) -> Vec<Message> {
@@ -151,6 +195,10 @@ fn measure(name: &str, iterations: usize, mut f: impl FnMut() -> usize) {
         view = std::hint::black_box(f());
         times.push(started.elapsed());
     }
+    report(name, times, view);
+}
+
+fn report(name: &str, mut times: Vec<Duration>, view: usize) {
     times.sort();
     let median = times[times.len() / 2];
     let p99 = times[(times.len() * 99 / 100).min(times.len() - 1)];
@@ -195,6 +243,15 @@ fn main() {
         view
     });
 
+    measure_later_runs(
+        "all live, first request of a later run",
+        iterations,
+        &settings,
+        &read_only,
+        &first,
+        &history,
+    );
+
     let state = compressed(&settings, &read_only, &history);
     println!("  {} compressions", state.compressions.len());
     let steady = session(&settings, &read_only, &state);
@@ -212,6 +269,15 @@ fn main() {
         used.push(session);
         view
     });
+
+    measure_later_runs(
+        "90% compressed, first request of a later run",
+        iterations,
+        &settings,
+        &read_only,
+        &state,
+        &history,
+    );
 
     let base = history.len() - iterations.min(history.len() / 10);
     let mut growing = state.clone();

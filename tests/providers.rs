@@ -51,7 +51,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
     ModelRequest {
         model: "test-model".into(),
         system: Some("You are a test.".into()),
-        messages,
+        messages: messages.into_iter().map(std::sync::Arc::new).collect(),
         tools: vec![ToolSpec {
             name: "Read".into(),
             description: "Read a file".into(),

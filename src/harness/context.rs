@@ -13,7 +13,9 @@
 //! the provider's exact input tokens through `observe_usage`.
 
 use crate::message::{ContentBlock, Message, Role};
+use std::borrow::Borrow;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// A pluggable compactor / context view.
 #[async_trait::async_trait]
@@ -21,11 +23,11 @@ pub trait ContextPolicy: Send + Sync {
     /// May rewrite the in-memory history before a request.
     fn pre(&self, _history: &mut Vec<Message>) {}
     /// The full request view, when this policy decides it.
-    fn view(&self, _history: &[Message]) -> Option<Vec<Message>> {
+    fn view(&self, _history: &[Message]) -> Option<Vec<Arc<Message>>> {
         None
     }
     /// A view for the single retry after a context overflow.
-    fn reactive(&self, _history: &[Message]) -> Option<Vec<Message>> {
+    fn reactive(&self, _history: &[Message]) -> Option<Vec<Arc<Message>>> {
         None
     }
     /// Called once the view of a request is built, before it is sent: persists the policy's
@@ -38,10 +40,10 @@ pub trait ContextPolicy: Send + Sync {
 }
 
 /// Rough token estimate used for the compaction threshold: four characters per token.
-pub fn estimate_tokens(messages: &[Message]) -> u64 {
+pub fn estimate_tokens<M: Borrow<Message>>(messages: &[M]) -> u64 {
     let chars: usize = messages
         .iter()
-        .flat_map(|m| &m.content)
+        .flat_map(|m| &m.borrow().content)
         .map(block_chars)
         .sum();
     (chars as u64).div_ceil(4)
@@ -59,53 +61,79 @@ pub fn block_chars(block: &ContentBlock) -> usize {
     }
 }
 
-/// Keeps tool_use/tool_result pairs whole: drops tool_result blocks whose tool_use is not in
-/// the view, and tool_use blocks with no result in a later message — except in the last
-/// assistant message, whose calls are being answered. Messages left empty are removed.
-pub fn pair_tool_blocks(mut messages: Vec<Message>) -> Vec<Message> {
-    let last_assistant = messages.iter().rposition(|m| m.role == Role::Assistant);
-    // The blocks to drop, found over borrowed ids (nothing is copied when every pair is whole).
-    let unpaired: Vec<(usize, usize)> = {
-        let uses: HashSet<&str> = messages
-            .iter()
-            .flat_map(|m| m.tool_uses().map(|(id, _, _)| id))
-            .collect();
-        let results: HashSet<&str> = messages
-            .iter()
-            .flat_map(|m| &m.content)
-            .filter_map(|block| match block {
-                ContentBlock::ToolResult(result) => Some(result.tool_use_id.as_str()),
-                _ => None,
-            })
-            .collect();
-        let mut unpaired = Vec::new();
-        for (index, message) in messages.iter().enumerate() {
-            let answering = Some(index) == last_assistant;
-            for (at, block) in message.content.iter().enumerate() {
-                let keep = match block {
-                    ContentBlock::ToolResult(result) => uses.contains(result.tool_use_id.as_str()),
-                    ContentBlock::ToolUse { id, .. } => answering || results.contains(id.as_str()),
-                    _ => true,
-                };
-                if !keep {
-                    unpaired.push((index, at));
-                }
+/// The blocks [`pair_tool_blocks`] drops, as (message index, block index), in order: found
+/// over borrowed ids, so nothing is copied when every pair is whole.
+fn unpaired_blocks<M: Borrow<Message>>(messages: &[M]) -> Vec<(usize, usize)> {
+    let last_assistant = messages
+        .iter()
+        .rposition(|m| m.borrow().role == Role::Assistant);
+    let uses: HashSet<&str> = messages
+        .iter()
+        .flat_map(|m| m.borrow().tool_uses().map(|(id, _, _)| id))
+        .collect();
+    let results: HashSet<&str> = messages
+        .iter()
+        .flat_map(|m| &m.borrow().content)
+        .filter_map(|block| match block {
+            ContentBlock::ToolResult(result) => Some(result.tool_use_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut unpaired = Vec::new();
+    for (index, message) in messages.iter().enumerate() {
+        let answering = Some(index) == last_assistant;
+        for (at, block) in message.borrow().content.iter().enumerate() {
+            let keep = match block {
+                ContentBlock::ToolResult(result) => uses.contains(result.tool_use_id.as_str()),
+                ContentBlock::ToolUse { id, .. } => answering || results.contains(id.as_str()),
+                _ => true,
+            };
+            if !keep {
+                unpaired.push((index, at));
             }
         }
-        unpaired
-    };
+    }
+    unpaired
+}
+
+/// Keeps tool_use/tool_result pairs whole: drops tool_result blocks whose tool_use is not in
+/// the view, and tool_use blocks with no result in a later message — except in the last
+/// assistant message, whose calls are being answered. Messages left empty are removed. A
+/// shared message is copied only if a block of it is dropped.
+pub fn pair_tool_blocks(mut messages: Vec<Arc<Message>>) -> Vec<Arc<Message>> {
+    let unpaired = unpaired_blocks(&messages);
     // Last first, so that the positions still to remove stay valid.
     for &(index, at) in unpaired.iter().rev() {
-        messages[index].content.remove(at);
+        Arc::make_mut(&mut messages[index]).content.remove(at);
     }
-    messages.retain(|message| !message.content.is_empty());
+    if !unpaired.is_empty() {
+        messages.retain(|message| !message.content.is_empty());
+    }
     messages
 }
 
 /// The default request view: messages from the last compaction boundary on (the boundary
 /// index is into `history`), pairs whole.
-pub fn default_view(history: &[Message], boundary: usize) -> Vec<Message> {
-    pair_tool_blocks(history[boundary.min(history.len())..].to_vec())
+pub fn default_view(history: &[Message], boundary: usize) -> Vec<Arc<Message>> {
+    pair_tool_blocks(
+        history[boundary.min(history.len())..]
+            .iter()
+            .cloned()
+            .map(Arc::new)
+            .collect(),
+    )
+}
+
+/// [`estimate_tokens`] of [`default_view`], without building the view.
+pub fn default_view_tokens(history: &[Message], boundary: usize) -> u64 {
+    let view = &history[boundary.min(history.len())..];
+    let unpaired = unpaired_blocks(view);
+    let dropped: usize = unpaired
+        .iter()
+        .map(|&(index, at)| block_chars(&view[index].content[at]))
+        .sum();
+    let chars: usize = view.iter().flat_map(|m| &m.content).map(block_chars).sum();
+    ((chars - dropped) as u64).div_ceil(4)
 }
 
 /// Where the current run's messages start: the last user message that carries text and no
@@ -165,20 +193,31 @@ mod tests {
 
     #[test]
     fn view_starts_at_the_boundary_and_drops_orphan_results() {
+        let long_result = Message {
+            role: Role::User,
+            content: vec![ContentBlock::ToolResult(ToolResultBlock::ok(
+                "a",
+                "x".repeat(400),
+            ))],
+        };
         let history = vec![
             Message::user_text("old"),
             use_msg("a"),
-            result_msg("a"),
+            long_result,
             Message::user_text("summary"),
             use_msg("b"),
             result_msg("b"),
         ];
         let view = default_view(&history, 3);
         assert_eq!(view.len(), 3);
-        assert_eq!(view[0], Message::user_text("summary"));
+        assert_eq!(*view[0], Message::user_text("summary"));
+        assert_eq!(default_view_tokens(&history, 3), estimate_tokens(&view));
         // A boundary that would split a pair drops the orphan result instead of sending it.
         let split = default_view(&history, 2);
-        assert_eq!(split[0], Message::user_text("summary"));
+        assert_eq!(*split[0], Message::user_text("summary"));
+        assert_eq!(split.len(), 3);
+        assert_eq!(default_view_tokens(&history, 2), estimate_tokens(&split));
+        assert!(default_view_tokens(&history, 2) < estimate_tokens(&history[2..]));
     }
 
     #[test]
@@ -189,9 +228,19 @@ mod tests {
             Message::user_text("more"),
             use_msg("b"),
         ];
-        let view = pair_tool_blocks(history);
+        let shared: Vec<Arc<Message>> = history.into_iter().map(Arc::new).collect();
+        let view = pair_tool_blocks(shared.clone());
         assert_eq!(view.len(), 3, "the stale unanswered call is gone");
-        assert_eq!(view[2], use_msg("b"));
+        assert_eq!(*view[2], use_msg("b"));
+        assert!(
+            Arc::ptr_eq(&view[2], &shared[3]),
+            "a whole message is not copied"
+        );
+        assert_eq!(
+            shared[1].content.len(),
+            1,
+            "a shared message is never changed in place"
+        );
     }
 
     #[test]

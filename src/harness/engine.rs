@@ -6,7 +6,7 @@
 //! recorded `continue` / `terminal` event. Usage comes from the run's action ledger.
 
 use crate::harness::context::{
-    self, ContextPolicy, SUMMARY_INSTRUCTION, estimate_tokens, last_safe_cut, summary_message,
+    self, ContextPolicy, SUMMARY_INSTRUCTION, last_safe_cut, summary_message,
 };
 use crate::harness::ledger::{RunLedger, Usage};
 use crate::harness::scheduler::{PendingCall, Scheduler, SchedulerEvent};
@@ -179,7 +179,7 @@ impl Engine {
             ..AfterResponse::default()
         };
         let mut reason: Option<ContinueReason> = None;
-        let mut reactive_view: Option<Vec<Message>> = None;
+        let mut reactive_view: Option<Vec<Arc<Message>>> = None;
         let mut request_index: u32 = 0;
         loop {
             request_index += 1;
@@ -399,7 +399,7 @@ impl Engine {
         next: &ContinueReason,
         state: &mut AfterResponse,
         history: &mut RunHistory,
-        reactive_view: &mut Option<Vec<Message>>,
+        reactive_view: &mut Option<Vec<Arc<Message>>>,
         ledger: &mut RunLedger,
         cancel: &CancellationToken,
     ) -> Result<Option<String>, HostError> {
@@ -475,7 +475,7 @@ impl Engine {
         })
     }
 
-    fn request_view(&self, history: &mut RunHistory) -> Vec<Message> {
+    fn request_view(&self, history: &mut RunHistory) -> Vec<Arc<Message>> {
         if let Some(policy) = &self.policy {
             policy.pre(&mut history.messages);
             if let Some(view) = policy.view(&history.messages) {
@@ -498,8 +498,7 @@ impl Engine {
         let Some(threshold) = self.config.compaction_threshold else {
             return Ok(());
         };
-        let view = context::default_view(&history.messages, history.boundary);
-        let tokens_before = estimate_tokens(&view);
+        let tokens_before = context::default_view_tokens(&history.messages, history.boundary);
         if !force && tokens_before <= threshold {
             return Ok(());
         }
@@ -515,7 +514,7 @@ impl Engine {
             return Ok(()); // nothing before the current run to summarise
         }
         let mut older = context::default_view(&history.messages[..cut], history.boundary);
-        older.push(Message::user_text(SUMMARY_INSTRUCTION));
+        older.push(Arc::new(Message::user_text(SUMMARY_INSTRUCTION)));
         let request = ModelRequest {
             model: self.config.model.clone(),
             system: None,
@@ -562,8 +561,7 @@ impl Engine {
             .messages
             .extend(appends.iter().map(|a| a.message.clone()));
         history.boundary = new_boundary;
-        let tokens_after =
-            estimate_tokens(&context::default_view(&history.messages, history.boundary));
+        let tokens_after = context::default_view_tokens(&history.messages, history.boundary);
         self.host
             .commit(
                 appends,

@@ -257,7 +257,15 @@ enum Response {
 #[derive(Default)]
 struct Turns {
     responses: Mutex<VecDeque<Response>>,
-    requests: Mutex<Vec<ModelRequest>>,
+    requests: Mutex<Vec<Recorded>>,
+}
+
+/// A request as the provider saw it, its messages unshared for comparisons.
+#[derive(Clone, Debug)]
+struct Recorded {
+    messages: Vec<Message>,
+    tools: Arc<[crate::llm::ToolSpec]>,
+    max_tokens: u32,
 }
 
 impl std::fmt::Debug for Turns {
@@ -274,7 +282,7 @@ impl Turns {
         })
     }
 
-    fn requests(&self) -> Vec<ModelRequest> {
+    fn requests(&self) -> Vec<Recorded> {
         self.requests.lock().unwrap().clone()
     }
 }
@@ -290,7 +298,11 @@ impl Provider for Turns {
         request: &ModelRequest,
         cancel: &CancellationToken,
     ) -> Result<ItemStream, ProviderError> {
-        self.requests.lock().unwrap().push(request.clone());
+        self.requests.lock().unwrap().push(Recorded {
+            messages: request.messages.iter().map(|m| Message::clone(m)).collect(),
+            tools: request.tools.clone(),
+            max_tokens: request.max_tokens,
+        });
         let response = self
             .responses
             .lock()
@@ -1137,14 +1149,14 @@ async fn below_the_threshold_nothing_is_compacted() {
 struct LastOnly;
 
 impl ContextPolicy for LastOnly {
-    fn view(&self, history: &[Message]) -> Option<Vec<Message>> {
-        let last = history.last()?.clone();
-        Some(vec![Message::user_text("[custom view]"), last])
+    fn view(&self, history: &[Message]) -> Option<Vec<Arc<Message>>> {
+        let last = Arc::new(history.last()?.clone());
+        Some(vec![Arc::new(Message::user_text("[custom view]")), last])
     }
 
-    fn reactive(&self, history: &[Message]) -> Option<Vec<Message>> {
-        let last = history.last()?.clone();
-        Some(vec![Message::user_text("[reactive view]"), last])
+    fn reactive(&self, history: &[Message]) -> Option<Vec<Arc<Message>>> {
+        let last = Arc::new(history.last()?.clone());
+        Some(vec![Arc::new(Message::user_text("[reactive view]")), last])
     }
 }
 

@@ -95,7 +95,11 @@ impl<'a> WireRequest<'a> {
         Self {
             model: request.model_or(model),
             max_tokens: request.max_tokens_or(max_tokens),
-            messages: request.messages.iter().map(WireMessage::of).collect(),
+            messages: request
+                .messages
+                .iter()
+                .map(|m| WireMessage::of(m))
+                .collect(),
             stream: true,
             system: request.system.as_deref().filter(|s| !s.is_empty()),
             tools,
@@ -247,7 +251,10 @@ mod tests {
                     role: Role::Assistant,
                     content: vec![],
                 },
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             tools: vec![ToolSpec {
                 name: "Read".into(),
                 description: "reads".into(),

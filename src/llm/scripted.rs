@@ -555,7 +555,7 @@ mod noa_tests {
         ModelRequest {
             model: "scripted".into(),
             system: None,
-            messages,
+            messages: messages.into_iter().map(std::sync::Arc::new).collect(),
             tools: Default::default(),
             max_tokens: 100,
             temperature: None,

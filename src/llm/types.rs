@@ -24,8 +24,10 @@ pub struct ModelRequest {
     pub model: String,
     /// System prompt, travelling beside the messages.
     pub system: Option<String>,
-    /// History after the last compaction boundary, tool_use/tool_result pairs intact.
-    pub messages: Vec<Message>,
+    /// History after the last compaction boundary, tool_use/tool_result pairs intact. Shared:
+    /// a context policy hands out the messages it rendered for an earlier request again
+    /// instead of copying them per request.
+    pub messages: Vec<std::sync::Arc<Message>>,
     /// Tools offered to the model: shared with the registry that built them (one list per
     /// registry, not a copy per request).
     pub tools: std::sync::Arc<[ToolSpec]>,

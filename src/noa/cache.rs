@@ -21,9 +21,23 @@
 //! [`blocks_of`](super::state::blocks_of) over the same history and state, which the property
 //! tests check over random histories, batches and appends.
 //!
-//! Memory: a few words per message and per block, and one entry per mutating tool name;
-//! the cache lives with one run's Noa session and is dropped with it.
+//! It also keeps the messages the last view sent ([`RenderedMessages`]), dropped with the
+//! rest whenever the cache starts over.
+//!
+//! **Across runs.** A run's Noa session hands its cache to the runtime's
+//! [`KeptViews`](super::kept::KeptViews) when the run ends, and the session's next run takes
+//! it back when the stored Noa state still has the version it was kept with. That run reads
+//! its history from the store again, so the covered messages are new allocations: the first
+//! request *adopts* them ([`ViewCache::adopt`]) — the same count or more, and each covered
+//! message with the same role and number of content blocks — instead of comparing addresses.
+//! That relies on what the store guarantees: a session's history is append-only (messages
+//! are numbered by their sequence, never changed, never deleted) and the Noa state version
+//! changes with every write of the state.
+//!
+//! Memory: a few words per message and per block, one entry per mutating tool name, and the
+//! messages of one view ([`ViewCache::bytes`] estimates it).
 
+use super::rendered::RenderedMessages;
 use super::state::{Block, NoaState, Tier, cut_block, mutating_calls};
 use crate::message::{Message, Role};
 use std::collections::{HashMap, HashSet};
@@ -62,12 +76,48 @@ pub struct ViewCache {
     latest: HashMap<String, usize>,
     /// Requests that had to start over (tests and diagnostics).
     rebuilds: u64,
+    /// The messages the last view sent.
+    rendered: RenderedMessages,
+    /// Kept from an earlier run: the next request adopts the covered messages.
+    adopted: bool,
 }
 
 impl ViewCache {
     /// How many times the cache started over (the first request counts).
     pub fn rebuilds(&self) -> u64 {
         self.rebuilds
+    }
+
+    /// Marks a cache kept from an earlier run (see the module doc).
+    pub fn adopt(&mut self) {
+        self.adopted = true;
+    }
+
+    /// Roughly the heap bytes this cache holds.
+    pub fn bytes(&self) -> usize {
+        self.identity.len() * (std::mem::size_of::<Identity>() + 4)
+            + self.blocks.len() * std::mem::size_of::<Block>()
+            + self
+                .absorbed
+                .iter()
+                .map(|runs| runs.len() * 8 + 24)
+                .sum::<usize>()
+            + self
+                .latest
+                .keys()
+                .map(|name| name.len() + 32)
+                .sum::<usize>()
+            + self.rendered.bytes()
+    }
+
+    /// The messages the last view sent (the cache keeps none until [`Self::keep_rendered`]).
+    pub fn take_rendered(&mut self) -> RenderedMessages {
+        std::mem::take(&mut self.rendered)
+    }
+
+    /// Keeps the messages a view sent, for the next request.
+    pub fn keep_rendered(&mut self, rendered: RenderedMessages) {
+        self.rendered = rendered;
     }
 
     /// The blocks of `history[..rendered]` with their tiers, as
@@ -81,6 +131,9 @@ impl ViewCache {
         read_only: &HashSet<String>,
     ) -> Vec<Block> {
         let rendered = rendered.min(history.len()).min(state.snapshots.len());
+        if std::mem::take(&mut self.adopted) {
+            self.rebind(history);
+        }
         if !self.valid(history, state, rendered, read_only) {
             *self = Self {
                 read_only: Some(read_only.clone()),
@@ -102,6 +155,25 @@ impl ViewCache {
             blocks[index].tier = Tier::Hard;
         }
         blocks
+    }
+
+    /// Takes the covered messages of a run's history read again from the store as the ones
+    /// covered, when they match in count, role and number of content blocks (see the module
+    /// doc); otherwise the cache stays as it was and is found invalid.
+    fn rebind(&mut self, history: &[Message]) {
+        let covered = self.identity.len();
+        let same = history.len() >= covered
+            && history[..covered]
+                .iter()
+                .zip(&self.identity)
+                .all(|(message, identity)| {
+                    message.role == identity.role && message.content.len() == identity.blocks
+                });
+        if same {
+            for (identity, message) in self.identity.iter_mut().zip(history) {
+                *identity = Identity::of(message);
+            }
+        }
     }
 
     /// Whether everything the cache covers is unchanged (see the module doc).

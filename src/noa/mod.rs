@@ -42,8 +42,10 @@
 
 pub mod cache;
 pub mod compress;
+pub mod kept;
 pub mod pipeline;
 mod render;
+mod rendered;
 pub mod session;
 pub mod settings;
 pub mod state;

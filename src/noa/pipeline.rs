@@ -19,11 +19,13 @@
 use super::cache::ViewCache;
 pub use super::render::{marked, summary_message, summary_tokens};
 use super::render::{prune_message, pruned_tokens, render_live};
+use super::rendered::Renderer;
 use super::settings::NoaSettings;
 use super::state::{Block, Calibration, NoaState, Tier, blocks_of, message_tokens};
 use crate::message::{ContentBlock, Message, Role};
 use crate::run_event::{self, RunEvent};
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// How an item's message is made. Messages are rendered only when the view is sent
 /// ([`Turn::messages`]), so what the steps drop (truncation above all) is never copied; the
@@ -143,11 +145,35 @@ impl<'a> Turn<'a> {
         }
     }
 
-    /// The view's messages.
-    pub fn messages(&self) -> Vec<Message> {
-        crate::harness::context::pair_tool_blocks(
-            self.items.iter().map(|item| self.message(item)).collect(),
-        )
+    /// The view's messages. With a cache, the messages the last view sent are shared, not
+    /// rendered again ([`super::rendered`]).
+    pub fn messages(&mut self) -> Vec<Arc<Message>> {
+        let previous = self
+            .cache
+            .as_deref_mut()
+            .map(ViewCache::take_rendered)
+            .unwrap_or_default();
+        let mut renderer = Renderer::new(previous);
+        let messages = self
+            .items
+            .iter()
+            .map(|item| match &item.render {
+                Render::Live(position) => {
+                    renderer.live(*position, None, item.tokens, || self.message(item))
+                }
+                Render::Pruned { position, about } => {
+                    renderer.live(*position, Some(*about), item.tokens, || self.message(item))
+                }
+                Render::Summary(index) => {
+                    renderer.summary(*index, item.tokens, || self.message(item))
+                }
+                Render::Owned(message) => Arc::new(message.clone()),
+            })
+            .collect();
+        if let Some(cache) = self.cache.as_deref_mut() {
+            cache.keep_rendered(renderer.finish());
+        }
+        crate::harness::context::pair_tool_blocks(messages)
     }
 
     /// Renders item `index` so that a step can change its message.

@@ -6,6 +6,7 @@ use super::state::{Compression, NoaState, Tier};
 use super::test_support::*;
 use crate::message::{ContentBlock, Message};
 use crate::run_event::RunEvent;
+use std::sync::Arc;
 
 fn settings() -> NoaSettings {
     NoaSettings {
@@ -20,7 +21,7 @@ fn settings() -> NoaSettings {
 }
 
 struct Outcome {
-    view: Vec<Message>,
+    view: Vec<Arc<Message>>,
     events: Vec<RunEvent>,
     state: NoaState,
 }
@@ -43,7 +44,7 @@ fn run_with(
     }
 }
 
-fn text_of(view: &[Message]) -> String {
+fn text_of(view: &[Arc<Message>]) -> String {
     serde_json::to_string(view).unwrap()
 }
 

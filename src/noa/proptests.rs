@@ -75,7 +75,7 @@ fn batch_of(raw: &[(u8, u8, u8)], len: usize) -> Vec<RangeRequest> {
 }
 
 /// Tool_use ids and tool_result ids of a view pair up (the last assistant message may wait).
-fn pairs_whole(view: &[Message]) -> bool {
+fn pairs_whole(view: &[Arc<Message>]) -> bool {
     let mut uses = HashSet::new();
     let mut results = HashSet::new();
     for message in view {
@@ -167,7 +167,12 @@ fn cache_settings() -> NoaSettings {
 }
 
 /// One request's outcome: the view, the events, the blocks and the estimate.
-type Outcome = (Vec<Message>, Vec<RunEvent>, Vec<super::state::Block>, u64);
+type Outcome = (
+    Vec<Arc<Message>>,
+    Vec<RunEvent>,
+    Vec<super::state::Block>,
+    u64,
+);
 
 fn request(
     history: &[Message],
@@ -459,4 +464,135 @@ proptest! {
             "{} rebuilds for {} changes under the cache", cache.rebuilds(), changed_under
         );
     }
+}
+
+/// One run of a session kept across runs: what happens before each of its requests.
+#[derive(Clone, Debug)]
+struct RunScript {
+    /// New messages before the run (its prompt and what the last run's turns added).
+    append: Vec<Step>,
+    /// A batch after the first request of the run.
+    compress: Option<Vec<(u8, u8, u8)>>,
+    /// The provider's exact count of the run's last request (left unsaved, like a run's last
+    /// response).
+    calibrate: Option<u16>,
+}
+
+fn run_script() -> impl Strategy<Value = RunScript> {
+    (
+        prop::collection::vec(step(), 0..6),
+        prop::option::of(prop::collection::vec(
+            (any::<u8>(), any::<u8>(), 1u8..120),
+            1..4,
+        )),
+        prop::option::of(1u16..4000),
+    )
+        .prop_map(|(append, compress, calibrate)| RunScript {
+            append,
+            compress,
+            calibrate,
+        })
+}
+
+/// One request of a live session, checked against a from-scratch computation over the same
+/// state: the view and the state after it must be equal.
+fn checked_view(
+    session: &NoaSession,
+    history: &[Message],
+) -> Result<Vec<Arc<Message>>, TestCaseError> {
+    let mut scratch_state = session.state();
+    let scratch = request(history, &mut scratch_state, None, None);
+    let view = session.build_view(history, None);
+    prop_assert_eq!(&view, &scratch.0);
+    prop_assert_eq!(session.state(), scratch_state);
+    Ok(view)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(1516),
+        ..ProptestConfig::default()
+    })]
+
+    /// A view cache kept across runs ([`super::kept::KeptViews`]) never changes a request:
+    /// each run reads its history again (new allocations, as from the store), adopts the kept
+    /// cache and gives the same views as a from-scratch computation; it starts over only on
+    /// the first run. Within a run, a request shares every message the previous request sent
+    /// but the two it makes each time (the truncation marker, the nudged last message).
+    #[test]
+    fn a_view_cache_kept_across_runs_equals_the_view_from_scratch(
+        steps in prop::collection::vec(step(), 0..30),
+        runs in prop::collection::vec(run_script(), 1..6),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let backend = Arc::new(MemoryBackend::default());
+            let views = Arc::new(super::kept::KeptViews::default());
+            let mut history = build(&steps, false);
+            let mut rebuilds = 0;
+            for run in &runs {
+                history.extend(build(&run.append, false).into_iter().skip(1));
+                // Read again from the store: every message a new allocation.
+                let read: Vec<Message> = history.clone();
+                *backend.history.lock().unwrap() = read.clone();
+                let keep = super::session::Keep {
+                    views: views.clone(),
+                    session: crate::ids::SessionId::from_string("ses_kept"),
+                };
+                let session = NoaSession::load_kept(cache_settings(), read_only(), backend.clone(), Some(keep))
+                    .await
+                    .unwrap();
+                let first = checked_view(&session, &read)?;
+                session.settle().await.unwrap();
+                let again = checked_view(&session, &read)?;
+                let shared = first.iter().zip(&again).filter(|(a, b)| Arc::ptr_eq(a, b)).count();
+                // The truncation marker and the nudged last message are made per request.
+                prop_assert!(shared + 2 >= again.len(), "{} of {} shared", shared, again.len());
+                if let Some(raw) = &run.compress {
+                    let blocks = request(&read, &mut session.state(), None, None).2;
+                    let _ = session.compress(&aligned_batch(raw, &blocks)).await;
+                    checked_view(&session, &read)?;
+                    session.settle().await.unwrap();
+                }
+                if let Some(exact) = run.calibrate {
+                    session.observe_usage(u64::from(exact));
+                }
+                rebuilds = session.cache_rebuilds();
+            }
+            prop_assert_eq!(rebuilds, 1, "only the first run builds from scratch");
+            Ok(())
+        })?;
+    }
+}
+
+#[tokio::test]
+async fn a_kept_cache_is_not_adopted_by_a_history_of_another_shape() {
+    let backend = Arc::new(MemoryBackend::default());
+    let views = Arc::new(super::kept::KeptViews::default());
+    let keep = || super::session::Keep {
+        views: views.clone(),
+        session: crate::ids::SessionId::from_string("ses_shape"),
+    };
+    let history = build(&[Step::Read(500), Step::Write(400), Step::Prompt], false);
+    let session =
+        NoaSession::load_kept(cache_settings(), read_only(), backend.clone(), Some(keep()))
+            .await
+            .unwrap();
+    session.build_view(&history, None);
+    session.settle().await.unwrap();
+    drop(session);
+    assert_eq!(views.usage().0, 1, "handed back when the run ends");
+    // The same count of messages, one of them with another number of blocks.
+    let mut other = history.clone();
+    other[1].content.pop();
+    let session =
+        NoaSession::load_kept(cache_settings(), read_only(), backend.clone(), Some(keep()))
+            .await
+            .unwrap();
+    let mut scratch_state = session.state();
+    let scratch = request(&other, &mut scratch_state, None, None).0;
+    assert_eq!(session.build_view(&other, None), scratch);
+    assert_eq!(session.cache_rebuilds(), 2, "started over");
 }

@@ -4,6 +4,7 @@
 
 use super::cache::ViewCache;
 use super::compress::{self, PlannedRange, RangeRequest, Rejection, codes};
+use super::kept::KeptViews;
 use super::pipeline::{STEPS, Turn};
 use super::settings::NoaSettings;
 use super::state::{Block, Calibration, NoaState};
@@ -115,6 +116,29 @@ pub struct NoaSession {
     read_only: HashSet<String>,
     backend: Arc<dyn NoaBackend>,
     inner: Mutex<Inner>,
+    /// Where the view cache goes when the run ends (and came from when it began).
+    keep: Option<Keep>,
+}
+
+/// The runtime's kept view caches and the session whose cache this run takes and hands back.
+pub struct Keep {
+    pub views: Arc<KeptViews>,
+    pub session: SessionId,
+}
+
+impl Drop for NoaSession {
+    /// Hands the view cache back for the session's next run, with the version of the stored
+    /// state it was built on. Unsaved changes (the calibration of the run's last response)
+    /// do not matter: the cache checks the snapshots and compressions it covers against the
+    /// state the next run loads.
+    fn drop(&mut self) {
+        let Some(keep) = self.keep.take() else {
+            return;
+        };
+        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        let cache = std::mem::take(&mut inner.cache);
+        keep.views.put(keep.session, inner.version, cache);
+    }
 }
 
 /// Longest text one `Expand` call returns, in characters.
@@ -127,6 +151,17 @@ impl NoaSession {
         read_only: HashSet<String>,
         backend: Arc<dyn NoaBackend>,
     ) -> Result<Arc<Self>, StoreError> {
+        Self::load_kept(settings, read_only, backend, None).await
+    }
+
+    /// [`Self::load`], taking the view cache the session's last run kept in `keep` (when the
+    /// state's version still matches) and handing it back there when this session is dropped.
+    pub async fn load_kept(
+        settings: NoaSettings,
+        read_only: HashSet<String>,
+        backend: Arc<dyn NoaBackend>,
+        keep: Option<Keep>,
+    ) -> Result<Arc<Self>, StoreError> {
         let (version, state) = match backend.load().await? {
             Some((version, value)) => (
                 version,
@@ -135,6 +170,10 @@ impl NoaSession {
             ),
             None => (0, NoaState::default()),
         };
+        let cache = keep
+            .as_ref()
+            .and_then(|keep| keep.views.take(&keep.session, version))
+            .unwrap_or_default();
         Ok(Arc::new(Self {
             settings,
             read_only,
@@ -144,10 +183,11 @@ impl NoaSession {
                 version,
                 dirty: false,
                 blocks: Vec::new(),
-                cache: ViewCache::default(),
+                cache,
                 last_estimate: 0,
                 events: Vec::new(),
             }),
+            keep,
         }))
     }
 
@@ -160,8 +200,13 @@ impl NoaSession {
         self.lock().state.clone()
     }
 
+    /// How many times this session's view cache started over (tests, diagnostics).
+    pub fn cache_rebuilds(&self) -> u64 {
+        self.lock().cache.rebuilds()
+    }
+
     /// Runs the pipeline over `history` (N23) and returns the view.
-    pub fn build_view(&self, history: &[Message], hard_limit: Option<u64>) -> Vec<Message> {
+    pub fn build_view(&self, history: &[Message], hard_limit: Option<u64>) -> Vec<Arc<Message>> {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let before = (
@@ -490,12 +535,12 @@ pub struct NoaPolicy(pub Arc<NoaSession>);
 
 #[async_trait]
 impl ContextPolicy for NoaPolicy {
-    fn view(&self, history: &[Message]) -> Option<Vec<Message>> {
+    fn view(&self, history: &[Message]) -> Option<Vec<Arc<Message>>> {
         Some(self.0.build_view(history, None))
     }
 
     /// After a context overflow: the same pipeline, truncating down to the soft limit.
-    fn reactive(&self, history: &[Message]) -> Option<Vec<Message>> {
+    fn reactive(&self, history: &[Message]) -> Option<Vec<Arc<Message>>> {
         Some(
             self.0
                 .build_view(history, Some(self.0.settings.soft_limit_tokens)),

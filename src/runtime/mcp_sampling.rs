@@ -43,7 +43,7 @@ impl Sampler for RunSampler {
         let model_request = ModelRequest {
             model: self.model.clone(),
             system: request.system,
-            messages: request.messages,
+            messages: request.messages.into_iter().map(Arc::new).collect(),
             tools: Default::default(),
             max_tokens: request.max_tokens,
             temperature: request.temperature,

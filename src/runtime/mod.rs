@@ -312,6 +312,8 @@ pub struct SessionRuntime {
     /// The single writer of approval decisions, and the live grants of running sessions.
     approvals: Arc<Approvals>,
     envs: Mutex<HashMap<SessionId, Arc<SessionEnv>>>,
+    /// Noa sessions' view caches between their runs (bounded; see `noa::kept`).
+    noa_views: Arc<crate::noa::kept::KeptViews>,
     /// This replica's holds (streams, tasks, shells) counted against tenant limits.
     holds: crate::limits::Holds,
     /// The tenants' spend budgets, checked in the store before every prompt and turn.
@@ -405,6 +407,7 @@ impl SessionRuntime {
             parked: Mutex::new(HashMap::new()),
             approvals,
             envs: Mutex::new(HashMap::new()),
+            noa_views: Arc::default(),
             shutdown: CancellationToken::new(),
             run_tasks: tokio_util::task::TaskTracker::new(),
             run_aborts: Mutex::new(HashMap::new()),

@@ -464,7 +464,13 @@ impl SessionRuntime {
                     tenant: tenant.clone(),
                     session: session.clone(),
                 });
-                let noa = crate::noa::NoaSession::load(settings, read_only, backend).await?;
+                let keep = crate::noa::session::Keep {
+                    views: self.noa_views.clone(),
+                    session: session.clone(),
+                };
+                let noa =
+                    crate::noa::NoaSession::load_kept(settings, read_only, backend, Some(keep))
+                        .await?;
                 for tool in crate::noa::tools::noa_tools(noa.clone()) {
                     registry
                         .register(tool)
