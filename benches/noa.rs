@@ -6,11 +6,13 @@
 //! Three histories: everything live (no compression yet, truncated to the hard limit), 90%
 //! compressed in ranges of 40 messages (a long session that compresses as nudged), and the
 //! same with one new message rendered per turn (the steady state: one snapshot added). Each is
-//! measured as the requests of one run go (the session keeps its blocks between requests;
-//! one request before the measure warms them), and once more as the first request of a run
-//! (a session just loaded, nothing kept yet).
+//! measured as the requests of one run go (the session keeps its blocks and the messages it
+//! sent between requests; one request before the measure warms them), as the first request
+//! of a later run (the cache the last run kept, adopted by a history read anew), and as the
+//! first request after the process started (a session just loaded, nothing kept yet).
 //!
-//! Settings: `NOA_BENCH_MESSAGES` (default 10,000), `NOA_BENCH_ITERATIONS` (default 200).
+//! Settings: `NOA_BENCH_MESSAGES` (default 10,000), `NOA_BENCH_ITERATIONS` (default 200),
+//! `NOA_BENCH_ROWS` (measure only the rows whose name contains it).
 
 use async_trait::async_trait;
 use norma::ids::SessionId;
@@ -99,6 +101,9 @@ fn measure_later_runs(
     state: &NoaState,
     history: &[Message],
 ) {
+    if !wanted(name) {
+        return;
+    }
     let copies = [history.to_vec(), history.to_vec()];
     let views = Arc::new(KeptViews::default());
     session_kept(settings, read_only, state, Some(&views)).build_view(&copies[1], None);
@@ -187,7 +192,15 @@ fn compressed(
     state_now
 }
 
+/// Whether row `name` is measured (`NOA_BENCH_ROWS`: a part of the names to measure).
+fn wanted(name: &str) -> bool {
+    std::env::var("NOA_BENCH_ROWS").map_or(true, |part| name.contains(&part))
+}
+
 fn measure(name: &str, iterations: usize, mut f: impl FnMut() -> usize) {
+    if !wanted(name) {
+        return;
+    }
     let mut times: Vec<Duration> = Vec::with_capacity(iterations);
     let mut view = 0;
     for _ in 0..iterations {
@@ -203,7 +216,7 @@ fn report(name: &str, mut times: Vec<Duration>, view: usize) {
     let median = times[times.len() / 2];
     let p99 = times[(times.len() * 99 / 100).min(times.len() - 1)];
     println!(
-        "{name:<44} view {view:>6} messages  median {:>8.1} µs  p99 {:>8.1} µs",
+        "{name:<58} view {view:>6} messages  median {:>8.1} µs  p99 {:>8.1} µs",
         median.as_secs_f64() * 1e6,
         p99.as_secs_f64() * 1e6
     );
@@ -236,12 +249,16 @@ fn main() {
         .map(|_| session(&settings, &read_only, &first))
         .collect();
     let mut used = Vec::with_capacity(iterations);
-    measure("all live, first request of a run", iterations, || {
-        let session = fresh.pop().expect("one per iteration");
-        let view = session.build_view(&history, None).len();
-        used.push(session);
-        view
-    });
+    measure(
+        "all live, first request after the process started",
+        iterations,
+        || {
+            let session = fresh.pop().expect("one per iteration");
+            let view = session.build_view(&history, None).len();
+            used.push(session);
+            view
+        },
+    );
 
     measure_later_runs(
         "all live, first request of a later run",
@@ -263,12 +280,16 @@ fn main() {
         .map(|_| session(&settings, &read_only, &state))
         .collect();
     let mut used = Vec::with_capacity(iterations);
-    measure("90% compressed, first request of a run", iterations, || {
-        let session = fresh.pop().expect("one per iteration");
-        let view = session.build_view(&history, None).len();
-        used.push(session);
-        view
-    });
+    measure(
+        "90% compressed, first request after the process started",
+        iterations,
+        || {
+            let session = fresh.pop().expect("one per iteration");
+            let view = session.build_view(&history, None).len();
+            used.push(session);
+            view
+        },
+    );
 
     measure_later_runs(
         "90% compressed, first request of a later run",
