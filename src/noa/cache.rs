@@ -38,7 +38,7 @@
 //! messages of one view ([`ViewCache::bytes`] estimates it).
 
 use super::rendered::RenderedMessages;
-use super::state::{Block, NoaState, Tier, cut_block, mutating_calls};
+use super::state::{Block, NoaState, Tier, cut_block};
 use crate::message::{Message, Role};
 use std::collections::{HashMap, HashSet};
 
@@ -121,7 +121,8 @@ impl ViewCache {
     }
 
     /// The blocks of `history[..rendered]` with their tiers, as
-    /// [`blocks_of`](super::state::blocks_of) computes them from scratch.
+    /// [`blocks_of`](super::state::blocks_of) computes them from scratch, written over `blocks`
+    /// (its memory reused).
     pub fn blocks(
         &mut self,
         history: &[Message],
@@ -129,7 +130,8 @@ impl ViewCache {
         rendered: usize,
         protected_tail: u32,
         read_only: &HashSet<String>,
-    ) -> Vec<Block> {
+        blocks: &mut Vec<Block>,
+    ) {
         let rendered = rendered.min(history.len()).min(state.snapshots.len());
         if std::mem::take(&mut self.adopted) {
             self.rebind(history);
@@ -143,7 +145,7 @@ impl ViewCache {
         }
         self.apply_new_compressions(state);
         self.extend(history, state, rendered, read_only);
-        let mut blocks = self.blocks.clone();
+        blocks.clone_from(&self.blocks);
         let tail_start = rendered.saturating_sub(protected_tail as usize) as u32;
         for block in blocks.iter_mut().rev() {
             if block.end < tail_start {
@@ -154,7 +156,6 @@ impl ViewCache {
         for &index in self.latest.values() {
             blocks[index].tier = Tier::Hard;
         }
-        blocks
     }
 
     /// Takes the covered messages of a run's history read again from the store as the ones
@@ -246,17 +247,23 @@ impl ViewCache {
         let absorbed = state.absorbed_between(from, rendered);
         let mut i = from;
         while i < rendered {
-            let mut block = cut_block(history, &state.snapshots, i, rendered, read_only);
-            block.absorbed = absorbed[i - from];
             let index = self.blocks.len();
-            for name in mutating_calls(&history[i], read_only) {
-                match self.latest.get_mut(name) {
-                    Some(latest) => *latest = index,
-                    None => {
-                        self.latest.insert(name.to_owned(), index);
-                    }
-                }
-            }
+            let latest = &mut self.latest;
+            let mut block =
+                cut_block(
+                    history,
+                    &state.snapshots,
+                    i,
+                    rendered,
+                    read_only,
+                    |name| match latest.get_mut(name) {
+                        Some(latest) => *latest = index,
+                        None => {
+                            latest.insert(name.to_owned(), index);
+                        }
+                    },
+                );
+            block.absorbed = absorbed[i - from];
             i = block.end as usize + 1;
             self.blocks.push(block);
         }

@@ -61,6 +61,9 @@ pub struct Turn<'a> {
     pub state: &'a mut NoaState,
     /// The hard limit in force (lower for the retry after a context overflow).
     pub hard_limit: u64,
+    /// The blocks, and the items of the view. A session hands in the vectors of its last
+    /// turn, so that a request reuses their memory instead of allocating (and faulting in)
+    /// two history-sized vectors; the steps overwrite whatever they hold.
     pub blocks: Vec<Block>,
     pub items: Vec<Item>,
     pub events: Vec<RunEvent>,
@@ -212,23 +215,29 @@ pub fn assign_refs(turn: &mut Turn<'_>) {
 /// Step 2 (N25): blocks and tiers of the rendered messages, and the projected view.
 pub fn sync_blocks(turn: &mut Turn<'_>) {
     let rendered = turn.state.snapshots.len().min(turn.history.len());
-    turn.blocks = match turn.cache.as_deref_mut() {
+    match turn.cache.as_deref_mut() {
         Some(cache) => cache.blocks(
             turn.history,
             turn.state,
             rendered,
             turn.settings.protected_tail,
             turn.read_only,
+            &mut turn.blocks,
         ),
-        None => blocks_of(
-            &turn.history[..rendered],
-            &turn.state.snapshots,
-            turn.settings.protected_tail,
-            turn.read_only,
-            &turn.state.absorbed_by(rendered),
-        ),
-    };
-    let mut items = Vec::with_capacity(rendered + 1);
+        None => {
+            turn.blocks = blocks_of(
+                &turn.history[..rendered],
+                &turn.state.snapshots,
+                turn.settings.protected_tail,
+                turn.read_only,
+                &turn.state.absorbed_by(rendered),
+            )
+        }
+    }
+    // The buffer of an earlier turn when the session handed one in (see `Turn::blocks`).
+    let mut items = std::mem::take(&mut turn.items);
+    items.clear();
+    items.reserve(rendered + 1);
     for (index, block) in turn.blocks.iter().enumerate() {
         if let Some(compression) = block.absorbed {
             let shown = &turn.state.compressions[compression];

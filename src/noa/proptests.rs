@@ -7,7 +7,7 @@ use super::compress::{self, RangeRequest};
 use super::pipeline::{STEPS, Turn};
 use super::session::NoaSession;
 use super::settings::NoaSettings;
-use super::state::{NoaState, Tier};
+use super::state::{NoaState, Tier, blocks_of, message_tokens};
 use super::test_support::*;
 use crate::message::{ContentBlock, Message};
 use crate::run_event::RunEvent;
@@ -185,6 +185,16 @@ fn request(
     let mut turn = Turn::new(&settings, &read_only, history, state);
     if let Some(cache) = cache {
         turn = turn.with_cache(cache);
+        // As a session does: the vectors of an earlier turn handed in, holding stale entries.
+        let snapshots: Vec<u32> = history.iter().map(message_tokens).collect();
+        turn.blocks = blocks_of(history, &snapshots, 0, &read_only, &[]);
+        turn.blocks.reverse();
+        turn.items = vec![super::pipeline::Item {
+            position: Some(0),
+            block: Some(0),
+            render: super::pipeline::Render::Owned(Message::user_text("stale")),
+            tokens: 7,
+        }];
     }
     if let Some(limit) = hard_limit {
         turn.hard_limit = limit;

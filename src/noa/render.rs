@@ -111,15 +111,14 @@ pub fn marked(message: &Message, position: u32) -> Message {
 }
 
 /// [`marked`], and with `pruned` (the size the stub quotes) every tool result replaced by the
-/// prune stub (as the prune step does to a marked message), copying only what is shown.
+/// prune stub (as the prune step does to a marked message), copying only what is shown: one
+/// allocation for the block list and one per copied string, none to grow or shift them.
 pub(super) fn render_live(message: &Message, position: u32, pruned: Option<u64>) -> Message {
-    let reference = message_ref(position);
     let first_result = message
         .content
         .iter()
         .position(|b| matches!(b, ContentBlock::ToolResult(_)));
     let Some(first_result) = first_result else {
-        let mut message = message.clone();
         let at = message
             .content
             .iter()
@@ -130,13 +129,16 @@ pub(super) fn render_live(message: &Message, position: u32, pruned: Option<u64>)
                 )
             })
             .unwrap_or(message.content.len());
-        message.content.insert(
-            at,
-            ContentBlock::Text {
-                text: format!("[ref {reference}]"),
-            },
-        );
-        return message;
+        let mut content = Vec::with_capacity(message.content.len() + 1);
+        content.extend_from_slice(&message.content[..at]);
+        content.push(ContentBlock::Text {
+            text: format!("[ref m{position}]"),
+        });
+        content.extend_from_slice(&message.content[at..]);
+        return Message {
+            role: message.role,
+            content,
+        };
     };
     let content = message
         .content
@@ -149,14 +151,14 @@ pub(super) fn render_live(message: &Message, position: u32, pruned: Option<u64>)
             let text = match pruned {
                 Some(about) if index == first_result => {
                     let mut stub = String::new();
-                    let _ = write_stub(&mut stub, &reference, about);
+                    let _ = write_stub(&mut stub, &message_ref(position), about);
                     stub
                 }
                 Some(_) => MORE_PRUNED.to_owned(),
                 None if index == first_result => {
-                    let mut text =
-                        String::with_capacity(reference.len() + 7 + result.content.len());
-                    let _ = write!(text, "[ref {reference}] ");
+                    // "[ref m" + at most 10 digits + "] ".
+                    let mut text = String::with_capacity(18 + result.content.len());
+                    let _ = write!(text, "[ref m{position}] ");
                     text.push_str(&result.content);
                     text
                 }

@@ -5,7 +5,7 @@
 use super::cache::ViewCache;
 use super::compress::{self, PlannedRange, RangeRequest, Rejection, codes};
 use super::kept::KeptViews;
-use super::pipeline::{STEPS, Turn};
+use super::pipeline::{Item, STEPS, Turn};
 use super::settings::NoaSettings;
 use super::state::{Block, Calibration, NoaState};
 use super::{message_ref, parse_archive_id, parse_message_ref};
@@ -103,6 +103,8 @@ struct Inner {
     dirty: bool,
     /// Blocks of the last view: what `Compress` validates against.
     blocks: Vec<Block>,
+    /// The items vector of the last view, emptied, for the next to reuse.
+    items: Vec<Item>,
     /// The blocks kept between requests, so that a request costs what changed since the last.
     cache: ViewCache,
     /// Estimated size of the last view (paired with the provider's exact count).
@@ -183,6 +185,7 @@ impl NoaSession {
                 version,
                 dirty: false,
                 blocks: Vec::new(),
+                items: Vec::new(),
                 cache,
                 last_estimate: 0,
                 events: Vec::new(),
@@ -219,10 +222,14 @@ impl NoaSession {
         if let Some(limit) = hard_limit {
             turn.hard_limit = limit;
         }
+        turn.blocks = std::mem::take(&mut inner.blocks);
+        turn.items = std::mem::take(&mut inner.items);
         turn.run(&STEPS);
         let messages = turn.messages();
         inner.last_estimate = turn.estimated();
         inner.blocks = std::mem::take(&mut turn.blocks);
+        inner.items = std::mem::take(&mut turn.items);
+        inner.items.clear();
         inner.events.append(&mut turn.events);
         let after = (
             inner.state.snapshots.len(),

@@ -101,17 +101,28 @@ fn results_of(message: &Message) -> bool {
 }
 
 /// The block starting at `i` in `history[..len]`, with its base tier (hard when its calls
-/// still wait for their results) and no compression.
-pub(super) fn cut_block(
-    history: &[Message],
+/// still wait for their results) and no compression. One pass over the message's tool calls
+/// classifies them and hands each mutating one (see [`mutating_calls`]) to `mutating`.
+pub(super) fn cut_block<'m>(
+    history: &'m [Message],
     snapshots: &[u32],
     i: usize,
     len: usize,
     read_only: &HashSet<String>,
+    mut mutating: impl FnMut(&'m str),
 ) -> Block {
     let message = &history[i];
-    let mut calls = message.tool_uses().map(|(_, name, _)| name);
-    let has_calls = calls.next().is_some();
+    let (mut has_calls, mut noa_only, mut read_only_calls) = (false, true, true);
+    for (_, name, _) in message.tool_uses() {
+        has_calls = true;
+        let noa = name == super::COMPRESS_TOOL || name == super::EXPAND_TOOL;
+        let reads = read_only.contains(name);
+        noa_only &= noa;
+        read_only_calls &= reads;
+        if !noa && !reads {
+            mutating(name);
+        }
+    }
     let end = if has_calls && i + 1 < len && results_of(&history[i + 1]) {
         i + 1
     } else {
@@ -119,16 +130,14 @@ pub(super) fn cut_block(
     };
     let tokens = snapshots[i..=end].iter().map(|t| u64::from(*t)).sum();
     let unanswered = has_calls && end == i;
-    let names = || message.tool_uses().map(|(_, name, _)| name);
     Block {
         start: i as u32,
         end: end as u32,
         tier: if unanswered { Tier::Hard } else { Tier::Normal },
         tokens,
         absorbed: None,
-        noa_only: has_calls
-            && names().all(|n| n == super::COMPRESS_TOOL || n == super::EXPAND_TOOL),
-        read_only_calls: has_calls && names().all(|n| read_only.contains(n)),
+        noa_only: has_calls && noa_only,
+        read_only_calls: has_calls && read_only_calls,
     }
 }
 
@@ -158,7 +167,7 @@ pub fn blocks_of(
     let mut blocks = Vec::with_capacity(len);
     let mut i = 0;
     while i < len {
-        let mut block = cut_block(history, snapshots, i, len, read_only);
+        let mut block = cut_block(history, snapshots, i, len, read_only, |_| {});
         block.absorbed = absorbed_by.get(i).copied().flatten();
         i = block.end as usize + 1;
         blocks.push(block);
