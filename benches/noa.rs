@@ -119,6 +119,29 @@ fn measure_later_runs(
     report(name, times, view);
 }
 
+/// The first request of each of `iterations` sessions loaded with `state` and nothing kept,
+/// as after the process started (the sessions are loaded before the measure).
+fn measure_after_start(
+    name: &str,
+    iterations: usize,
+    settings: &NoaSettings,
+    read_only: &HashSet<String>,
+    state: &NoaState,
+    history: &[Message],
+) {
+    if !wanted(name) {
+        return;
+    }
+    let mut fresh: Vec<_> = (0..iterations)
+        .map(|_| session(settings, read_only, state))
+        .collect();
+    measure_dropping(name, iterations, || {
+        let session = fresh.pop().expect("one per iteration");
+        let view = session.build_view(history, None);
+        (view.len(), (session, view))
+    });
+}
+
 fn history(messages: usize) -> Vec<Message> {
     let mut history = vec![Message::user_text("start the long task")];
     while history.len() < messages {
@@ -254,17 +277,13 @@ fn main() {
         live.build_view(&history, None).len()
     });
     let first = live.state();
-    let mut fresh: Vec<_> = (0..iterations)
-        .map(|_| session(&settings, &read_only, &first))
-        .collect();
-    measure_dropping(
+    measure_after_start(
         "all live, first request after the process started",
         iterations,
-        || {
-            let session = fresh.pop().expect("one per iteration");
-            let view = session.build_view(&history, None);
-            (view.len(), (session, view))
-        },
+        &settings,
+        &read_only,
+        &first,
+        &history,
     );
 
     measure_later_runs(
@@ -283,17 +302,13 @@ fn main() {
     measure("90% compressed", iterations, || {
         steady.build_view(&history, None).len()
     });
-    let mut fresh: Vec<_> = (0..iterations)
-        .map(|_| session(&settings, &read_only, &state))
-        .collect();
-    measure_dropping(
+    measure_after_start(
         "90% compressed, first request after the process started",
         iterations,
-        || {
-            let session = fresh.pop().expect("one per iteration");
-            let view = session.build_view(&history, None);
-            (view.len(), (session, view))
-        },
+        &settings,
+        &read_only,
+        &state,
+        &history,
     );
 
     measure_later_runs(

@@ -1,8 +1,8 @@
 //! How the view's messages are made (N24 refs, the prune stub, summaries), and their token
 //! counts without making them: the pipeline renders only what it sends.
 
-use super::message_ref;
 use super::state::{Compression, tokens_of_chars};
+use super::{MessageRef, message_ref};
 use crate::harness::context::block_chars;
 use crate::message::{ContentBlock, Message, ToolResultBlock};
 use std::fmt::{self, Write as _};
@@ -132,7 +132,7 @@ pub(super) fn render_live(message: &Message, position: u32, pruned: Option<u64>)
         let mut content = Vec::with_capacity(message.content.len() + 1);
         content.extend_from_slice(&message.content[..at]);
         content.push(ContentBlock::Text {
-            text: format!("[ref m{position}]"),
+            text: format!("[ref {}]", MessageRef(position)),
         });
         content.extend_from_slice(&message.content[at..]);
         return Message {
@@ -158,7 +158,7 @@ pub(super) fn render_live(message: &Message, position: u32, pruned: Option<u64>)
                 None if index == first_result => {
                     // "[ref m" + at most 10 digits + "] ".
                     let mut text = String::with_capacity(18 + result.content.len());
-                    let _ = write!(text, "[ref m{position}] ");
+                    let _ = write!(text, "[ref {}] ", MessageRef(position));
                     text.push_str(&result.content);
                     text
                 }

@@ -115,7 +115,7 @@ pub(super) fn cut_block<'m>(
     let (mut has_calls, mut noa_only, mut read_only_calls) = (false, true, true);
     for (_, name, _) in message.tool_uses() {
         has_calls = true;
-        let noa = name == super::COMPRESS_TOOL || name == super::EXPAND_TOOL;
+        let noa = super::is_noa_tool(name);
         let reads = read_only.contains(name);
         noa_only &= noa;
         read_only_calls &= reads;
@@ -147,8 +147,7 @@ pub(super) fn mutating_calls<'m>(
     read_only: &HashSet<String>,
 ) -> impl Iterator<Item = &'m str> {
     message.tool_uses().filter_map(move |(_, name, _)| {
-        (!read_only.contains(name) && name != super::COMPRESS_TOOL && name != super::EXPAND_TOOL)
-            .then_some(name)
+        (!read_only.contains(name) && !super::is_noa_tool(name)).then_some(name)
     })
 }
 
