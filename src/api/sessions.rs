@@ -427,22 +427,19 @@ pub async fn fork_session(
         );
     }
     ensure_session_quota(&state, &principal).await?;
+    let noa = forked_noa(&state, &principal, &source.id, messages.len()).await?;
     let id = SessionId::generate();
-    let record = state
-        .store
-        .create_session(NewSession {
-            id: id.clone(),
-            tenant: principal.tenant.clone(),
-            config: source.config.clone(),
-        })
-        .await?;
     let copied = messages.len();
     state
         .store
-        .append(
-            &principal.tenant,
-            &id,
-            crate::store::AppendBatch {
+        .fork_session(crate::store::NewFork {
+            session: NewSession {
+                id: id.clone(),
+                tenant: principal.tenant.clone(),
+                config: source.config.clone(),
+            },
+            source: source.id.clone(),
+            batch: crate::store::AppendBatch {
                 messages: messages
                     .into_iter()
                     .map(|m| crate::store::NewMessage {
@@ -461,17 +458,40 @@ pub async fn fork_session(
                 outputs: vec![],
                 ..Default::default()
             },
-        )
+            noa,
+        })
         .await?;
     let record = state
         .store
-        .get_session(&principal.tenant, &record.id)
+        .get_session(&principal.tenant, &id)
         .await?
-        .unwrap_or(record);
+        .ok_or_else(|| StoreError::Internal("the fork was not found after its commit".into()))?;
     Ok((
         StatusCode::CREATED,
         Json(SessionResponse::from_record(record, &state)?),
     ))
+}
+
+/// The Noa state a fork of a Noa session starts with: the source's state cut to the
+/// `messages` it copies (see [`crate::noa::state::NoaState::forked`]) and the archives that
+/// state names. `None` for a session without Noa state.
+async fn forked_noa(
+    state: &AppState,
+    principal: &Principal,
+    source: &SessionId,
+    messages: usize,
+) -> ApiResult<Option<crate::store::ForkedNoa>> {
+    let Some(record) = state.store.noa_state(&principal.tenant, source).await? else {
+        return Ok(None);
+    };
+    let noa: crate::noa::state::NoaState = serde_json::from_value(record.state)
+        .map_err(|error| StoreError::Internal(format!("stored Noa state: {error}")))?;
+    let forked = noa.forked(messages);
+    Ok(Some(crate::store::ForkedNoa {
+        archives: forked.archive_ordinals(),
+        state: serde_json::to_value(&forked)
+            .map_err(|error| StoreError::Internal(error.to_string()))?,
+    }))
 }
 
 /// Refuses a session config with a model script (`model.script`) unless this server allows

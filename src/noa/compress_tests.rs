@@ -3,7 +3,7 @@
 use super::compress::{self, RangeRequest, codes};
 use super::session::NoaSession;
 use super::settings::NoaSettings;
-use super::state::{Block, NoaState};
+use super::state::{Block, Calibration, Compression, NoaState};
 use super::test_support::*;
 use crate::message::Message;
 use crate::run_event::RunEvent;
@@ -309,4 +309,64 @@ async fn a_range_may_compress_earlier_summaries_again_but_only_whole() {
     // A range cutting into a2 is refused; a2's positions stay compressed.
     let cut = session.compress(&[range("m5", "m10")]).await.unwrap_err();
     assert_eq!(cut.code, codes::OVERLAP);
+}
+
+fn compression(id: &str, from: &str, to: &str, absorbed: &[(u32, u32)]) -> Compression {
+    Compression {
+        archive_id: id.into(),
+        from_ref: from.into(),
+        to_ref: to.into(),
+        absorbed: absorbed.to_vec(),
+        summary: format!("summary {id}"),
+        tokens: 100,
+        replaces: Vec::new(),
+    }
+}
+
+#[test]
+fn a_fork_keeps_the_compressions_wholly_before_its_cut() {
+    let mut folded = compression("a3", "m0", "m6", &[(0, 2), (5, 6)]);
+    folded.replaces = vec!["a1".into(), "a2".into()];
+    let state = NoaState {
+        snapshots: (0..11).map(|i| 10 + i).collect(),
+        compressions: vec![
+            compression("a1", "m0", "m2", &[(0, 2)]),
+            compression("a2", "m5", "m6", &[(5, 6)]),
+            folded,
+            compression("a4", "m7", "m10", &[(7, 8)]),
+            // Absorbed inside the cut, but its range names a message after it.
+            compression("a5", "m1", "m8", &[(1, 2)]),
+        ],
+        archives: 5,
+        calibration: Some(Calibration {
+            estimated: 10,
+            exact: 20,
+        }),
+        pruned: 2,
+        hidden: 1,
+    };
+
+    let fork = state.forked(7);
+    assert_eq!(fork.snapshots, state.snapshots[..7]);
+    let ids: Vec<&str> = fork
+        .compressions
+        .iter()
+        .map(|c| c.archive_id.as_str())
+        .collect();
+    assert_eq!(ids, ["a1", "a2", "a3"]);
+    assert_eq!(fork.archive_ordinals(), [1, 2, 3]);
+    assert_eq!(fork.archives, 5, "the next archive id is never one copied");
+    assert_eq!((fork.calibration, fork.pruned, fork.hidden), (None, 0, 0));
+    // The folded compression still shows in place of both earlier ones.
+    assert_eq!(fork.absorbed_by(7)[0], Some(2));
+    assert_eq!(fork.absorbed_by(7)[6], Some(2));
+
+    // A cut inside a2 leaves a2 and the compression that folded it out; a1 shows again.
+    let fork = state.forked(6);
+    assert_eq!(fork.archive_ordinals(), [1]);
+    assert_eq!(fork.absorbed_by(6)[..3], [Some(0); 3]);
+    // A cut past the history keeps everything but what is cut nowhere.
+    assert_eq!(state.forked(100).archive_ordinals(), [1, 2, 3, 4, 5]);
+    assert_eq!(state.forked(100).snapshots.len(), 11);
+    assert!(state.forked(0).compressions.is_empty());
 }

@@ -194,6 +194,41 @@ pub fn blocks_of(
 }
 
 impl NoaState {
+    /// The state of a fork that copies the first `messages` messages of this session's
+    /// history: their snapshots and the compressions that lie wholly inside them (every
+    /// absorbed position and the range's `to_ref` before `messages`). A compression that
+    /// reaches past the cut is left out, and the earlier ones it had absorbed show again.
+    /// The archive counter is kept, so the fork never reuses an archive id it copied; the
+    /// calibration and the pruned/hidden counts start over (they describe the last view).
+    pub fn forked(&self, messages: usize) -> NoaState {
+        let inside = |position: u32| (position as usize) < messages;
+        NoaState {
+            snapshots: self.snapshots[..self.snapshots.len().min(messages)].to_vec(),
+            compressions: self
+                .compressions
+                .iter()
+                .filter(|c| {
+                    c.absorbed.iter().all(|&(_, end)| inside(end))
+                        && super::parse_message_ref(&c.to_ref).is_some_and(inside)
+                })
+                .cloned()
+                .collect(),
+            archives: self.archives,
+            calibration: None,
+            pruned: 0,
+            hidden: 0,
+        }
+    }
+
+    /// The ordinals of the archives this state's compressions wrote (one per compression; an
+    /// archive a later compression replaced is still its own compression's).
+    pub fn archive_ordinals(&self) -> Vec<u32> {
+        self.compressions
+            .iter()
+            .filter_map(|c| super::parse_archive_id(&c.archive_id))
+            .collect()
+    }
+
     /// For each position, the latest compression that absorbed it.
     pub fn absorbed_by(&self, len: usize) -> Vec<Option<usize>> {
         self.absorbed_between(0, len)

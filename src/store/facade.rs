@@ -16,6 +16,9 @@ macro_rules! store_facade {
             async fn create_session_keyed(&self, session: NewSession, key: Option<&NewIdempotencyKey>) -> StoreResult<SessionRecord> {
                 sessions::$backend::create_session_keyed(self, session, key).await
             }
+            async fn fork_session(&self, fork: NewFork) -> StoreResult<()> {
+                sessions::$backend::fork_session(self, fork).await
+            }
             async fn get_session(&self, tenant: &TenantId, id: &SessionId) -> StoreResult<Option<SessionRecord>> {
                 sessions::$backend::get_session(self, tenant, id).await
             }

@@ -78,6 +78,10 @@ pub trait Store: Send + Sync + 'static {
         key: Option<&NewIdempotencyKey>,
     ) -> StoreResult<SessionRecord>;
 
+    /// Creates a forked session with everything it starts with in one transaction (see
+    /// [`NewFork`]); on any error nothing of it is written.
+    async fn fork_session(&self, fork: NewFork) -> StoreResult<()>;
+
     /// The live (unexpired) record of an `Idempotency-Key`.
     async fn idempotency_key(
         &self,

@@ -43,6 +43,27 @@ pub struct NewSession {
     pub config: Value,
 }
 
+/// A session forked from another (`POST /v1/sessions/{id}/fork`), written in ONE
+/// transaction: the new session, its first append (the copied history and the `forked`
+/// event) and, for a Noa session, the state and archives it keeps. Nothing of it is stored
+/// when any part fails.
+#[derive(Debug)]
+pub struct NewFork {
+    pub session: NewSession,
+    /// The session it was forked from (same tenant).
+    pub source: SessionId,
+    pub batch: AppendBatch,
+    pub noa: Option<ForkedNoa>,
+}
+
+/// The Noa part of a fork: the fork's state (version 1) and the ordinals of the source's
+/// archives it names, copied with their originals.
+#[derive(Debug)]
+pub struct ForkedNoa {
+    pub state: Value,
+    pub archives: Vec<u32>,
+}
+
 /// A stored session.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionRecord {

@@ -25,13 +25,14 @@
 //! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait
 //! (back-pressure), it never grows without bound. Reads keep using the read pool.
 
+use super::dialect::now;
 use super::postgres::{build_append_result, role_str};
 use super::sqlite::{parse_ts, ts};
 use super::sqlite_webhooks::Outbox;
 use super::{AppendBatch, AppendResult, StoreError, StoreResult};
 use crate::ids::{SessionId, TenantId};
 use crate::usage::sql_count;
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, params};
 use sqlx::SqlitePool;
 use std::sync::Arc;
@@ -185,12 +186,8 @@ pub(super) fn in_transaction<T>(
     Ok(value)
 }
 
-fn now() -> DateTime<Utc> {
-    Utc::now().trunc_subsecs(6)
-}
-
 /// One append inside an open transaction.
-fn append_in(
+pub(super) fn append_in(
     db: &rusqlite::Connection,
     outbox: &Outbox,
     tenant: &TenantId,

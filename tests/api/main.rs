@@ -36,6 +36,7 @@ mod skills;
 mod sse;
 mod store;
 mod store_faults;
+mod store_fork;
 mod store_groups;
 mod store_limits;
 mod subagents;

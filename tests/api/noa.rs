@@ -135,9 +135,20 @@ fn kinds(events: &[Value], kind: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Checks that every archived original is the message at its ref, and returns how many
-/// messages the archives hold.
-async fn check_archives(app: &TestApp, token: &str, id: &str, compressions: &[Value]) -> usize {
+/// The archive ids of the compressed ranges (of `compression` events) that end before
+/// position `below`, in order.
+fn archive_ids(compressions: &[Value], below: usize) -> Vec<String> {
+    compressions
+        .iter()
+        .flat_map(|c| c["payload"]["ranges"].as_array().unwrap().clone())
+        .filter(|r| r["to_ref"].as_str().unwrap()[1..].parse::<usize>().unwrap() < below)
+        .map(|r| r["archive_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Checks that the session's archives are `expected` and every archived original is the
+/// message at its ref, and returns how many messages the archives hold.
+async fn check_archives(app: &TestApp, token: &str, id: &str, expected: &[String]) -> usize {
     let history = all_messages(app, token, id).await;
     let mut archived = BTreeMap::new();
     let mut after: Option<String> = None;
@@ -154,11 +165,6 @@ async fn check_archives(app: &TestApp, token: &str, id: &str, compressions: &[Va
             None => break,
         }
     }
-    let expected: Vec<String> = compressions
-        .iter()
-        .flat_map(|c| c["payload"]["ranges"].as_array().unwrap().clone())
-        .map(|r| r["archive_id"].as_str().unwrap().to_owned())
-        .collect();
     let ids: Vec<String> = listed
         .iter()
         .map(|a| a["id"].as_str().unwrap().to_owned())
@@ -205,7 +211,7 @@ async fn noa_compresses_and_archives_every_original(app: TestApp) {
     let compressions = kinds(&events, "compression");
     assert!(compressions.len() >= 2, "compressed when nudged");
     assert!(!kinds(&events, "context_nudge").is_empty());
-    let archived = check_archives(&app, &token, &id, &compressions).await;
+    let archived = check_archives(&app, &token, &id, &archive_ids(&compressions, usize::MAX)).await;
     let counted: u64 = compressions
         .iter()
         .flat_map(|c| c["payload"]["ranges"].as_array().unwrap().clone())
@@ -239,6 +245,62 @@ async fn noa_compresses_and_archives_every_original(app: TestApp) {
     )
     .await;
     assert_eq!((status, code.as_str()), (422, "INVALID_REQUEST"));
+
+    forks_keep_the_compressions_before_their_cut(&app, &token, &id, &compressions).await;
+}
+
+/// A fork of a Noa session starts with the source's Noa state cut to what it copies: the
+/// compressions wholly before its cut, their archives (reading back as the fork's own
+/// history), and its first request shows their summaries instead of the whole history.
+async fn forks_keep_the_compressions_before_their_cut(
+    app: &TestApp,
+    token: &str,
+    id: &str,
+    compressions: &[Value],
+) {
+    let history = all_messages(app, token, id).await;
+    // A cut in the middle, after a complete call and result (a user message).
+    let cut = (history.len() / 2..history.len())
+        .find(|&i| history[i]["role"] == "user")
+        .unwrap();
+    let partial = archive_ids(compressions, cut + 1);
+    let whole = archive_ids(compressions, usize::MAX);
+    assert!(
+        !partial.is_empty() && partial.len() < whole.len(),
+        "{partial:?} of {whole:?}"
+    );
+    let mut fork_id = String::new();
+    for (body, expected) in [
+        (json!({"up_to_seq": history[cut]["seq"]}), &partial),
+        (json!({}), &whole),
+    ] {
+        let fork = app
+            .post_json(&format!("/v1/sessions/{id}/fork"), token, &body)
+            .await;
+        assert_eq!(fork.status(), 201);
+        let fork: Value = fork.json().await.unwrap();
+        fork_id = fork["id"].as_str().unwrap().to_owned();
+        assert!(check_archives(app, token, &fork_id, expected).await > 0);
+    }
+
+    // The whole fork's first request: the copied history is far over the hard limit, but the
+    // view shows the summaries, so nothing is truncated on the way to its first compression.
+    let copied_chars: usize = history.iter().map(|m| m["content"].to_string().len()).sum();
+    assert!(
+        copied_chars / 4 > 3 * HARD as usize,
+        "the history alone overflows"
+    );
+    let run = run_prompt(app, token, &fork_id, "third").await;
+    assert_eq!(run["terminal"]["reason"], "max_turns", "{run}");
+    let events = all_events(app, token, &fork_id).await;
+    assert!(kinds(&events, "provider_error").is_empty());
+    let truncated = kinds(&events, "context_truncated");
+    assert!(
+        truncated
+            .iter()
+            .all(|t| t["payload"]["tokens_before"].as_u64().unwrap() < 2 * HARD),
+        "the fork's views start from the summaries: {truncated:?}"
+    );
 }
 
 async fn invalid_context_settings_are_refused_with_reasons(app: TestApp) {
@@ -345,7 +407,7 @@ async fn a_thousand_turns_fit_a_small_window_with_noa() {
         "{} compressions",
         compressions.len()
     );
-    let archived = check_archives(&app, &token, &id, &compressions).await;
+    let archived = check_archives(&app, &token, &id, &archive_ids(&compressions, usize::MAX)).await;
     assert!(
         archived > 1000,
         "more than half of the 2,000+ messages were archived: {archived}"

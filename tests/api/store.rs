@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store_fork::a_fork_is_written_whole_or_not_at_all;
 use crate::store_groups::appends_of_many_sessions_at_once_keep_their_own_fence_and_errors;
 use crate::store_limits::{
     holds_are_capped_released_and_expire, pending_approvals_are_capped_per_tenant,
@@ -77,6 +78,7 @@ store_suite!(
     pending_approvals_are_capped_per_tenant,
     workspace_bytes_sum_open_sessions_of_the_tenant,
     appends_of_many_sessions_at_once_keep_their_own_fence_and_errors,
+    a_fork_is_written_whole_or_not_at_all,
 );
 
 async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {

@@ -16,8 +16,24 @@ pub(in crate::store) async fn append(
     mut batch: AppendBatch,
 ) -> StoreResult<AppendResult> {
     crate::store::storable::append_batch(&mut batch);
-    let created_at = now();
     let mut tx = store.tenant_tx(tenant).await?;
+    let (result, notified) = append_in(&mut tx, tenant, session, &batch).await?;
+    tx.commit().await?;
+    if notified > 0 {
+        store.webhook_wakeup.notify_one();
+    }
+    Ok(result)
+}
+
+/// One append (already made storable) in the caller's tenant-scoped transaction; the result
+/// and how many webhook notices it queued (wake the outbox worker after the commit).
+pub(in crate::store) async fn append_in(
+    tx: &mut sqlx::PgConnection,
+    tenant: &TenantId,
+    session: &SessionId,
+    batch: &AppendBatch,
+) -> StoreResult<(AppendResult, u64)> {
+    let created_at = now();
     let event_count = batch.events.len() as i64;
     let message_count = batch.messages.len() as i64;
     if let (true, Some(id)) = (batch.retry, batch.id.as_deref()) {
@@ -37,11 +53,14 @@ pub(in crate::store) async fn append(
             .as_deref()
             == Some(id)
         {
-            return Ok(build_append_result(
-                &batch,
-                row.try_get::<i64, _>("last_event_seq")? - event_count + 1,
-                row.try_get::<i64, _>("last_message_seq")? - message_count + 1,
-                row.try_get("updated_at")?,
+            return Ok((
+                build_append_result(
+                    batch,
+                    row.try_get::<i64, _>("last_event_seq")? - event_count + 1,
+                    row.try_get::<i64, _>("last_message_seq")? - message_count + 1,
+                    row.try_get("updated_at")?,
+                ),
+                0,
             ));
         }
     }
@@ -99,9 +118,8 @@ pub(in crate::store) async fn append(
     let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
     let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
 
-    let result = build_append_result(&batch, first_event, first_message, created_at);
-    crate::store::usage::postgres::insert(&mut tx, tenant, session, &batch.usage, created_at)
-        .await?;
+    let result = build_append_result(batch, first_event, first_message, created_at);
+    crate::store::usage::postgres::insert(tx, tenant, session, &batch.usage, created_at).await?;
 
     let mut notified = 0;
     if !batch.events.is_empty() {
@@ -115,7 +133,7 @@ pub(in crate::store) async fn append(
             created_at,
         );
         notified = crate::store::webhooks::postgres::insert_events(
-            &mut tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices,
+            tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices,
         )
         .await?;
     }
@@ -159,7 +177,7 @@ pub(in crate::store) async fn append(
     if let (Some(first), Some(last)) = (result.events.first(), result.events.last()) {
         // Delivered at commit, to every replica listening (cross-replica SSE fan-out).
         notify(
-            &mut tx,
+            tx,
             &Signal::Events {
                 tenant: tenant.clone(),
                 session: session.clone(),
@@ -187,11 +205,7 @@ pub(in crate::store) async fn append(
         .execute(&mut *tx)
         .await?;
     }
-    tx.commit().await?;
-    if notified > 0 {
-        store.webhook_wakeup.notify_one();
-    }
-    Ok(result)
+    Ok((result, notified))
 }
 
 pub(in crate::store) async fn list_events(

@@ -7,7 +7,7 @@ pub(in crate::store) mod postgres;
 pub(in crate::store) mod sqlite;
 
 use crate::ids::{SessionId, TenantId};
-use crate::store::{IdleSession, SessionRecord, SessionStatus, StoreError, StoreResult};
+use crate::store::{ForkedNoa, IdleSession, SessionRecord, SessionStatus, StoreError, StoreResult};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -116,4 +116,16 @@ pub(in crate::store) fn seqs(rows: Vec<(String, i64)>) -> Vec<(SessionId, i64)> 
     rows.into_iter()
         .map(|(id, seq)| (SessionId::from_string(id), seq))
         .collect()
+}
+
+/// Every archive a fork's Noa state names was copied (archives are never deleted, so a
+/// shortfall means the source's rows disagree with its state: nothing of the fork is kept).
+pub(in crate::store) fn archives_copied(copied: u64, noa: &ForkedNoa) -> StoreResult<()> {
+    if copied == noa.archives.len() as u64 {
+        return Ok(());
+    }
+    Err(StoreError::Internal(format!(
+        "fork: {copied} of the {} archives its Noa state names were found",
+        noa.archives.len()
+    )))
 }

@@ -38,6 +38,53 @@ pub(in crate::store) async fn create_session_keyed(
     Ok(record)
 }
 
+/// The fork in one tenant-scoped transaction (the append is the runs' own).
+pub(in crate::store) async fn fork_session(store: &PgStore, mut fork: NewFork) -> StoreResult<()> {
+    crate::store::storable::append_batch(&mut fork.batch);
+    let NewSession { id, tenant, config } = &fork.session;
+    let mut tx = store.tenant_tx(tenant).await?;
+    sqlx::query(INSERT_SESSION)
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(Json(config))
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+    let (_, notified) =
+        crate::store::events::postgres::append_in(&mut tx, tenant, id, &fork.batch).await?;
+    if let Some(noa) = &fork.noa {
+        sqlx::query(
+            "INSERT INTO noa_states (session_id, tenant_id, version, state) VALUES ($1, $2, 1, $3)",
+        )
+        .bind(id.as_str())
+        .bind(tenant.as_str())
+        .bind(Json(&noa.state))
+        .execute(&mut *tx)
+        .await?;
+        let ordinals: Vec<i64> = noa.archives.iter().map(|o| i64::from(*o)).collect();
+        let copied = sqlx::query(
+            "INSERT INTO noa_archives (session_id, tenant_id, ordinal, from_ref, to_ref, summary, \
+                 message_count, tokens, messages, created_at) \
+             SELECT $1, tenant_id, ordinal, from_ref, to_ref, summary, message_count, tokens, \
+                 messages, created_at FROM noa_archives \
+             WHERE session_id = $2 AND tenant_id = $3 AND ordinal = ANY($4)",
+        )
+        .bind(id.as_str())
+        .bind(fork.source.as_str())
+        .bind(tenant.as_str())
+        .bind(&ordinals)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        super::archives_copied(copied, noa)?;
+    }
+    tx.commit().await?;
+    if notified > 0 {
+        store.webhook_wakeup.notify_one();
+    }
+    Ok(())
+}
+
 pub(in crate::store) async fn get_session(
     store: &PgStore,
     tenant: &TenantId,

@@ -5,8 +5,11 @@ use crate::ids::{SessionId, TenantId};
 use crate::store::dialect::now;
 use crate::store::dialect::sqlite::ts;
 use crate::store::sqlite::SqliteStore;
+use crate::store::sqlite_writer::{append_in, in_transaction, with_handle};
+use crate::store::webhooks::sqlite::Outbox;
 use crate::store::*;
 use chrono::{DateTime, Utc};
+use rusqlite::params;
 
 pub(in crate::store) async fn create_session_keyed(
     store: &SqliteStore,
@@ -37,6 +40,68 @@ pub(in crate::store) async fn create_session_keyed(
         .await?;
     tx.commit().await?;
     session_from_row(&row)
+}
+
+/// The fork in one `IMMEDIATE` transaction on the write connection's locked handle, the
+/// same path (and the same append) as the group writer's.
+pub(in crate::store) async fn fork_session(
+    store: &SqliteStore,
+    mut fork: NewFork,
+) -> StoreResult<()> {
+    crate::store::storable::append_batch(&mut fork.batch);
+    let written = with_handle(&store.writer, |db| {
+        in_transaction(db, |db| fork_in(db, &store.outbox, &fork))
+    })
+    .await?;
+    store.outbox.wake_if_written();
+    written
+}
+
+fn fork_in(db: &rusqlite::Connection, outbox: &Outbox, fork: &NewFork) -> StoreResult<()> {
+    let NewSession { id, tenant, config } = &fork.session;
+    let created = ts(now());
+    db.prepare_cached(
+        "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?4)",
+    )?
+    .execute(params![
+        id.as_str(),
+        tenant.as_str(),
+        config.to_string(),
+        created
+    ])?;
+    append_in(db, outbox, tenant, id, &fork.batch)?;
+    let Some(noa) = &fork.noa else {
+        return Ok(());
+    };
+    db.prepare_cached(
+        "INSERT INTO noa_states (session_id, tenant_id, version, state, updated_at) \
+         VALUES (?1, ?2, 1, ?3, ?4)",
+    )?
+    .execute(params![
+        id.as_str(),
+        tenant.as_str(),
+        noa.state.to_string(),
+        created
+    ])?;
+    let ordinals = serde_json::to_string(&noa.archives)
+        .map_err(|error| StoreError::Internal(error.to_string()))?;
+    let copied = db
+        .prepare_cached(
+            "INSERT INTO noa_archives (session_id, tenant_id, ordinal, from_ref, to_ref, summary, \
+             message_count, tokens, messages, created_at) \
+         SELECT ?1, tenant_id, ordinal, from_ref, to_ref, summary, message_count, tokens, \
+             messages, created_at FROM noa_archives \
+         WHERE session_id = ?2 AND tenant_id = ?3 \
+             AND ordinal IN (SELECT value FROM json_each(?4))",
+        )?
+        .execute(params![
+            id.as_str(),
+            fork.source.as_str(),
+            tenant.as_str(),
+            ordinals
+        ])?;
+    crate::store::sessions::archives_copied(copied as u64, noa)
 }
 
 pub(in crate::store) async fn get_session(
