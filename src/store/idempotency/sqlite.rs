@@ -7,50 +7,47 @@ use crate::store::dialect::sqlite::{parse_ts, ts};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
 use chrono::{DateTime, Utc};
+use rusqlite::params;
 use sqlx::Row;
-use sqlx::SqliteConnection;
 
-/// Records `key` for `resource` in the caller's transaction.
-pub async fn insert(
-    conn: &mut SqliteConnection,
+/// Records `key` for `resource` in the caller's transaction (on the write connection's
+/// locked handle, see `sqlite_writer::with_handle`).
+pub fn insert(
+    db: &rusqlite::Connection,
     tenant: &TenantId,
     key: &NewIdempotencyKey,
     resource: &str,
     at: DateTime<Utc>,
 ) -> StoreResult<()> {
     let now = ts(at);
-    sqlx::query(
+    db.prepare_cached(
         "DELETE FROM idempotency_keys WHERE tenant_id = ? AND scope = ? AND key = ? \
              AND expires_at <= ?",
-    )
-    .bind(tenant.as_str())
-    .bind(&key.scope)
-    .bind(&key.key)
-    .bind(&now)
-    .execute(&mut *conn)
-    .await?;
-    let live: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM idempotency_keys WHERE tenant_id = ? AND expires_at > ?",
-    )
-    .bind(tenant.as_str())
-    .bind(&now)
-    .fetch_one(&mut *conn)
-    .await?;
+    )?
+    .execute(params![tenant.as_str(), key.scope, key.key, now])?;
+    let live: i64 = db
+        .prepare_cached(
+            "SELECT count(*) FROM idempotency_keys WHERE tenant_id = ? AND expires_at > ?",
+        )?
+        .query_row(params![tenant.as_str(), now], |row| row.get(0))?;
     over_limit(key, live)?;
-    sqlx::query(
+    db.prepare_cached(
         "INSERT INTO idempotency_keys (tenant_id, scope, key, request_sha256, resource_id, \
              created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(tenant.as_str())
-    .bind(&key.scope)
-    .bind(&key.key)
-    .bind(&key.request_sha256)
-    .bind(resource)
-    .bind(&now)
-    .bind(ts(at + ttl()))
-    .execute(&mut *conn)
-    .await
-    .map_err(taken)?;
+    )?
+    .execute(params![
+        tenant.as_str(),
+        key.scope,
+        key.key,
+        key.request_sha256,
+        resource,
+        now,
+        ts(at + ttl()),
+    ])
+    .map_err(|error| match StoreError::from(error) {
+        StoreError::Conflict(_) => StoreError::IdempotencyKeyTaken,
+        other => other,
+    })?;
     Ok(())
 }
 

@@ -20,9 +20,10 @@ fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
     Ok(())
 }
 
-/// Checks that one more running run fits the tenant's cap (`except`: the run being claimed).
-pub(in crate::store) async fn admit_running(
-    conn: &mut SqliteConnection,
+/// Checks that one more running run fits the tenant's cap (`except`: the run being claimed),
+/// in the caller's transaction on the write connection's locked handle.
+pub(in crate::store) fn admit_running(
+    db: &rusqlite::Connection,
     tenant: &TenantId,
     caps: RunCaps,
     except: Option<&RunId>,
@@ -31,21 +32,22 @@ pub(in crate::store) async fn admit_running(
     if caps.concurrent_runs == u32::MAX {
         return Ok(());
     }
-    let running: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM runs WHERE tenant_id = ? AND status = 'running' \
-             AND lease_expires_at > ? AND id IS NOT ?",
-    )
-    .bind(tenant.as_str())
-    .bind(ts(at))
-    .bind(except.map(RunId::as_str))
-    .fetch_one(conn)
-    .await?;
+    let running: i64 = db
+        .prepare_cached(
+            "SELECT count(*) FROM runs WHERE tenant_id = ? AND status = 'running' \
+                 AND lease_expires_at > ? AND id IS NOT ?",
+        )?
+        .query_row(
+            rusqlite::params![tenant.as_str(), ts(at), except.map(RunId::as_str)],
+            |row| row.get(0),
+        )?;
     over(Limit::ConcurrentRuns, caps.concurrent_runs, running)
 }
 
-/// Checks that one more queued run fits the session's and the tenant's caps.
-pub(in crate::store) async fn admit_queued(
-    conn: &mut SqliteConnection,
+/// Checks that one more queued run fits the session's and the tenant's caps (in the
+/// caller's transaction, like [`admit_running`]).
+pub(in crate::store) fn admit_queued(
+    db: &rusqlite::Connection,
     tenant: &TenantId,
     session: &SessionId,
     caps: RunCaps,
@@ -53,14 +55,15 @@ pub(in crate::store) async fn admit_queued(
     if caps.queued_per_session == u32::MAX && caps.queued_per_tenant == u32::MAX {
         return Ok(());
     }
-    let (in_session, in_tenant): (i64, i64) = sqlx::query_as(
-        "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM runs \
-         WHERE tenant_id = ? AND status = 'queued'",
-    )
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .fetch_one(conn)
-    .await?;
+    let (in_session, in_tenant): (i64, i64) = db
+        .prepare_cached(
+            "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM runs \
+             WHERE tenant_id = ? AND status = 'queued'",
+        )?
+        .query_row(
+            rusqlite::params![session.as_str(), tenant.as_str()],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
     over(
         Limit::QueuedPromptsPerSession,
         caps.queued_per_session,

@@ -2,10 +2,15 @@
 
 use super::*;
 use crate::ids::{RunId, SessionId, TenantId};
-use crate::store::dialect::sqlite::ts;
+use crate::store::dialect::sqlite::{parse_ts, ts};
 use crate::store::dialect::{lease_span, now};
+use crate::store::limits::sqlite::{admit_queued, admit_running};
 use crate::store::sqlite::SqliteStore;
+use crate::store::sqlite_writer::{in_transaction, with_handle};
 use crate::store::*;
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, params};
+use sqlx::types::Json;
 
 // --- runs ---
 pub(in crate::store) async fn create_run_keyed(
@@ -18,42 +23,63 @@ pub(in crate::store) async fn create_run_keyed(
 ) -> StoreResult<RunRecord> {
     let created_at = now();
     let start = RunStart::new(claim, created_at);
-    // One writer connection: the check and the insert cannot interleave with another
-    // admission.
-    let mut tx = store.writer.begin().await?;
-    if let Some(key) = key {
-        crate::store::idempotency::sqlite::insert(
-            &mut tx,
-            tenant,
-            key,
-            run.id.as_str(),
-            created_at,
-        )
-        .await?;
-    }
-    if claim.is_some() {
-        crate::store::limits::sqlite::admit_running(&mut tx, tenant, caps, None, created_at)
-            .await?;
-    } else {
-        crate::store::limits::sqlite::admit_queued(&mut tx, tenant, &run.session, caps).await?;
-    }
-    let row = sqlx::query(INSERT_RUN)
-        .bind(run.id.as_str())
-        .bind(run.session.as_str())
-        .bind(tenant.as_str())
-        .bind(&run.prompt)
-        .bind(start.status.as_str())
-        .bind(start.owner)
-        .bind(start.lease_expires_at.map(ts))
-        .bind(start.fence)
-        .bind(ts(created_at))
-        .bind(start.started_at.map(ts))
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-    let record = run_from_row(&row)?;
-    tx.commit().await?;
-    Ok(record)
+    // One synchronous transaction on the one write connection: the check and the insert
+    // cannot interleave with another admission, and no statement hops to sqlx's worker.
+    with_handle(&store.writer, |db| {
+        in_transaction(db, |db| {
+            if let Some(key) = key {
+                crate::store::idempotency::sqlite::insert(
+                    db,
+                    tenant,
+                    key,
+                    run.id.as_str(),
+                    created_at,
+                )?;
+            }
+            if claim.is_some() {
+                admit_running(db, tenant, caps, None, created_at)?;
+            } else {
+                admit_queued(db, tenant, &run.session, caps)?;
+            }
+            let inserted = db
+                .prepare_cached(
+                    "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, \
+                         lease_expires_at, fence, created_at, started_at) \
+                     SELECT ?1, id, tenant_id, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM sessions \
+                         WHERE id = ?2 AND tenant_id = ?3",
+                )?
+                .execute(params![
+                    run.id.as_str(),
+                    run.session.as_str(),
+                    tenant.as_str(),
+                    run.prompt,
+                    start.status.as_str(),
+                    start.owner,
+                    start.lease_expires_at.map(ts),
+                    start.fence,
+                    ts(created_at),
+                    start.started_at.map(ts),
+                ])?;
+            if inserted == 0 {
+                return Err(StoreError::NotFound);
+            }
+            Ok(RunRecord {
+                id: run.id.to_string(),
+                session_id: run.session.to_string(),
+                tenant: tenant.clone(),
+                prompt: run.prompt.clone(),
+                status: start.status,
+                owner: start.owner.map(str::to_owned),
+                lease_expires_at: start.lease_expires_at,
+                fence: start.fence,
+                terminal: None,
+                created_at,
+                started_at: start.started_at,
+                ended_at: None,
+            })
+        })
+    })
+    .await?
 }
 
 pub(in crate::store) async fn request_cancel(
@@ -97,41 +123,93 @@ pub(in crate::store) async fn claim_run(
     caps: RunCaps,
 ) -> StoreResult<Option<RunRecord>> {
     let at = now();
-    let mut tx = store.writer.begin().await?;
-    let claimable: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND tenant_id = ? AND \
-             (status = 'queued' OR (status = 'running' AND (owner = ? \
-             OR lease_expires_at IS NULL OR lease_expires_at < ?))))",
-    )
-    .bind(id.as_str())
-    .bind(tenant.as_str())
-    .bind(owner)
-    .bind(ts(at))
-    .fetch_one(&mut *tx)
-    .await?;
-    if !claimable {
-        return Ok(None);
-    }
-    crate::store::limits::sqlite::admit_running(&mut tx, tenant, caps, Some(id), at).await?;
-    let row = sqlx::query(&format!(
-        "UPDATE runs SET status = 'running', owner = ?, lease_expires_at = ?, \
-             fence = fence + 1, started_at = COALESCE(started_at, ?) \
-         WHERE id = ? AND tenant_id = ? AND (status = 'queued' OR (status = 'running' \
-             AND (owner = ? OR lease_expires_at IS NULL OR lease_expires_at < ?))) \
-         RETURNING {RUN_COLUMNS}"
-    ))
-    .bind(owner)
-    .bind(ts(at + lease_span(lease)))
-    .bind(ts(at))
-    .bind(id.as_str())
-    .bind(tenant.as_str())
-    .bind(owner)
-    .bind(ts(at))
-    .fetch_optional(&mut *tx)
-    .await?;
-    let record = row.as_ref().map(run_from_row).transpose()?;
-    tx.commit().await?;
-    Ok(record)
+    with_handle(&store.writer, |db| {
+        in_transaction(db, |db| {
+            let claimable: bool = db
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND tenant_id = ? AND \
+                         (status = 'queued' OR (status = 'running' AND (owner = ? \
+                         OR lease_expires_at IS NULL OR lease_expires_at < ?))))",
+                )?
+                .query_row(
+                    params![id.as_str(), tenant.as_str(), owner, ts(at)],
+                    |row| row.get(0),
+                )?;
+            if !claimable {
+                return Ok(None);
+            }
+            admit_running(db, tenant, caps, Some(id), at)?;
+            let row = db
+                .prepare_cached(&format!(
+                    "UPDATE runs SET status = 'running', owner = ?1, lease_expires_at = ?2, \
+                         fence = fence + 1, started_at = COALESCE(started_at, ?3) \
+                     WHERE id = ?4 AND tenant_id = ?5 AND (status = 'queued' OR \
+                         (status = 'running' AND (owner = ?1 OR lease_expires_at IS NULL \
+                         OR lease_expires_at < ?3))) \
+                     RETURNING {RUN_COLUMNS}"
+                ))?
+                .query_row(
+                    params![
+                        owner,
+                        ts(at + lease_span(lease)),
+                        ts(at),
+                        id.as_str(),
+                        tenant.as_str(),
+                    ],
+                    run_row,
+                )
+                .optional()?;
+            row.map(RunRecord::try_from).transpose()
+        })
+    })
+    .await?
+}
+
+/// A [`RunRow`] read by `rusqlite` (the columns of [`RUN_COLUMNS`], in order).
+fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+    let time = |index: usize| -> rusqlite::Result<Option<DateTime<Utc>>> {
+        row.get::<_, Option<String>>(index)?
+            .map(|text| {
+                parse_ts(&text).map_err(|error| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        index,
+                        rusqlite::types::Type::Text,
+                        error.to_string().into(),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let terminal = row
+        .get::<_, Option<String>>(8)?
+        .map(|text| {
+            serde_json::from_str(&text).map(Json).map_err(|error| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    8,
+                    rusqlite::types::Type::Text,
+                    error.into(),
+                )
+            })
+        })
+        .transpose()?;
+    Ok(RunRow {
+        id: row.get(0)?,
+        session_id: row.get(1)?,
+        tenant_id: row.get(2)?,
+        prompt: row.get(3)?,
+        status: row.get(4)?,
+        owner: row.get(5)?,
+        lease_expires_at: time(6)?,
+        fence: row.get(7)?,
+        terminal,
+        created_at: time(9)?.ok_or(rusqlite::Error::InvalidColumnType(
+            9,
+            "created_at".into(),
+            rusqlite::types::Type::Null,
+        ))?,
+        started_at: time(10)?,
+        ended_at: time(11)?,
+    })
 }
 
 pub(in crate::store) async fn cancel_queued_run(

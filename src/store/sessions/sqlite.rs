@@ -17,29 +17,52 @@ pub(in crate::store) async fn create_session_keyed(
     key: Option<&NewIdempotencyKey>,
 ) -> StoreResult<SessionRecord> {
     let at = now();
-    let created = ts(at);
-    // An explicit transaction: an autocommit `RETURNING` statement commits when it is reset,
-    // after its row was read, and a failed commit (a full disk) would go unreported.
-    let mut tx = store.writer.begin().await?;
-    if let Some(key) = key {
-        crate::store::idempotency::sqlite::insert(
-            &mut tx,
-            &session.tenant,
-            key,
-            session.id.as_str(),
-            at,
-        )
-        .await?;
-    }
-    let row = sqlx::query(INSERT_SESSION)
-        .bind(session.id.as_str())
-        .bind(session.tenant.as_str())
-        .bind(session.config.to_string())
-        .bind(&created)
-        .fetch_one(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    session_from_row(&row)
+    // One synchronous transaction on the write connection's locked handle (no hop to sqlx's
+    // worker per statement).
+    with_handle(&store.writer, |db| {
+        in_transaction(db, |db| {
+            if let Some(key) = key {
+                crate::store::idempotency::sqlite::insert(
+                    db,
+                    &session.tenant,
+                    key,
+                    session.id.as_str(),
+                    at,
+                )?;
+            }
+            insert_session(db, &session, at)
+        })
+    })
+    .await?
+}
+
+/// Inserts a new session (a duplicate id is a `Conflict`) and returns its record.
+fn insert_session(
+    db: &rusqlite::Connection,
+    session: &NewSession,
+    at: DateTime<Utc>,
+) -> StoreResult<SessionRecord> {
+    let NewSession { id, tenant, config } = session;
+    db.prepare_cached(
+        "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?4)",
+    )?
+    .execute(params![
+        id.as_str(),
+        tenant.as_str(),
+        config.to_string(),
+        ts(at)
+    ])?;
+    Ok(SessionRecord {
+        id: id.clone(),
+        tenant: tenant.clone(),
+        config: config.clone(),
+        status: SessionStatus::Active,
+        created_at: at,
+        updated_at: at,
+        closed_at: None,
+        last_event_seq: 0,
+    })
 }
 
 /// The fork in one `IMMEDIATE` transaction on the write connection's locked handle, the
@@ -58,18 +81,9 @@ pub(in crate::store) async fn fork_session(
 }
 
 fn fork_in(db: &rusqlite::Connection, outbox: &Outbox, fork: &NewFork) -> StoreResult<()> {
-    let NewSession { id, tenant, config } = &fork.session;
-    let created = ts(now());
-    db.prepare_cached(
-        "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?4)",
-    )?
-    .execute(params![
-        id.as_str(),
-        tenant.as_str(),
-        config.to_string(),
-        created
-    ])?;
+    let at = now();
+    insert_session(db, &fork.session, at)?;
+    let (id, tenant, created) = (&fork.session.id, &fork.session.tenant, ts(at));
     append_in(db, outbox, tenant, id, &fork.batch)?;
     let Some(noa) = &fork.noa else {
         return Ok(());
