@@ -22,12 +22,15 @@ use norma::noa::kept::KeptViews;
 use norma::noa::pipeline::{STEPS, Turn};
 use norma::noa::session::Keep;
 use norma::noa::session::NoaBackend;
-use norma::noa::{NoaSession, NoaSettings, NoaState};
+use norma::noa::{NoaSession, NoaSettings, NoaState, ToolNames};
 use norma::store::{NewNoaArchive, NoaArchiveRecord, StoreError};
 use serde_json::{Value, json};
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The server's allocator (see `src/main.rs`): the policy is measured as it runs there.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A store holding one state, taking every write.
 struct Stored(Option<Value>);
@@ -57,18 +60,14 @@ impl NoaBackend for Stored {
 }
 
 /// A session loaded with `state`, as a run starts.
-fn session(
-    settings: &NoaSettings,
-    read_only: &HashSet<String>,
-    state: &NoaState,
-) -> Arc<NoaSession> {
+fn session(settings: &NoaSettings, read_only: &ToolNames, state: &NoaState) -> Arc<NoaSession> {
     session_kept(settings, read_only, state, None)
 }
 
 /// A session loaded with `state`, taking the view cache its last run kept in `views`.
 fn session_kept(
     settings: &NoaSettings,
-    read_only: &HashSet<String>,
+    read_only: &ToolNames,
     state: &NoaState,
     views: Option<&Arc<KeptViews>>,
 ) -> Arc<NoaSession> {
@@ -97,7 +96,7 @@ fn measure_later_runs(
     name: &str,
     iterations: usize,
     settings: &NoaSettings,
-    read_only: &HashSet<String>,
+    read_only: &ToolNames,
     state: &NoaState,
     history: &[Message],
 ) {
@@ -125,7 +124,7 @@ fn measure_after_start(
     name: &str,
     iterations: usize,
     settings: &NoaSettings,
-    read_only: &HashSet<String>,
+    read_only: &ToolNames,
     state: &NoaState,
     history: &[Message],
 ) {
@@ -179,11 +178,7 @@ fn settings() -> NoaSettings {
 }
 
 /// A state with every range of 40 messages compressed but the last 10% of history.
-fn compressed(
-    settings: &NoaSettings,
-    read_only: &HashSet<String>,
-    history: &[Message],
-) -> NoaState {
+fn compressed(settings: &NoaSettings, read_only: &ToolNames, history: &[Message]) -> NoaState {
     let mut state = NoaState::default();
     let mut turn = Turn::new(settings, read_only, history, &mut state);
     turn.run(&STEPS);
@@ -264,7 +259,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let settings = settings();
-    let read_only: HashSet<String> = ["Read".to_owned()].into();
+    let read_only: ToolNames = ["Read".to_owned()].into_iter().collect();
     let history = history(messages);
     println!(
         "Noa per-turn policy cost, {} messages, {iterations} iterations",

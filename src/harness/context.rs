@@ -61,17 +61,20 @@ pub fn block_chars(block: &ContentBlock) -> usize {
     }
 }
 
+type IdSet<'m> = HashSet<&'m str, foldhash::fast::RandomState>;
+
 /// The blocks [`pair_tool_blocks`] drops, as (message index, block index), in order: found
 /// over borrowed ids, so nothing is copied when every pair is whole.
 fn unpaired_blocks<M: Borrow<Message>>(messages: &[M]) -> Vec<(usize, usize)> {
     let last_assistant = messages
         .iter()
         .rposition(|m| m.borrow().role == Role::Assistant);
-    let uses: HashSet<&str> = messages
+    // foldhash (seeded per set), not SipHash: every request hashes every call id of its view.
+    let uses: IdSet = messages
         .iter()
         .flat_map(|m| m.borrow().tool_uses().map(|(id, _, _)| id))
         .collect();
-    let results: HashSet<&str> = messages
+    let results: IdSet = messages
         .iter()
         .flat_map(|m| &m.borrow().content)
         .filter_map(|block| match block {

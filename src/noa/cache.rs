@@ -37,10 +37,11 @@
 //! Memory: a few words per message and per block, one entry per mutating tool name, and the
 //! messages of one view ([`ViewCache::bytes`] estimates it).
 
+use super::ToolNames;
 use super::rendered::RenderedMessages;
 use super::state::{Block, NoaState, Tier, cut_block};
 use crate::message::{Message, Role};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The identity of one history message (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +64,7 @@ impl Identity {
 /// Blocks kept between the requests of one session (see the module doc).
 #[derive(Debug, Default)]
 pub struct ViewCache {
-    read_only: Option<HashSet<String>>,
+    read_only: Option<ToolNames>,
     /// Identity of each covered message (`identity.len()` messages are covered).
     identity: Vec<Identity>,
     /// The snapshots of the covered messages when they were cut.
@@ -73,7 +74,7 @@ pub struct ViewCache {
     /// Blocks of the covered messages, with their base tiers.
     blocks: Vec<Block>,
     /// Mutating tool name → index of the latest block calling it.
-    latest: HashMap<String, usize>,
+    latest: HashMap<String, usize, foldhash::fast::RandomState>,
     /// Requests that had to start over (tests and diagnostics).
     rebuilds: u64,
     /// The messages the last view sent.
@@ -129,7 +130,7 @@ impl ViewCache {
         state: &NoaState,
         rendered: usize,
         protected_tail: u32,
-        read_only: &HashSet<String>,
+        read_only: &ToolNames,
         blocks: &mut Vec<Block>,
     ) {
         let rendered = rendered.min(history.len()).min(state.snapshots.len());
@@ -183,7 +184,7 @@ impl ViewCache {
         history: &[Message],
         state: &NoaState,
         rendered: usize,
-        read_only: &HashSet<String>,
+        read_only: &ToolNames,
     ) -> bool {
         let covered = self.identity.len();
         self.read_only.as_ref() == Some(read_only)
@@ -229,7 +230,7 @@ impl ViewCache {
         history: &[Message],
         state: &NoaState,
         rendered: usize,
-        read_only: &HashSet<String>,
+        read_only: &ToolNames,
     ) {
         let covered = self.identity.len();
         if rendered == covered {

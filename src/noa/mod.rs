@@ -98,6 +98,10 @@ pub fn parse_message_ref(text: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// Names of the read-only tools of a session. Hashed with foldhash (seeded per map), not
+/// SipHash: the policy looks a name up for every tool call of the history it cuts.
+pub type ToolNames = std::collections::HashSet<String, foldhash::fast::RandomState>;
+
 /// The id of the `ordinal`-th archive of a session (`a1`, `a2`, …).
 pub fn archive_id(ordinal: u32) -> String {
     format!("a{ordinal}")

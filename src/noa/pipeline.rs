@@ -16,6 +16,7 @@
 //! Pruning, hiding and truncating change only the view, never history, and each is recorded
 //! as an event (`context_pruned`, `context_hidden`, `context_truncated`, `context_nudge`).
 
+use super::ToolNames;
 use super::cache::ViewCache;
 pub use super::render::{marked, summary_message, summary_tokens};
 use super::render::{prune_message, pruned_tokens, render_live};
@@ -24,7 +25,6 @@ use super::settings::NoaSettings;
 use super::state::{Block, Calibration, NoaState, Tier, blocks_of, message_tokens};
 use crate::message::{ContentBlock, Message, Role};
 use crate::run_event::{self, RunEvent};
-use std::collections::HashSet;
 use std::sync::Arc;
 
 /// How an item's message is made. Messages are rendered only when the view is sent
@@ -56,7 +56,7 @@ pub struct Item {
 /// Everything one turn of the pipeline reads and builds.
 pub struct Turn<'a> {
     pub settings: &'a NoaSettings,
-    pub read_only: &'a HashSet<String>,
+    pub read_only: &'a ToolNames,
     pub history: &'a [Message],
     pub state: &'a mut NoaState,
     /// The hard limit in force (lower for the retry after a context overflow).
@@ -87,7 +87,7 @@ pub const STEPS: [Step; 6] = [
 impl<'a> Turn<'a> {
     pub fn new(
         settings: &'a NoaSettings,
-        read_only: &'a HashSet<String>,
+        read_only: &'a ToolNames,
         history: &'a [Message],
         state: &'a mut NoaState,
     ) -> Self {

@@ -2,6 +2,7 @@
 //! last view, and the store it commits to. Shared by the context policy (which builds every
 //! view) and the `Compress` / `Expand` tools.
 
+use super::ToolNames;
 use super::cache::ViewCache;
 use super::compress::{self, PlannedRange, RangeRequest, Rejection, codes};
 use super::kept::KeptViews;
@@ -16,7 +17,6 @@ use crate::run_event::{self, RunEvent};
 use crate::store::{NewNoaArchive, NoaArchiveRecord, Store, StoreError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 /// What a Noa session needs from the store (a seam for tests that inject failures).
@@ -115,7 +115,7 @@ struct Inner {
 /// A live Noa session (see the module doc).
 pub struct NoaSession {
     pub settings: NoaSettings,
-    read_only: HashSet<String>,
+    read_only: ToolNames,
     backend: Arc<dyn NoaBackend>,
     inner: Mutex<Inner>,
     /// Where the view cache goes when the run ends (and came from when it began).
@@ -150,7 +150,7 @@ impl NoaSession {
     /// Loads the session's state (one store read, once per run).
     pub async fn load(
         settings: NoaSettings,
-        read_only: HashSet<String>,
+        read_only: ToolNames,
         backend: Arc<dyn NoaBackend>,
     ) -> Result<Arc<Self>, StoreError> {
         Self::load_kept(settings, read_only, backend, None).await
@@ -160,7 +160,7 @@ impl NoaSession {
     /// state's version still matches) and handing it back there when this session is dropped.
     pub async fn load_kept(
         settings: NoaSettings,
-        read_only: HashSet<String>,
+        read_only: ToolNames,
         backend: Arc<dyn NoaBackend>,
         keep: Option<Keep>,
     ) -> Result<Arc<Self>, StoreError> {

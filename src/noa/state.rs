@@ -1,5 +1,6 @@
 //! Noa's durable state (N24) and the blocks and tiers derived from history each turn (N25).
 
+use super::ToolNames;
 use crate::message::{ContentBlock, Message, Role};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -108,7 +109,7 @@ pub(super) fn cut_block<'m>(
     snapshots: &[u32],
     i: usize,
     len: usize,
-    read_only: &HashSet<String>,
+    read_only: &ToolNames,
     mut mutating: impl FnMut(&'m str),
 ) -> Block {
     let message = &history[i];
@@ -144,7 +145,7 @@ pub(super) fn cut_block<'m>(
 /// The mutating tools `message` calls (every tool but the read-only ones and Noa's own).
 pub(super) fn mutating_calls<'m>(
     message: &'m Message,
-    read_only: &HashSet<String>,
+    read_only: &ToolNames,
 ) -> impl Iterator<Item = &'m str> {
     message.tool_uses().filter_map(move |(_, name, _)| {
         (!read_only.contains(name) && !super::is_noa_tool(name)).then_some(name)
@@ -159,7 +160,7 @@ pub fn blocks_of(
     history: &[Message],
     snapshots: &[u32],
     protected_tail: u32,
-    read_only: &HashSet<String>,
+    read_only: &ToolNames,
     absorbed_by: &[Option<usize>],
 ) -> Vec<Block> {
     let len = history.len().min(snapshots.len());
@@ -180,7 +181,7 @@ pub fn blocks_of(
         block.tier = block.tier.max(Tier::Soft);
     }
     // Hard: the latest block calling each mutating tool.
-    let mut seen: HashSet<&str> = HashSet::new();
+    let mut seen: HashSet<&str, foldhash::fast::RandomState> = HashSet::default();
     for block in blocks.iter_mut().rev() {
         let mut latest = false;
         for name in mutating_calls(&history[block.start as usize], read_only) {

@@ -1,11 +1,11 @@
 //! Histories and an in-memory backend (with failure injection) for Noa's unit tests.
 
+use super::ToolNames;
 use super::session::NoaBackend;
 use crate::message::{ContentBlock, Message, Role, ToolResultBlock};
 use crate::store::{NewNoaArchive, NoaArchiveRecord, StoreError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -48,8 +48,11 @@ pub fn pair(history: &mut Vec<Message>, name: &str, chars: usize) {
     history.push(result(&id, chars));
 }
 
-pub fn read_only() -> HashSet<String> {
-    ["Read", "Grep", "Expand"].map(String::from).into()
+pub fn read_only() -> ToolNames {
+    ["Read", "Grep", "Expand"]
+        .map(String::from)
+        .into_iter()
+        .collect()
 }
 
 /// The store of one session, in memory; `fail_archives` makes the next archive write fail.

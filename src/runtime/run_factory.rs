@@ -450,7 +450,7 @@ impl SessionRuntime {
             .map_err(|v| RuntimeError::Setup(v.message))?
         {
             Some(settings) => {
-                let read_only: HashSet<String> = registry
+                let read_only: crate::noa::ToolNames = registry
                     .names()
                     .filter(|name| {
                         registry
