@@ -143,6 +143,12 @@ pub fn job_main() -> ! {
             // document, not a crash report.
             std::panic::set_hook(Box::new(|_| {}));
             match std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem(&pdf)) {
+                // Nothing to read (pages of images only, or a content stream the reader gave
+                // up inflating at the job's memory limit) is refused with that reason rather
+                // than answered with an empty page.
+                Ok(Ok(text)) if text.trim().is_empty() => {
+                    Err("the document holds no text the reader could extract".into())
+                }
                 Ok(Ok(text)) => Ok(text),
                 Ok(Err(error)) => Err(format!("not a readable PDF: {error}")),
                 Err(_) => Err("not a readable PDF (the reader gave up)".into()),
