@@ -24,6 +24,7 @@ mod replicas;
 mod runs;
 mod sessions;
 pub mod sqlite;
+mod sqlite_reads;
 mod sqlite_writer;
 pub mod storable;
 mod tool_state;

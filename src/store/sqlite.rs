@@ -16,6 +16,9 @@ pub(super) use super::dialect::sqlite::{parse_ts, ts};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
+/// How long a statement waits for a lock (the writer's, a checkpoint's) before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct SqliteStore {
     /// Reads (WAL: they never wait for the writer).
     pub(super) pool: SqlitePool,
@@ -25,6 +28,8 @@ pub struct SqliteStore {
     pub(super) appends: super::sqlite_writer::GroupWriter,
     /// Which tenants have webhook subscriptions, and the outbox worker's wake-up.
     pub(super) outbox: Arc<webhooks::sqlite::Outbox>,
+    /// Point reads run on the caller's thread (see `sqlite_reads`).
+    pub(super) reads: super::sqlite_reads::SyncReads,
 }
 
 impl SqliteStore {
@@ -50,12 +55,13 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10))
+            .busy_timeout(BUSY_TIMEOUT)
             // A checkpoint copies every page changed since the last one back into the
             // database; at 4,000 pages (16 MiB of WAL) instead of 1,000 the hot pages (session
             // rows, index roots) are copied a quarter as often.
             .pragma("wal_autocheckpoint", "4000");
-        if let Some(parent) = connect.get_filename().parent()
+        let filename = connect.get_filename().to_owned();
+        if let Some(parent) = filename.parent()
             && !parent.as_os_str().is_empty()
         {
             std::fs::create_dir_all(parent).map_err(|error| {
@@ -92,6 +98,7 @@ impl SqliteStore {
             writer,
             appends,
             outbox,
+            reads: super::sqlite_reads::SyncReads::new(&filename, BUSY_TIMEOUT),
         })
     }
 }

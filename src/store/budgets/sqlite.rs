@@ -6,33 +6,31 @@ use crate::budgets::{Budget, Period, Spend, TenantSpend};
 use crate::store::sqlite::{SqliteStore, ts};
 use crate::store::*;
 use chrono::{DateTime, Utc};
+use rusqlite::OptionalExtension;
 use sqlx::Row;
 
+/// A point read on the caller's thread (see `sqlite_reads`).
 pub(in crate::store) async fn budget(
     store: &SqliteStore,
     tenant: &TenantId,
 ) -> StoreResult<Option<Budget>> {
-    let row = sqlx::query(
-        "SELECT tokens_per_day, tokens_per_month, cost_micros_per_day, cost_micros_per_month \
-         FROM tenant_budgets WHERE tenant_id = ?",
-    )
-    .bind(tenant.as_str())
-    .fetch_optional(store.reader())
-    .await?;
-    row.map(|row| {
-        let get = |column: &str| -> StoreResult<Option<u64>> {
-            Ok(row
-                .try_get::<Option<i64>, _>(column)?
-                .map(|value| u64::try_from(value).unwrap_or(0)))
-        };
-        Ok(Budget {
-            tokens_per_day: get("tokens_per_day")?,
-            tokens_per_month: get("tokens_per_month")?,
-            cost_micros_per_day: get("cost_micros_per_day")?,
-            cost_micros_per_month: get("cost_micros_per_month")?,
-        })
+    store.reads.read(|db| {
+        let limit = |value: Option<i64>| value.map(|value| u64::try_from(value).unwrap_or(0));
+        Ok(db
+            .prepare_cached(
+                "SELECT tokens_per_day, tokens_per_month, cost_micros_per_day, \
+                     cost_micros_per_month FROM tenant_budgets WHERE tenant_id = ?1",
+            )?
+            .query_row(rusqlite::params![tenant.as_str()], |row| {
+                Ok(Budget {
+                    tokens_per_day: limit(row.get(0)?),
+                    tokens_per_month: limit(row.get(1)?),
+                    cost_micros_per_day: limit(row.get(2)?),
+                    cost_micros_per_month: limit(row.get(3)?),
+                })
+            })
+            .optional()?)
     })
-    .transpose()
 }
 
 pub(in crate::store) async fn set_budget(

@@ -3,13 +3,13 @@
 use super::*;
 use crate::ids::{SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::ts;
+use crate::store::dialect::sqlite::{parse_ts, ts};
 use crate::store::sqlite::SqliteStore;
 use crate::store::sqlite_writer::{append_in, in_transaction, with_handle};
 use crate::store::webhooks::sqlite::Outbox;
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 pub(in crate::store) async fn create_session_keyed(
     store: &SqliteStore,
@@ -118,17 +118,45 @@ fn fork_in(db: &rusqlite::Connection, outbox: &Outbox, fork: &NewFork) -> StoreR
     crate::store::sessions::archives_copied(copied as u64, noa)
 }
 
+/// A point read on the caller's thread (see `sqlite_reads`).
 pub(in crate::store) async fn get_session(
     store: &SqliteStore,
     tenant: &TenantId,
     id: &SessionId,
 ) -> StoreResult<Option<SessionRecord>> {
-    let row = sqlx::query(SELECT_SESSION)
-        .bind(id.as_str())
-        .bind(tenant.as_str())
-        .fetch_optional(&store.pool)
-        .await?;
-    row.as_ref().map(session_from_row).transpose()
+    store.reads.read(|db| {
+        let row = db
+            .prepare_cached(
+                "SELECT config, status, created_at, updated_at, closed_at, last_event_seq \
+                 FROM sessions WHERE id = ?1 AND tenant_id = ?2",
+            )?
+            .query_row(params![id.as_str(), tenant.as_str()], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, Option<String>>(4)?,
+                    row.get::<_, i64>(5)?,
+                ))
+            })
+            .optional()?;
+        let Some((config, status, created, updated, closed, last_event_seq)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(SessionRecord {
+            id: id.clone(),
+            tenant: tenant.clone(),
+            config: serde_json::from_str(&config)
+                .map_err(|error| StoreError::Internal(format!("stored config: {error}")))?,
+            status: SessionStatus::parse(&status)
+                .ok_or_else(|| StoreError::Internal(format!("unknown session status {status}")))?,
+            created_at: parse_ts(&created)?,
+            updated_at: parse_ts(&updated)?,
+            closed_at: closed.as_deref().map(parse_ts).transpose()?,
+            last_event_seq,
+        }))
+    })
 }
 
 pub(in crate::store) async fn list_sessions(
@@ -219,11 +247,12 @@ pub(in crate::store) async fn count_open_sessions(
     store: &SqliteStore,
     tenant: &TenantId,
 ) -> StoreResult<i64> {
-    let count: i64 = sqlx::query_scalar(COUNT_OPEN_SESSIONS)
-        .bind(tenant.as_str())
-        .fetch_one(&store.pool)
-        .await?;
-    Ok(count)
+    // A point read on the caller's thread (see `sqlite_reads`; `$1` binds by position).
+    store.reads.read(|db| {
+        Ok(db
+            .prepare_cached(COUNT_OPEN_SESSIONS)?
+            .query_row(params![tenant.as_str()], |row| row.get(0))?)
+    })
 }
 
 pub(in crate::store) async fn last_event_seqs(

@@ -6,6 +6,7 @@ use crate::store::dialect::now;
 use crate::store::dialect::sqlite::{parse_json, ts};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
+use rusqlite::OptionalExtension;
 use sqlx::Row;
 
 // --- tool state (todos, memory, permission mode) ---
@@ -99,12 +100,17 @@ pub(in crate::store) async fn get_mode_override(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Option<ModeOverride>> {
-    let row = sqlx::query(GET_MODE)
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .fetch_optional(&store.pool)
-        .await?;
-    row.map(|row| mode_override_from(row.try_get("mode")?, row.try_get("previous_mode")?))
+    // A point read on the caller's thread (see `sqlite_reads`; `$1`, `$2` bind in order).
+    let row = store.reads.read(|db| {
+        Ok(db
+            .prepare_cached(GET_MODE)?
+            .query_row(
+                rusqlite::params![session.as_str(), tenant.as_str()],
+                |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?)),
+            )
+            .optional()?)
+    })?;
+    row.map(|(mode, previous)| mode_override_from(mode, previous))
         .transpose()
 }
 
