@@ -2,14 +2,14 @@
 
 use super::*;
 use crate::ids::{RunId, SessionId, TenantId};
-use crate::store::dialect::sqlite::{parse_ts, ts};
+use crate::store::dialect::sqlite::{parse_json, parse_ts, ts};
 use crate::store::dialect::{lease_span, now};
 use crate::store::limits::sqlite::{admit_queued, admit_running};
 use crate::store::sqlite::SqliteStore;
 use crate::store::sqlite_writer::{in_transaction, with_handle};
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 use sqlx::types::Json;
 
 // --- runs ---
@@ -139,60 +139,40 @@ pub(in crate::store) async fn claim_run(
                 return Ok(None);
             }
             admit_running(db, tenant, caps, Some(id), at)?;
-            let row = db
-                .prepare_cached(&format!(
-                    "UPDATE runs SET status = 'running', owner = ?1, lease_expires_at = ?2, \
+            db.prepare_cached(&format!(
+                "UPDATE runs SET status = 'running', owner = ?1, lease_expires_at = ?2, \
                          fence = fence + 1, started_at = COALESCE(started_at, ?3) \
                      WHERE id = ?4 AND tenant_id = ?5 AND (status = 'queued' OR \
                          (status = 'running' AND (owner = ?1 OR lease_expires_at IS NULL \
                          OR lease_expires_at < ?3))) \
                      RETURNING {RUN_COLUMNS}"
-                ))?
-                .query_row(
-                    params![
-                        owner,
-                        ts(at + lease_span(lease)),
-                        ts(at),
-                        id.as_str(),
-                        tenant.as_str(),
-                    ],
-                    run_row,
-                )
-                .optional()?;
-            row.map(RunRecord::try_from).transpose()
+            ))?
+            .query_and_then(
+                params![
+                    owner,
+                    ts(at + lease_span(lease)),
+                    ts(at),
+                    id.as_str(),
+                    tenant.as_str(),
+                ],
+                run_record,
+            )?
+            .next()
+            .transpose()
         })
     })
     .await?
 }
 
-/// A [`RunRow`] read by `rusqlite` (the columns of [`RUN_COLUMNS`], in order).
-fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
-    let time = |index: usize| -> rusqlite::Result<Option<DateTime<Utc>>> {
+/// A [`RunRow`] of [`RUN_COLUMNS`], in order, read by `rusqlite`.
+fn run_record(row: &rusqlite::Row<'_>) -> StoreResult<RunRecord> {
+    let time = |index: usize| -> StoreResult<Option<DateTime<Utc>>> {
         row.get::<_, Option<String>>(index)?
-            .map(|text| {
-                parse_ts(&text).map_err(|error| {
-                    rusqlite::Error::FromSqlConversionFailure(
-                        index,
-                        rusqlite::types::Type::Text,
-                        error.to_string().into(),
-                    )
-                })
-            })
+            .as_deref()
+            .map(parse_ts)
             .transpose()
     };
-    let terminal = row
-        .get::<_, Option<String>>(8)?
-        .map(|text| {
-            serde_json::from_str(&text).map(Json).map_err(|error| {
-                rusqlite::Error::FromSqlConversionFailure(
-                    8,
-                    rusqlite::types::Type::Text,
-                    error.into(),
-                )
-            })
-        })
-        .transpose()?;
-    Ok(RunRow {
+    RunRow {
         id: row.get(0)?,
         session_id: row.get(1)?,
         tenant_id: row.get(2)?,
@@ -201,15 +181,17 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         owner: row.get(5)?,
         lease_expires_at: time(6)?,
         fence: row.get(7)?,
-        terminal,
-        created_at: time(9)?.ok_or(rusqlite::Error::InvalidColumnType(
-            9,
-            "created_at".into(),
-            rusqlite::types::Type::Null,
-        ))?,
+        terminal: row
+            .get::<_, Option<String>>(8)?
+            .as_deref()
+            .map(parse_json)
+            .transpose()?
+            .map(Json),
+        created_at: parse_ts(&row.get::<_, String>(9)?)?,
         started_at: time(10)?,
         ended_at: time(11)?,
-    })
+    }
+    .try_into()
 }
 
 pub(in crate::store) async fn cancel_queued_run(

@@ -3,13 +3,13 @@
 use super::*;
 use crate::ids::{SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::{parse_ts, ts};
+use crate::store::dialect::sqlite::{parse_json, parse_ts, ts};
 use crate::store::sqlite::SqliteStore;
 use crate::store::sqlite_writer::{append_in, in_transaction, with_handle};
 use crate::store::webhooks::sqlite::Outbox;
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 pub(in crate::store) async fn create_session_keyed(
     store: &SqliteStore,
@@ -36,33 +36,21 @@ pub(in crate::store) async fn create_session_keyed(
     .await?
 }
 
-/// Inserts a new session (a duplicate id is a `Conflict`) and returns its record.
+/// Inserts a new session (a duplicate id is a `Conflict`) and returns its record
+/// (`INSERT_SESSION`'s `$N` bind in order of first use).
 fn insert_session(
     db: &rusqlite::Connection,
     session: &NewSession,
     at: DateTime<Utc>,
 ) -> StoreResult<SessionRecord> {
     let NewSession { id, tenant, config } = session;
-    db.prepare_cached(
-        "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?4)",
-    )?
-    .execute(params![
-        id.as_str(),
-        tenant.as_str(),
-        config.to_string(),
-        ts(at)
-    ])?;
-    Ok(SessionRecord {
-        id: id.clone(),
-        tenant: tenant.clone(),
-        config: config.clone(),
-        status: SessionStatus::Active,
-        created_at: at,
-        updated_at: at,
-        closed_at: None,
-        last_event_seq: 0,
-    })
+    db.prepare_cached(INSERT_SESSION)?
+        .query_and_then(
+            params![id.as_str(), tenant.as_str(), config.to_string(), ts(at)],
+            session_record,
+        )?
+        .next()
+        .unwrap_or_else(|| Err(StoreError::Internal("the insert returned no row".into())))
 }
 
 /// The fork in one `IMMEDIATE` transaction on the write connection's locked handle, the
@@ -118,45 +106,38 @@ fn fork_in(db: &rusqlite::Connection, outbox: &Outbox, fork: &NewFork) -> StoreR
     crate::store::sessions::archives_copied(copied as u64, noa)
 }
 
-/// A point read on the caller's thread (see `sqlite_reads`).
+/// A point read on the caller's thread (see `sqlite_reads`; `$1`, `$2` bind in order).
 pub(in crate::store) async fn get_session(
     store: &SqliteStore,
     tenant: &TenantId,
     id: &SessionId,
 ) -> StoreResult<Option<SessionRecord>> {
     store.reads.read(|db| {
-        let row = db
-            .prepare_cached(
-                "SELECT config, status, created_at, updated_at, closed_at, last_event_seq \
-                 FROM sessions WHERE id = ?1 AND tenant_id = ?2",
-            )?
-            .query_row(params![id.as_str(), tenant.as_str()], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                    row.get::<_, Option<String>>(4)?,
-                    row.get::<_, i64>(5)?,
-                ))
-            })
-            .optional()?;
-        let Some((config, status, created, updated, closed, last_event_seq)) = row else {
-            return Ok(None);
-        };
-        Ok(Some(SessionRecord {
-            id: id.clone(),
-            tenant: tenant.clone(),
-            config: serde_json::from_str(&config)
-                .map_err(|error| StoreError::Internal(format!("stored config: {error}")))?,
-            status: SessionStatus::parse(&status)
-                .ok_or_else(|| StoreError::Internal(format!("unknown session status {status}")))?,
-            created_at: parse_ts(&created)?,
-            updated_at: parse_ts(&updated)?,
-            closed_at: closed.as_deref().map(parse_ts).transpose()?,
-            last_event_seq,
-        }))
+        db.prepare_cached(SELECT_SESSION)?
+            .query_and_then(params![id.as_str(), tenant.as_str()], session_record)?
+            .next()
+            .transpose()
     })
+}
+
+/// A [`SessionRow`] of [`SESSION_COLUMNS`], in order, read by `rusqlite`.
+fn session_record(row: &rusqlite::Row<'_>) -> StoreResult<SessionRecord> {
+    let time = |index: usize| parse_ts(&row.get::<_, String>(index)?);
+    SessionRow {
+        id: row.get(0)?,
+        tenant_id: row.get(1)?,
+        config: Json(parse_json(&row.get::<_, String>(2)?)?),
+        status: row.get(3)?,
+        created_at: time(4)?,
+        updated_at: time(5)?,
+        closed_at: row
+            .get::<_, Option<String>>(6)?
+            .as_deref()
+            .map(parse_ts)
+            .transpose()?,
+        last_event_seq: row.get(7)?,
+    }
+    .try_into()
 }
 
 pub(in crate::store) async fn list_sessions(
