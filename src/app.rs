@@ -402,7 +402,9 @@ impl App {
         });
         let stop_listening = tokio_util::sync::CancellationToken::new();
         let mut server = tokio::spawn(
-            axum::serve(listener, router)
+            // A clone of the finished router per connection (one `Arc`): serving the `Router`
+            // itself would rebuild its route table for every connection accepted.
+            axum::serve(listener, router.into_make_service())
                 .with_graceful_shutdown(stop_listening.clone().cancelled_owned())
                 .into_future(),
         );

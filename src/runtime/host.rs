@@ -13,8 +13,8 @@ use crate::llm::ToolSpec;
 use crate::message::{Message, ToolResultBlock};
 use crate::run_event::{self, BudgetKind, RunEvent, TerminalReason};
 use crate::store::{
-    AppendBatch, NewEvent, NewMessage, NewOutput, RunEnd, RunLease, RunStatus, Store,
-    TRANSIENT_RETRY_WINDOW,
+    AppendBatch, NewEvent, NewMessage, NewOutput, RunEnd, RunLease, RunStatus, StorableBatch,
+    Store, TRANSIENT_RETRY_WINDOW,
 };
 use crate::tools::pipeline::Pipeline;
 use crate::tools::{ToolContext, ToolProgress};
@@ -218,7 +218,8 @@ impl SessionWriter {
         }
         let ends_run = batch.run_end.is_some();
         let began = std::time::Instant::now();
-        let written = self.append_retrying(batch).await;
+        let batch = StorableBatch::new(batch);
+        let written = self.append_retrying(&batch).await;
         if let Some((metrics, started)) = self.metrics.get() {
             metrics.store_transaction(crate::metrics::StoreOp::append, began.elapsed());
             if let (Ok(_), Some(terminal)) = (&written, &terminal) {
@@ -236,7 +237,8 @@ impl SessionWriter {
             // A client that sees `terminal` may prompt at once: the session is free by then.
             self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        self.bus.publish(&self.session, written.events);
+        self.bus
+            .publish(&self.session, written.records(batch.into_inner()).events);
         Ok(())
     }
 
@@ -246,14 +248,18 @@ impl SessionWriter {
     /// answers with what it committed instead of storing the batch twice.
     async fn append_retrying(
         &self,
-        batch: AppendBatch,
-    ) -> Result<crate::store::AppendResult, crate::store::StoreError> {
+        batch: &StorableBatch,
+    ) -> Result<crate::store::Appended, crate::store::StoreError> {
         let mut attempts = 0u32;
         crate::store::retry_transient(TRANSIENT_RETRY_WINDOW, || {
             attempts += 1;
-            let mut attempt = batch.clone();
-            attempt.retry = attempts > 1;
-            self.store.append(&self.tenant, &self.session, attempt)
+            let attempt = if attempts > 1 {
+                batch.retried()
+            } else {
+                batch.clone()
+            };
+            self.store
+                .append_storable(&self.tenant, &self.session, attempt)
         })
         .await
     }

@@ -42,7 +42,7 @@ macro_rules! store_facade {
             }
 
             // --- events ---
-            async fn append(&self, tenant: &TenantId, session: &SessionId, batch: AppendBatch) -> StoreResult<AppendResult> {
+            async fn append_storable(&self, tenant: &TenantId, session: &SessionId, batch: StorableBatch) -> StoreResult<Appended> {
                 events::$backend::append(self, tenant, session, batch).await
             }
             async fn list_events(&self, tenant: &TenantId, session: &SessionId, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {

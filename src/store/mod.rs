@@ -24,6 +24,8 @@ mod replicas;
 mod runs;
 mod sessions;
 pub mod sqlite;
+#[cfg(test)]
+mod sqlite_plans_tests;
 mod sqlite_reads;
 mod sqlite_writer;
 pub mod storable;
@@ -133,7 +135,19 @@ pub trait Store: Send + Sync + 'static {
         tenant: &TenantId,
         session: &SessionId,
         batch: AppendBatch,
-    ) -> StoreResult<AppendResult>;
+    ) -> StoreResult<AppendResult> {
+        let batch = StorableBatch::new(batch);
+        let appended = self.append_storable(tenant, session, batch.clone()).await?;
+        Ok(appended.records(batch.into_inner()))
+    }
+
+    /// [`Store::append`] of a batch already made storable; where its rows landed.
+    async fn append_storable(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        batch: StorableBatch,
+    ) -> StoreResult<Appended>;
 
     /// Events with `seq > after`, in order, at most `limit`.
     async fn list_events(

@@ -352,6 +352,82 @@ pub struct AppendResult {
     pub events: Vec<EventRecord>,
 }
 
+/// Where an append's rows landed: the first sequence number of its events and of its
+/// messages (the others follow in order) and the time they were written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub first_event: i64,
+    pub first_message: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Appended {
+    /// The records of `batch` as this append stored them (moved out of the batch, not copied).
+    pub fn records(self, batch: AppendBatch) -> AppendResult {
+        let created_at = self.created_at;
+        AppendResult {
+            events: batch
+                .events
+                .into_iter()
+                .zip(self.first_event..)
+                .map(|(event, seq)| EventRecord {
+                    seq,
+                    kind: event.kind,
+                    payload: event.payload,
+                    run_id: event.run_id,
+                    created_at,
+                })
+                .collect(),
+            messages: batch
+                .messages
+                .into_iter()
+                .zip(self.first_message..)
+                .map(|(message, seq)| MessageRecord {
+                    seq,
+                    role: message.message.role,
+                    content: message.message.content,
+                    run_id: message.run_id,
+                    compaction_boundary: message.compaction_boundary,
+                    created_at,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// An append batch made storable (see [`crate::store::storable`]) and shared: every attempt
+/// of a retried append hands the store the same batch, and the caller gets it back after the
+/// commit to build the records, without copying its events and messages.
+#[derive(Clone, Debug)]
+pub struct StorableBatch(std::sync::Arc<AppendBatch>);
+
+impl StorableBatch {
+    pub fn new(mut batch: AppendBatch) -> Self {
+        crate::store::storable::append_batch(&mut batch);
+        Self(std::sync::Arc::new(batch))
+    }
+
+    /// The same batch marked as a retry (see [`AppendBatch::retry`]).
+    pub fn retried(&self) -> Self {
+        let mut batch = self.0.clone();
+        std::sync::Arc::make_mut(&mut batch).retry = true;
+        Self(batch)
+    }
+
+    /// The batch itself (a copy only while the store still holds it).
+    pub fn into_inner(self) -> AppendBatch {
+        std::sync::Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+    }
+}
+
+impl std::ops::Deref for StorableBatch {
+    type Target = AppendBatch;
+
+    fn deref(&self) -> &AppendBatch {
+        &self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

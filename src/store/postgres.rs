@@ -12,7 +12,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use std::str::FromStr;
 
 // What `sqlite_writer` imports from here.
-pub(super) use super::events::{build_append_result, role_str};
+pub(super) use super::events::role_str;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 

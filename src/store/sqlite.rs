@@ -19,11 +19,16 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 /// How long a statement waits for a lock (the writer's, a checkpoint's) before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// WAL pages between checkpoints: a checkpoint copies every page changed since the last one
+/// back into the database; at 4,000 pages (16 MiB of WAL) instead of 1,000 the hot pages
+/// (session rows, index roots) are copied a quarter as often.
+const AUTOCHECKPOINT_PAGES: u32 = 4_000;
+
 pub struct SqliteStore {
     /// Reads (WAL: they never wait for the writer).
     pub(super) pool: SqlitePool,
-    /// Writes, one connection: SQLite takes one writer at a time.
-    pub(super) writer: SqlitePool,
+    /// The one writer (SQLite takes one at a time; see `sqlite_writer`).
+    pub(super) writer: Arc<super::sqlite_writer::Writer>,
     /// Runs' appends, committed together (see `sqlite_writer`).
     pub(super) appends: super::sqlite_writer::GroupWriter,
     /// Which tenants have webhook subscriptions, and the outbox worker's wake-up.
@@ -33,8 +38,8 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// The one writer connection.
-    pub(super) fn writer(&self) -> &SqlitePool {
+    /// The one writer.
+    pub(super) fn writer(&self) -> &super::sqlite_writer::Writer {
         &self.writer
     }
 
@@ -56,10 +61,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT)
-            // A checkpoint copies every page changed since the last one back into the
-            // database; at 4,000 pages (16 MiB of WAL) instead of 1,000 the hot pages (session
-            // rows, index roots) are copied a quarter as often.
-            .pragma("wal_autocheckpoint", "4000");
+            .pragma("wal_autocheckpoint", AUTOCHECKPOINT_PAGES.to_string());
         let filename = connect.get_filename().to_owned();
         if let Some(parent) = filename.parent()
             && !parent.as_os_str().is_empty()
@@ -82,15 +84,21 @@ impl SqliteStore {
             .connect_with(connect.clone())
             .await?;
         MIGRATOR.run(&pool).await?;
-        // SQLite has one writer at a time: writes queue here, in process, instead of
-        // sleeping in SQLite's busy handler while another connection holds the lock.
-        let writer = SqlitePoolOptions::new()
+        // SQLite has one writer at a time: writes queue here, in process (`Writer`'s lock),
+        // instead of sleeping in SQLite's busy handler while another connection holds it.
+        let sqlx_writer = SqlitePoolOptions::new()
             .max_connections(1)
             .test_before_acquire(false)
             // A queue of writers, not an outage: as patient as SQLite's own busy timeout.
             .acquire_timeout(patience)
             .connect_with(connect)
             .await?;
+        let writer = Arc::new(super::sqlite_writer::Writer::open(
+            &filename,
+            sqlx_writer,
+            BUSY_TIMEOUT,
+            AUTOCHECKPOINT_PAGES,
+        )?);
         let outbox = Arc::new(webhooks::sqlite::Outbox::load(&pool).await?);
         let appends = super::sqlite_writer::GroupWriter::start(writer.clone(), outbox.clone());
         Ok(Self {

@@ -3,15 +3,14 @@
 //! sessions in ONE transaction (group commit), written synchronously on the connection.
 //!
 //! SQLite takes one writer at a time. Through sqlx, every statement is a hop to the
-//! connection's worker thread and back (two thread wake-ups, a channel message per row). The
-//! writer avoids that: it takes the write pool's one connection, locks its database handle
-//! out of sqlx's worker ([`sqlx::SqliteConnection::lock_handle`]) and runs the whole group
-//! with `rusqlite` on that handle, on the writing task's own thread — one hand-off per group,
-//! none per statement. The handle is the write pool's only connection, so the other writes
-//! (sessions, runs, approvals…) are simply ordered before or after a group; there is never a
-//! second writing connection to meet `SQLITE_BUSY`. Statements are prepared once per group
-//! (the `rusqlite` connection is a borrowed view of the handle, dropped with every prepared
-//! statement before the handle goes back to sqlx).
+//! connection's worker thread and back (two thread wake-ups, a channel message per row), and
+//! every connection given back to its pool is pinged (one more hop). The store's hot writes
+//! therefore go through [`Writer`]: one `rusqlite` connection kept for the process's life,
+//! used synchronously by whichever task holds its lock — no hand-off at all, and its prepared
+//! statements stay cached from one write to the next. The other writes (approvals, webhooks,
+//! registries…) still use sqlx's one write connection, but only while holding the same lock
+//! ([`Writer::sqlx`]), so the two connections never write at once and neither meets
+//! `SQLITE_BUSY` from the other.
 //!
 //! Under load the appends of concurrent runs queue here: the task takes every job waiting (at
 //! most [`MAX_GROUP`]), writes them one after the other in one `BEGIN IMMEDIATE` transaction,
@@ -23,20 +22,101 @@
 //! before it, and results are answered only after the commit.
 //!
 //! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait
-//! (back-pressure), it never grows without bound. Reads keep using the read pool.
+//! (back-pressure), it never grows without bound. Reads keep using the read connections.
 
 use super::dialect::now;
-use super::postgres::{build_append_result, role_str};
+use super::postgres::role_str;
 use super::sqlite::{parse_ts, ts};
 use super::sqlite_webhooks::Outbox;
-use super::{AppendBatch, AppendResult, StoreError, StoreResult};
+use super::{AppendBatch, Appended, StorableBatch, StoreError, StoreResult};
 use crate::ids::{SessionId, TenantId};
 use crate::usage::sql_count;
 use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, params};
 use sqlx::SqlitePool;
+use std::path::Path;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use std::time::Duration;
+use tokio::sync::{Mutex, MutexGuard, mpsc, oneshot};
+
+/// Prepared statements the write connection keeps (every statement of the write path fits).
+const STATEMENT_CACHE: usize = 128;
+
+/// The database's one writer (see the module doc).
+pub(super) struct Writer {
+    /// The hot writes' connection; its lock is the right to write.
+    db: Mutex<rusqlite::Connection>,
+    /// sqlx's write connection (one), used only under `db`'s lock.
+    pool: SqlitePool,
+}
+
+impl Writer {
+    /// Opens the write connection on `path` (already migrated) beside sqlx's `pool`, with the
+    /// settings of every store connection (`journal_mode` is the database's own).
+    pub(super) fn open(
+        path: &Path,
+        pool: SqlitePool,
+        busy_timeout: Duration,
+        autocheckpoint: u32,
+    ) -> StoreResult<Self> {
+        use rusqlite::OpenFlags;
+        let db = rusqlite::Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        db.busy_timeout(busy_timeout)?;
+        db.pragma_update(None, "foreign_keys", true)?;
+        db.pragma_update(None, "synchronous", "NORMAL")?;
+        db.pragma_update(None, "wal_autocheckpoint", autocheckpoint)?;
+        db.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(Self {
+            db: Mutex::new(db),
+            pool,
+        })
+    }
+
+    /// Runs `write` on the write connection, on the caller's thread, once it is this task's
+    /// turn.
+    pub(super) async fn with<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> T) -> T {
+        let db = self.db.lock().await;
+        write(&db)
+    }
+
+    /// sqlx's write connection, for this task alone until the turn is dropped.
+    pub(super) async fn sqlx(&self) -> StoreResult<SqlxTurn<'_>> {
+        let turn = self.db.lock().await;
+        let conn = self.pool.acquire().await?;
+        Ok(SqlxTurn { conn, _turn: turn })
+    }
+}
+
+/// sqlx's write connection during this task's turn (see [`Writer::sqlx`]).
+pub(super) struct SqlxTurn<'a> {
+    // Given back to its pool before the turn ends (fields drop in order).
+    conn: sqlx::pool::PoolConnection<sqlx::Sqlite>,
+    _turn: MutexGuard<'a, rusqlite::Connection>,
+}
+
+impl SqlxTurn<'_> {
+    /// Opens a transaction on the connection.
+    pub(super) async fn begin(&mut self) -> StoreResult<sqlx::Transaction<'_, sqlx::Sqlite>> {
+        Ok(sqlx::Connection::begin(&mut *self.conn).await?)
+    }
+}
+
+impl std::ops::Deref for SqlxTurn<'_> {
+    type Target = sqlx::SqliteConnection;
+
+    fn deref(&self) -> &sqlx::SqliteConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for SqlxTurn<'_> {
+    fn deref_mut(&mut self) -> &mut sqlx::SqliteConnection {
+        &mut self.conn
+    }
+}
 
 /// Appends waiting for the writer at most; more wait to be queued.
 const QUEUE: usize = 1_024;
@@ -47,8 +127,8 @@ const MAX_GROUP: usize = 64;
 struct AppendJob {
     tenant: TenantId,
     session: SessionId,
-    batch: AppendBatch,
-    reply: oneshot::Sender<StoreResult<AppendResult>>,
+    batch: StorableBatch,
+    reply: oneshot::Sender<StoreResult<Appended>>,
 }
 
 /// The handle of the group writer task (it ends when the handle is dropped).
@@ -57,22 +137,20 @@ pub(super) struct GroupWriter {
 }
 
 impl GroupWriter {
-    /// Starts the writer task on the current runtime; it writes through `writer`'s one
-    /// connection.
-    pub(super) fn start(writer: SqlitePool, outbox: Arc<Outbox>) -> Self {
+    /// Starts the writer task on the current runtime; it writes through `writer`.
+    pub(super) fn start(writer: Arc<Writer>, outbox: Arc<Outbox>) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
         tokio::spawn(run(writer, queue, outbox));
         Self { jobs }
     }
 
-    /// Appends `batch` (already made storable) for `session`, committed with whatever other
-    /// appends are waiting.
+    /// Appends `batch` for `session`, committed with whatever other appends are waiting.
     pub(super) async fn append(
         &self,
         tenant: TenantId,
         session: SessionId,
-        batch: AppendBatch,
-    ) -> StoreResult<AppendResult> {
+        batch: StorableBatch,
+    ) -> StoreResult<Appended> {
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Unavailable("the SQLite writer stopped".into());
         self.jobs
@@ -88,44 +166,19 @@ impl GroupWriter {
     }
 }
 
-async fn run(pool: SqlitePool, mut queue: mpsc::Receiver<AppendJob>, outbox: Arc<Outbox>) {
+async fn run(writer: Arc<Writer>, mut queue: mpsc::Receiver<AppendJob>, outbox: Arc<Outbox>) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
         let jobs = std::mem::take(&mut group);
-        let answers = match with_handle(&pool, |db| write_group(db, &outbox, &jobs)).await {
-            Ok(answers) => answers,
-            Err(error) => jobs.iter().map(|_| Err(same_error(&error))).collect(),
-        };
+        let answers = writer.with(|db| write_group(db, &outbox, &jobs)).await;
         for (job, answer) in jobs.into_iter().zip(answers) {
-            let _ = job.reply.send(answer);
+            // The batch goes back to its writer whole: drop this share before answering.
+            let AppendJob { reply, batch, .. } = job;
+            drop(batch);
+            let _ = reply.send(answer);
         }
         outbox.wake_if_written();
     }
-}
-
-/// `error` again, for every job of a group that could not be written.
-fn same_error(error: &StoreError) -> StoreError {
-    match error {
-        StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
-        other => StoreError::Internal(other.to_string()),
-    }
-}
-
-/// Runs `write` on the write pool's connection, its handle locked out of sqlx's worker.
-pub(super) async fn with_handle<T>(
-    pool: &SqlitePool,
-    write: impl FnOnce(&rusqlite::Connection) -> T,
-) -> StoreResult<T> {
-    let mut conn = pool.acquire().await?;
-    let mut handle = conn.lock_handle().await?;
-    // SAFETY: the handle is locked for us (sqlx's worker thread cannot use it until `handle`
-    // is dropped), `from_handle` does not take ownership (dropping the `rusqlite` connection
-    // finalizes its statements and leaves the database open), and `db` is dropped at the end
-    // of this block, before `handle`.
-    let db = unsafe { rusqlite::Connection::from_handle(handle.as_raw_handle().as_ptr()) }?;
-    let answer = write(&db);
-    drop(db);
-    Ok(answer)
 }
 
 /// Writes `jobs` in one transaction, or each alone when the group could not be committed
@@ -134,7 +187,7 @@ fn write_group(
     db: &rusqlite::Connection,
     outbox: &Outbox,
     jobs: &[AppendJob],
-) -> Vec<StoreResult<AppendResult>> {
+) -> Vec<StoreResult<Appended>> {
     match together(db, outbox, jobs) {
         Ok(answers) => answers,
         Err(error) if jobs.len() == 1 => vec![Err(error)],
@@ -160,7 +213,7 @@ fn together(
     db: &rusqlite::Connection,
     outbox: &Outbox,
     jobs: &[AppendJob],
-) -> StoreResult<Vec<StoreResult<AppendResult>>> {
+) -> StoreResult<Vec<StoreResult<Appended>>> {
     in_transaction(db, |db| {
         let mut answers = Vec::with_capacity(jobs.len());
         for job in jobs {
@@ -193,7 +246,7 @@ pub(super) fn append_in(
     tenant: &TenantId,
     session: &SessionId,
     batch: &AppendBatch,
-) -> StoreResult<AppendResult> {
+) -> StoreResult<Appended> {
     let created_at = now();
     let created = ts(created_at);
     let event_count = batch.events.len() as i64;
@@ -217,12 +270,11 @@ pub(super) fn append_in(
             .ok_or(StoreError::NotFound)?;
         let (last_append, last_event, last_message, updated_at) = row;
         if last_append.as_deref() == Some(id) {
-            return Ok(build_append_result(
-                batch,
-                last_event - event_count + 1,
-                last_message - message_count + 1,
-                parse_ts(&updated_at)?,
-            ));
+            return Ok(Appended {
+                first_event: last_event - event_count + 1,
+                first_message: last_message - message_count + 1,
+                created_at: parse_ts(&updated_at)?,
+            });
         }
     }
     // The run's end is written with the fence check; any other append of a leased run checks
@@ -292,22 +344,21 @@ pub(super) fn append_in(
             StoreError::NotFound
         });
     };
-    let result = build_append_result(
-        batch,
-        last_event - event_count + 1,
-        last_message - message_count + 1,
+    let result = Appended {
+        first_event: last_event - event_count + 1,
+        first_message: last_message - message_count + 1,
         created_at,
-    );
+    };
     insert_usage(db, tenant, session, batch, created_at, &created)?;
     if !batch.events.is_empty() {
         let mut insert = db.prepare_cached(
             "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, \
                      created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
         )?;
-        for (event, record) in batch.events.iter().zip(&result.events) {
+        for (event, seq) in batch.events.iter().zip(result.first_event..) {
             insert.execute(params![
                 session.as_str(),
-                record.seq,
+                seq,
                 tenant.as_str(),
                 event.kind.as_str(),
                 event.payload.to_string(),
@@ -318,7 +369,7 @@ pub(super) fn append_in(
     }
     let notices = crate::webhooks::notices(
         session.as_str(),
-        super::event_views(&batch.events, &result.events),
+        super::event_views(&batch.events, result.first_event),
         created_at,
     );
     outbox.insert_sync(db, tenant, session, &created, &notices)?;
@@ -327,12 +378,12 @@ pub(super) fn append_in(
             "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
                      compaction_boundary, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )?;
-        for (message, record) in batch.messages.iter().zip(&result.messages) {
+        for (message, seq) in batch.messages.iter().zip(result.first_message..) {
             let content = serde_json::to_string(&message.message.content)
                 .map_err(|error| StoreError::Internal(error.to_string()))?;
             insert.execute(params![
                 session.as_str(),
-                record.seq,
+                seq,
                 tenant.as_str(),
                 role_str(message.message.role),
                 content,

@@ -16,7 +16,8 @@ pub(in crate::store) async fn create_approval(
     max_pending: u32,
 ) -> StoreResult<ApprovalRecord> {
     crate::store::storable::approval(&mut approval);
-    let mut tx = store.writer.begin().await?;
+    let mut turn = store.writer.sqlx().await?;
+    let mut tx = turn.begin().await?;
     crate::store::limits::sqlite::admit_approval(&mut tx, tenant, max_pending, now()).await?;
     let row = sqlx::query(&format!(
         "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \
@@ -52,7 +53,8 @@ pub(in crate::store) async fn decide_approval(
 ) -> StoreResult<Option<ApprovalRecord>> {
     let at = ts(now());
     let must_be_live = decision.status != ApprovalStatus::Expired;
-    let mut tx = store.writer.begin().await?;
+    let mut turn = store.writer.sqlx().await?;
+    let mut tx = turn.begin().await?;
     let row = sqlx::query(DECIDE_APPROVAL)
         .bind(id.as_str())
         .bind(session.as_str())
@@ -145,7 +147,7 @@ pub(in crate::store) async fn revoke_grant(
         .bind(id.as_str())
         .bind(tenant.as_str())
         .bind(ts(now()))
-        .execute(&store.writer)
+        .execute(&mut *store.writer.sqlx().await?)
         .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -159,7 +161,7 @@ pub(in crate::store) async fn consume_grant(
         .bind(id.as_str())
         .bind(tenant.as_str())
         .bind(ts(now()))
-        .execute(&store.writer)
+        .execute(&mut *store.writer.sqlx().await?)
         .await?;
     Ok(done.rows_affected() == 1)
 }

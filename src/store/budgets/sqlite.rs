@@ -42,7 +42,7 @@ pub(in crate::store) async fn set_budget(
         None => {
             sqlx::query("DELETE FROM tenant_budgets WHERE tenant_id = ?")
                 .bind(tenant.as_str())
-                .execute(store.writer())
+                .execute(&mut *store.writer().sqlx().await?)
                 .await?;
         }
         Some(budget) => {
@@ -64,7 +64,7 @@ pub(in crate::store) async fn set_budget(
             .bind(sql(budget.cost_micros_per_day))
             .bind(sql(budget.cost_micros_per_month))
             .bind(ts(Utc::now()))
-            .execute(store.writer())
+            .execute(&mut *store.writer().sqlx().await?)
             .await?;
         }
     }

@@ -4,9 +4,7 @@
 //! SQLite: multi-row inserts on the one writer, grouped by `sqlite_writer`).
 
 use crate::message::{ContentBlock, Role};
-use crate::store::{
-    AppendBatch, AppendResult, EventRecord, MessageRecord, OutputRecord, StoreError, StoreResult,
-};
+use crate::store::{EventRecord, MessageRecord, OutputRecord, StoreError, StoreResult};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -138,53 +136,18 @@ pub(in crate::store) fn parse_role(role: &str) -> StoreResult<Role> {
 }
 
 /// The records an append writes, numbered from the first free sequence numbers.
-pub(in crate::store) fn build_append_result(
-    batch: &AppendBatch,
-    first_event: i64,
-    first_message: i64,
-    created_at: DateTime<Utc>,
-) -> AppendResult {
-    AppendResult {
-        events: batch
-            .events
-            .iter()
-            .zip(first_event..)
-            .map(|(event, seq)| EventRecord {
-                seq,
-                kind: event.kind.clone(),
-                payload: event.payload.clone(),
-                run_id: event.run_id.clone(),
-                created_at,
-            })
-            .collect(),
-        messages: batch
-            .messages
-            .iter()
-            .zip(first_message..)
-            .map(|(message, seq)| MessageRecord {
-                seq,
-                role: message.message.role,
-                content: message.message.content.clone(),
-                run_id: message.run_id.clone(),
-                compaction_boundary: message.compaction_boundary,
-                created_at,
-            })
-            .collect(),
-    }
-}
-
 /// The events of an append as the webhook notices read them.
-pub(in crate::store) fn event_views<'a>(
-    events: &'a [crate::store::NewEvent],
-    records: &'a [EventRecord],
-) -> impl Iterator<Item = crate::webhooks::EventView<'a>> {
+pub(in crate::store) fn event_views(
+    events: &[crate::store::NewEvent],
+    first_seq: i64,
+) -> impl Iterator<Item = crate::webhooks::EventView<'_>> {
     events
         .iter()
-        .zip(records)
-        .map(|(event, record)| crate::webhooks::EventView {
+        .zip(first_seq..)
+        .map(|(event, seq)| crate::webhooks::EventView {
             kind: &event.kind,
             payload: &event.payload,
             run_id: event.run_id.as_deref(),
-            seq: record.seq,
+            seq,
         })
 }

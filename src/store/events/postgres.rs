@@ -13,9 +13,8 @@ pub(in crate::store) async fn append(
     store: &PgStore,
     tenant: &TenantId,
     session: &SessionId,
-    mut batch: AppendBatch,
-) -> StoreResult<AppendResult> {
-    crate::store::storable::append_batch(&mut batch);
+    batch: StorableBatch,
+) -> StoreResult<Appended> {
     let mut tx = store.tenant_tx(tenant).await?;
     let (result, notified) = append_in(&mut tx, tenant, session, &batch).await?;
     tx.commit().await?;
@@ -32,7 +31,7 @@ pub(in crate::store) async fn append_in(
     tenant: &TenantId,
     session: &SessionId,
     batch: &AppendBatch,
-) -> StoreResult<(AppendResult, u64)> {
+) -> StoreResult<(Appended, u64)> {
     let created_at = now();
     let event_count = batch.events.len() as i64;
     let message_count = batch.messages.len() as i64;
@@ -54,12 +53,11 @@ pub(in crate::store) async fn append_in(
             == Some(id)
         {
             return Ok((
-                build_append_result(
-                    batch,
-                    row.try_get::<i64, _>("last_event_seq")? - event_count + 1,
-                    row.try_get::<i64, _>("last_message_seq")? - message_count + 1,
-                    row.try_get("updated_at")?,
-                ),
+                Appended {
+                    first_event: row.try_get::<i64, _>("last_event_seq")? - event_count + 1,
+                    first_message: row.try_get::<i64, _>("last_message_seq")? - message_count + 1,
+                    created_at: row.try_get("updated_at")?,
+                },
                 0,
             ));
         }
@@ -118,18 +116,22 @@ pub(in crate::store) async fn append_in(
     let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
     let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
 
-    let result = build_append_result(batch, first_event, first_message, created_at);
+    let result = Appended {
+        first_event,
+        first_message,
+        created_at,
+    };
     crate::store::usage::postgres::insert(tx, tenant, session, &batch.usage, created_at).await?;
 
     let mut notified = 0;
     if !batch.events.is_empty() {
-        let seqs: Vec<i64> = result.events.iter().map(|e| e.seq).collect();
+        let seqs: Vec<i64> = (first_event..).take(batch.events.len()).collect();
         let kinds: Vec<&str> = batch.events.iter().map(|e| e.kind.as_str()).collect();
         let payloads: Vec<String> = batch.events.iter().map(|e| e.payload.to_string()).collect();
         let runs: Vec<Option<&str>> = batch.events.iter().map(|e| e.run_id.as_deref()).collect();
         let notices = crate::webhooks::notices(
             session.as_str(),
-            crate::store::event_views(&batch.events, &result.events),
+            crate::store::event_views(&batch.events, first_event),
             created_at,
         );
         notified = crate::store::webhooks::postgres::insert_events(
@@ -138,7 +140,7 @@ pub(in crate::store) async fn append_in(
         .await?;
     }
     if !batch.messages.is_empty() {
-        let seqs: Vec<i64> = result.messages.iter().map(|m| m.seq).collect();
+        let seqs: Vec<i64> = (first_message..).take(batch.messages.len()).collect();
         let roles: Vec<&str> = batch
             .messages
             .iter()
@@ -174,15 +176,15 @@ pub(in crate::store) async fn append_in(
         .execute(&mut *tx)
         .await?;
     }
-    if let (Some(first), Some(last)) = (result.events.first(), result.events.last()) {
+    if !batch.events.is_empty() {
         // Delivered at commit, to every replica listening (cross-replica SSE fan-out).
         notify(
             tx,
             &Signal::Events {
                 tenant: tenant.clone(),
                 session: session.clone(),
-                first: first.seq,
-                last: last.seq,
+                first: first_event,
+                last: first_event + event_count - 1,
             },
         )
         .await?;

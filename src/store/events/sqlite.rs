@@ -11,9 +11,8 @@ pub(in crate::store) async fn append(
     store: &SqliteStore,
     tenant: &TenantId,
     session: &SessionId,
-    mut batch: AppendBatch,
-) -> StoreResult<AppendResult> {
-    crate::store::storable::append_batch(&mut batch);
+    batch: StorableBatch,
+) -> StoreResult<Appended> {
     store
         .appends
         .append(tenant.clone(), session.clone(), batch)
@@ -122,7 +121,7 @@ pub(in crate::store) async fn purge_outputs(
             .map_err(|error| StoreError::Internal(error.to_string()))?;
     let done = sqlx::query(PURGE_OUTPUTS)
         .bind(ts(cutoff))
-        .execute(&store.writer)
+        .execute(&mut *store.writer.sqlx().await?)
         .await?;
     Ok(done.rows_affected())
 }

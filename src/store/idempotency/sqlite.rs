@@ -98,7 +98,8 @@ pub(in crate::store) async fn record_idempotent_response(
     status: u16,
     body: &serde_json::Value,
 ) -> StoreResult<()> {
-    let mut tx = store.writer.begin().await?;
+    let mut turn = store.writer.sqlx().await?;
+    let mut tx = turn.begin().await?;
     sqlx::query(
         "UPDATE idempotency_keys SET status = ?, response = ? \
          WHERE tenant_id = ? AND scope = ? AND key = ? AND status IS NULL",
@@ -115,7 +116,8 @@ pub(in crate::store) async fn record_idempotent_response(
 }
 
 pub(in crate::store) async fn purge_idempotency_keys(store: &SqliteStore) -> StoreResult<u64> {
-    let mut tx = store.writer.begin().await?;
+    let mut turn = store.writer.sqlx().await?;
+    let mut tx = turn.begin().await?;
     let done = sqlx::query("DELETE FROM idempotency_keys WHERE expires_at <= ?")
         .bind(ts(now()))
         .execute(&mut *tx)

@@ -9,6 +9,21 @@ use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
+/// The tenant's running runs with a live lease, but one: `?1` tenant, `?2` now, `?3` the run
+/// being claimed (or NULL). Served by the partial index `runs_tenant_running`.
+pub(in crate::store) const COUNT_RUNNING: &str = "SELECT count(*) FROM runs \
+     WHERE tenant_id = ?1 AND status = 'running' AND lease_expires_at > ?2 AND id IS NOT ?3";
+
+/// The queued runs of a session and of its tenant: `?1` session, `?2` tenant (partial index
+/// `runs_tenant_queued`).
+pub(in crate::store) const COUNT_QUEUED: &str = "SELECT COALESCE(SUM(session_id = ?1), 0), \
+     count(*) FROM runs WHERE tenant_id = ?2 AND status = 'queued'";
+
+/// The tenant's pending approval requests not yet expired: `?1` tenant, `?2` now (partial
+/// index `approvals_tenant_pending`).
+pub(in crate::store) const COUNT_PENDING_APPROVALS: &str = "SELECT count(*) FROM approvals \
+     WHERE tenant_id = ?1 AND status = 'pending' AND expires_at > ?2";
+
 fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
     if count >= i64::from(max) {
         return Err(LimitExceeded {
@@ -32,15 +47,10 @@ pub(in crate::store) fn admit_running(
     if caps.concurrent_runs == u32::MAX {
         return Ok(());
     }
-    let running: i64 = db
-        .prepare_cached(
-            "SELECT count(*) FROM runs WHERE tenant_id = ? AND status = 'running' \
-                 AND lease_expires_at > ? AND id IS NOT ?",
-        )?
-        .query_row(
-            rusqlite::params![tenant.as_str(), ts(at), except.map(RunId::as_str)],
-            |row| row.get(0),
-        )?;
+    let running: i64 = db.prepare_cached(COUNT_RUNNING)?.query_row(
+        rusqlite::params![tenant.as_str(), ts(at), except.map(RunId::as_str)],
+        |row| row.get(0),
+    )?;
     over(Limit::ConcurrentRuns, caps.concurrent_runs, running)
 }
 
@@ -55,15 +65,10 @@ pub(in crate::store) fn admit_queued(
     if caps.queued_per_session == u32::MAX && caps.queued_per_tenant == u32::MAX {
         return Ok(());
     }
-    let (in_session, in_tenant): (i64, i64) = db
-        .prepare_cached(
-            "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM runs \
-             WHERE tenant_id = ? AND status = 'queued'",
-        )?
-        .query_row(
-            rusqlite::params![session.as_str(), tenant.as_str()],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )?;
+    let (in_session, in_tenant): (i64, i64) = db.prepare_cached(COUNT_QUEUED)?.query_row(
+        rusqlite::params![session.as_str(), tenant.as_str()],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
     over(
         Limit::QueuedPromptsPerSession,
         caps.queued_per_session,
@@ -82,14 +87,11 @@ pub(in crate::store) async fn admit_approval(
     if max_pending == u32::MAX {
         return Ok(());
     }
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM approvals WHERE tenant_id = ? AND status = 'pending' \
-             AND expires_at > ?",
-    )
-    .bind(tenant.as_str())
-    .bind(ts(at))
-    .fetch_one(conn)
-    .await?;
+    let pending: i64 = sqlx::query_scalar(COUNT_PENDING_APPROVALS)
+        .bind(tenant.as_str())
+        .bind(ts(at))
+        .fetch_one(conn)
+        .await?;
     over(Limit::PendingApprovals, max_pending, pending)
 }
 
@@ -105,47 +107,48 @@ impl SqliteStore {
         let at = Utc::now();
         let now = ts(at);
         let expires = ts(at + lease_span(hold.lease));
-        crate::store::sqlite_writer::with_handle(self.writer(), |db| {
-            crate::store::sqlite_writer::in_transaction(db, |db| {
-                // The first statement writes: the transaction is `IMMEDIATE` anyway.
-                db.prepare_cached(
-                    "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
-                )?
-                .execute(rusqlite::params![tenant.as_str(), now])?;
-                let (in_session, in_tenant) = db
-                    .prepare_cached(
-                        "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
-                         WHERE tenant_id = ? AND kind = ?",
+        self.writer()
+            .with(|db| {
+                crate::store::sqlite_writer::in_transaction(db, |db| {
+                    // The first statement writes: the transaction is `IMMEDIATE` anyway.
+                    db.prepare_cached(
+                        "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
                     )?
-                    .query_row(
-                        rusqlite::params![
-                            hold.session.as_str(),
-                            tenant.as_str(),
-                            hold.kind.as_str()
-                        ],
-                        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
-                    )?;
-                if let Some((limit, max)) = caps.per_session {
-                    over(limit, max, in_session)?;
-                }
-                over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
-                db.prepare_cached(
-                    "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
+                    .execute(rusqlite::params![tenant.as_str(), now])?;
+                    let (in_session, in_tenant) = db
+                        .prepare_cached(
+                            "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
+                         WHERE tenant_id = ? AND kind = ?",
+                        )?
+                        .query_row(
+                            rusqlite::params![
+                                hold.session.as_str(),
+                                tenant.as_str(),
+                                hold.kind.as_str()
+                            ],
+                            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+                        )?;
+                    if let Some((limit, max)) = caps.per_session {
+                        over(limit, max, in_session)?;
+                    }
+                    over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
+                    db.prepare_cached(
+                        "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
                          expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                )?
-                .execute(rusqlite::params![
-                    hold.id,
-                    tenant.as_str(),
-                    hold.session.as_str(),
-                    hold.kind.as_str(),
-                    hold.replica,
-                    expires,
-                    now,
-                ])?;
-                Ok(())
+                    )?
+                    .execute(rusqlite::params![
+                        hold.id,
+                        tenant.as_str(),
+                        hold.session.as_str(),
+                        hold.kind.as_str(),
+                        hold.replica,
+                        expires,
+                        now,
+                    ])?;
+                    Ok(())
+                })
             })
-        })
-        .await?
+            .await
     }
 
     pub(in crate::store) async fn record_workspace_bytes_tx(
@@ -164,7 +167,7 @@ impl SqliteStore {
         .bind(ts(Utc::now()))
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .execute(self.writer())
+        .execute(&mut *self.writer().sqlx().await?)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound);
@@ -189,12 +192,13 @@ impl SqliteStore {
         tenant: &TenantId,
         id: &str,
     ) -> StoreResult<()> {
-        crate::store::sqlite_writer::with_handle(self.writer(), |db| {
-            db.prepare_cached("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")?
-                .execute(rusqlite::params![id, tenant.as_str()])?;
-            Ok(())
-        })
-        .await?
+        self.writer()
+            .with(|db| {
+                db.prepare_cached("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")?
+                    .execute(rusqlite::params![id, tenant.as_str()])?;
+                Ok(())
+            })
+            .await
     }
 
     pub(in crate::store) async fn count_holds_tx(
@@ -226,7 +230,7 @@ impl SqliteStore {
         sqlx::query("UPDATE tenant_holds SET expires_at = ? WHERE replica = ?")
             .bind(ts(Utc::now() + lease_span(lease)))
             .bind(owner)
-            .execute(self.writer())
+            .execute(&mut *self.writer().sqlx().await?)
             .await?;
         Ok(())
     }

@@ -34,7 +34,8 @@ pub(in crate::store) async fn commit(
     expected: i64,
 ) -> StoreResult<i64> {
     let now = ts(chrono::Utc::now());
-    let mut tx = store.writer().begin().await?;
+    let mut turn = store.writer().sqlx().await?;
+    let mut tx = turn.begin().await?;
     let written = if expected == 0 {
         sqlx::query(
             "INSERT INTO noa_states (session_id, tenant_id, version, state, updated_at) \

@@ -30,7 +30,8 @@ async fn create<'q, Row, Item, Rec>(
 where
     Row: for<'r> FromRow<'r, SqliteRow> + Send + Unpin + Into<Rec>,
 {
-    let mut tx = store.writer().begin().await?;
+    let mut turn = store.writer().sqlx().await?;
+    let mut tx = turn.begin().await?;
     // A write first, so the transaction holds the write lock before it counts.
     let row = bind(sqlx::query_as(insert).bind(tenant.as_str()))
         .fetch_optional(&mut *tx)
@@ -88,7 +89,8 @@ pub(in crate::store) async fn delete<Row, Item>(
     tenant: &TenantId,
     name: &str,
 ) -> StoreResult<bool> {
-    let mut tx = store.writer().begin().await?;
+    let mut turn = store.writer().sqlx().await?;
+    let mut tx = turn.begin().await?;
     let done = sqlx::query(&registry.delete_sql())
         .bind(tenant.as_str())
         .bind(name)
@@ -124,7 +126,8 @@ pub(in crate::store) async fn replace_mcp_server(
     name: &str,
     config: &Value,
 ) -> StoreResult<Option<McpServerRecord>> {
-    let mut tx = store.writer().begin().await?;
+    let mut turn = store.writer().sqlx().await?;
+    let mut tx = turn.begin().await?;
     let row: Option<McpServerRow> = sqlx::query_as(REPLACE_MCP_SERVER)
         .bind(tenant.as_str())
         .bind(name)

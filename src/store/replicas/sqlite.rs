@@ -20,7 +20,7 @@ pub(in crate::store) async fn register_replica(
     .bind(name)
     .bind(workspace_storage)
     .bind(ts(now()))
-    .execute(&store.writer)
+    .execute(&mut *store.writer.sqlx().await?)
     .await?;
     Ok(())
 }

@@ -6,7 +6,7 @@ use crate::store::dialect::sqlite::{parse_json, parse_ts, ts};
 use crate::store::dialect::{lease_span, now};
 use crate::store::limits::sqlite::{admit_queued, admit_running};
 use crate::store::sqlite::SqliteStore;
-use crate::store::sqlite_writer::{in_transaction, with_handle};
+use crate::store::sqlite_writer::in_transaction;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use rusqlite::params;
@@ -25,61 +25,63 @@ pub(in crate::store) async fn create_run_keyed(
     let start = RunStart::new(claim, created_at);
     // One synchronous transaction on the one write connection: the check and the insert
     // cannot interleave with another admission, and no statement hops to sqlx's worker.
-    with_handle(&store.writer, |db| {
-        in_transaction(db, |db| {
-            if let Some(key) = key {
-                crate::store::idempotency::sqlite::insert(
-                    db,
-                    tenant,
-                    key,
-                    run.id.as_str(),
-                    created_at,
-                )?;
-            }
-            if claim.is_some() {
-                admit_running(db, tenant, caps, None, created_at)?;
-            } else {
-                admit_queued(db, tenant, &run.session, caps)?;
-            }
-            let inserted = db
-                .prepare_cached(
-                    "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, \
+    store
+        .writer
+        .with(|db| {
+            in_transaction(db, |db| {
+                if let Some(key) = key {
+                    crate::store::idempotency::sqlite::insert(
+                        db,
+                        tenant,
+                        key,
+                        run.id.as_str(),
+                        created_at,
+                    )?;
+                }
+                if claim.is_some() {
+                    admit_running(db, tenant, caps, None, created_at)?;
+                } else {
+                    admit_queued(db, tenant, &run.session, caps)?;
+                }
+                let inserted = db
+                    .prepare_cached(
+                        "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, \
                          lease_expires_at, fence, created_at, started_at) \
                      SELECT ?1, id, tenant_id, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM sessions \
                          WHERE id = ?2 AND tenant_id = ?3",
-                )?
-                .execute(params![
-                    run.id.as_str(),
-                    run.session.as_str(),
-                    tenant.as_str(),
-                    run.prompt,
-                    start.status.as_str(),
-                    start.owner,
-                    start.lease_expires_at.map(ts),
-                    start.fence,
-                    ts(created_at),
-                    start.started_at.map(ts),
-                ])?;
-            if inserted == 0 {
-                return Err(StoreError::NotFound);
-            }
-            Ok(RunRecord {
-                id: run.id.to_string(),
-                session_id: run.session.to_string(),
-                tenant: tenant.clone(),
-                prompt: run.prompt.clone(),
-                status: start.status,
-                owner: start.owner.map(str::to_owned),
-                lease_expires_at: start.lease_expires_at,
-                fence: start.fence,
-                terminal: None,
-                created_at,
-                started_at: start.started_at,
-                ended_at: None,
+                    )?
+                    .execute(params![
+                        run.id.as_str(),
+                        run.session.as_str(),
+                        tenant.as_str(),
+                        run.prompt,
+                        start.status.as_str(),
+                        start.owner,
+                        start.lease_expires_at.map(ts),
+                        start.fence,
+                        ts(created_at),
+                        start.started_at.map(ts),
+                    ])?;
+                if inserted == 0 {
+                    return Err(StoreError::NotFound);
+                }
+                Ok(RunRecord {
+                    id: run.id.to_string(),
+                    session_id: run.session.to_string(),
+                    tenant: tenant.clone(),
+                    prompt: run.prompt.clone(),
+                    status: start.status,
+                    owner: start.owner.map(str::to_owned),
+                    lease_expires_at: start.lease_expires_at,
+                    fence: start.fence,
+                    terminal: None,
+                    created_at,
+                    started_at: start.started_at,
+                    ended_at: None,
+                })
             })
         })
-    })
-    .await?
+        .await
 }
 
 pub(in crate::store) async fn request_cancel(
@@ -88,7 +90,8 @@ pub(in crate::store) async fn request_cancel(
     session: &SessionId,
     run: &RunId,
 ) -> StoreResult<bool> {
-    let mut tx = store.writer.begin().await?;
+    let mut turn = store.writer.sqlx().await?;
+    let mut tx = turn.begin().await?;
     let done = sqlx::query(REQUEST_CANCEL)
         .bind(run.as_str())
         .bind(session.as_str())
@@ -123,45 +126,47 @@ pub(in crate::store) async fn claim_run(
     caps: RunCaps,
 ) -> StoreResult<Option<RunRecord>> {
     let at = now();
-    with_handle(&store.writer, |db| {
-        in_transaction(db, |db| {
-            let claimable: bool = db
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND tenant_id = ? AND \
+    store
+        .writer
+        .with(|db| {
+            in_transaction(db, |db| {
+                let claimable: bool = db
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND tenant_id = ? AND \
                          (status = 'queued' OR (status = 'running' AND (owner = ? \
                          OR lease_expires_at IS NULL OR lease_expires_at < ?))))",
-                )?
-                .query_row(
-                    params![id.as_str(), tenant.as_str(), owner, ts(at)],
-                    |row| row.get(0),
-                )?;
-            if !claimable {
-                return Ok(None);
-            }
-            admit_running(db, tenant, caps, Some(id), at)?;
-            db.prepare_cached(&format!(
-                "UPDATE runs SET status = 'running', owner = ?1, lease_expires_at = ?2, \
+                    )?
+                    .query_row(
+                        params![id.as_str(), tenant.as_str(), owner, ts(at)],
+                        |row| row.get(0),
+                    )?;
+                if !claimable {
+                    return Ok(None);
+                }
+                admit_running(db, tenant, caps, Some(id), at)?;
+                db.prepare_cached(&format!(
+                    "UPDATE runs SET status = 'running', owner = ?1, lease_expires_at = ?2, \
                          fence = fence + 1, started_at = COALESCE(started_at, ?3) \
                      WHERE id = ?4 AND tenant_id = ?5 AND (status = 'queued' OR \
                          (status = 'running' AND (owner = ?1 OR lease_expires_at IS NULL \
                          OR lease_expires_at < ?3))) \
                      RETURNING {RUN_COLUMNS}"
-            ))?
-            .query_and_then(
-                params![
-                    owner,
-                    ts(at + lease_span(lease)),
-                    ts(at),
-                    id.as_str(),
-                    tenant.as_str(),
-                ],
-                run_record,
-            )?
-            .next()
-            .transpose()
+                ))?
+                .query_and_then(
+                    params![
+                        owner,
+                        ts(at + lease_span(lease)),
+                        ts(at),
+                        id.as_str(),
+                        tenant.as_str(),
+                    ],
+                    run_record,
+                )?
+                .next()
+                .transpose()
+            })
         })
-    })
-    .await?
+        .await
 }
 
 /// A [`RunRow`] of [`RUN_COLUMNS`], in order, read by `rusqlite`.
@@ -208,7 +213,7 @@ pub(in crate::store) async fn cancel_queued_run(
     .bind(id.as_str())
     .bind(session.as_str())
     .bind(tenant.as_str())
-    .execute(&store.writer)
+    .execute(&mut *store.writer.sqlx().await?)
     .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -260,7 +265,7 @@ pub(in crate::store) async fn renew_leases(
     let done = sqlx::query(RENEW_LEASES)
         .bind(owner)
         .bind(ts(now() + lease_span(lease)))
-        .execute(&store.writer)
+        .execute(&mut *store.writer.sqlx().await?)
         .await?;
     store.renew_holds(owner, lease).await?;
     Ok(done.rows_affected())
@@ -272,7 +277,7 @@ pub(in crate::store) async fn release_leases(
 ) -> StoreResult<Vec<RunRecord>> {
     let rows = sqlx::query(RELEASE_LEASES)
         .bind(owner)
-        .fetch_all(&store.writer)
+        .fetch_all(&mut *store.writer.sqlx().await?)
         .await?;
     rows.iter().map(run_from_row).collect()
 }

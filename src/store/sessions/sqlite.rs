@@ -5,7 +5,7 @@ use crate::ids::{SessionId, TenantId};
 use crate::store::dialect::now;
 use crate::store::dialect::sqlite::{parse_json, parse_ts, ts};
 use crate::store::sqlite::SqliteStore;
-use crate::store::sqlite_writer::{append_in, in_transaction, with_handle};
+use crate::store::sqlite_writer::{append_in, in_transaction};
 use crate::store::webhooks::sqlite::Outbox;
 use crate::store::*;
 use chrono::{DateTime, Utc};
@@ -19,21 +19,23 @@ pub(in crate::store) async fn create_session_keyed(
     let at = now();
     // One synchronous transaction on the write connection's locked handle (no hop to sqlx's
     // worker per statement).
-    with_handle(&store.writer, |db| {
-        in_transaction(db, |db| {
-            if let Some(key) = key {
-                crate::store::idempotency::sqlite::insert(
-                    db,
-                    &session.tenant,
-                    key,
-                    session.id.as_str(),
-                    at,
-                )?;
-            }
-            insert_session(db, &session, at)
+    store
+        .writer
+        .with(|db| {
+            in_transaction(db, |db| {
+                if let Some(key) = key {
+                    crate::store::idempotency::sqlite::insert(
+                        db,
+                        &session.tenant,
+                        key,
+                        session.id.as_str(),
+                        at,
+                    )?;
+                }
+                insert_session(db, &session, at)
+            })
         })
-    })
-    .await?
+        .await
 }
 
 /// Inserts a new session (a duplicate id is a `Conflict`) and returns its record
@@ -60,10 +62,10 @@ pub(in crate::store) async fn fork_session(
     mut fork: NewFork,
 ) -> StoreResult<()> {
     crate::store::storable::append_batch(&mut fork.batch);
-    let written = with_handle(&store.writer, |db| {
-        in_transaction(db, |db| fork_in(db, &store.outbox, &fork))
-    })
-    .await?;
+    let written = store
+        .writer
+        .with(|db| in_transaction(db, |db| fork_in(db, &store.outbox, &fork)))
+        .await;
     store.outbox.wake_if_written();
     written
 }
@@ -181,7 +183,8 @@ pub(in crate::store) async fn close_session(
     let closed_at = now();
     let at = ts(closed_at);
     // Explicit transaction: see `create_session`.
-    let mut tx = store.writer.begin().await?;
+    let mut turn = store.writer.sqlx().await?;
+    let mut tx = turn.begin().await?;
     let row = sqlx::query(&format!(
         "UPDATE sessions SET status = 'closed', closed_at = COALESCE(closed_at, ?), \
              updated_at = ? \

@@ -16,7 +16,8 @@ pub(in crate::store) async fn unlock_tools(
     session: &SessionId,
     names: &[String],
 ) -> StoreResult<()> {
-    let mut tx = store.writer.begin().await?;
+    let mut turn = store.writer.sqlx().await?;
+    let mut tx = turn.begin().await?;
     let owned: Option<i64> = sqlx::query_scalar(SESSION_OWNED)
         .bind(session.as_str())
         .bind(tenant.as_str())
@@ -87,7 +88,7 @@ pub(in crate::store) async fn put_todos(
         .bind(tenant.as_str())
         .bind(items)
         .bind(ts(now()))
-        .execute(&store.writer)
+        .execute(&mut *store.writer.sqlx().await?)
         .await?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound);
@@ -126,7 +127,7 @@ pub(in crate::store) async fn set_mode_override(
         .bind(mode_str(state.mode))
         .bind(state.previous.map(mode_str))
         .bind(ts(now()))
-        .execute(&store.writer)
+        .execute(&mut *store.writer.sqlx().await?)
         .await?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound);
@@ -171,7 +172,8 @@ pub(in crate::store) async fn memory_put(
     let content: &str = &content;
     let at = ts(now());
     // Explicit transaction: see `create_session`.
-    let mut tx = store.writer.begin().await?;
+    let mut turn = store.writer.sqlx().await?;
+    let mut tx = turn.begin().await?;
     let row = match expect {
         MemoryExpect::Absent => {
             sqlx::query(MEMORY_INSERT)
@@ -208,7 +210,7 @@ pub(in crate::store) async fn memory_delete(
     let done = sqlx::query(MEMORY_DELETE)
         .bind(tenant.as_str())
         .bind(path)
-        .execute(&store.writer)
+        .execute(&mut *store.writer.sqlx().await?)
         .await?;
     Ok(done.rows_affected() > 0)
 }

@@ -196,7 +196,8 @@ impl SqliteStore {
         caps: WebhookCaps,
     ) -> StoreResult<Result<WebhookRecord, WebhookCapReached>> {
         // The one writer connection serializes this check with every other write.
-        let mut tx = self.writer().begin().await?;
+        let mut turn = self.writer().sqlx().await?;
+        let mut tx = turn.begin().await?;
         let (count, cap) = match &webhook.session {
             Some(session) => {
                 sqlx::query("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")
@@ -303,7 +304,8 @@ impl SqliteStore {
         tenant: &TenantId,
         id: &str,
     ) -> StoreResult<bool> {
-        let mut tx = self.writer().begin().await?;
+        let mut turn = self.writer().sqlx().await?;
+        let mut tx = turn.begin().await?;
         let deleted =
             sqlx::query("DELETE FROM webhook_subscriptions WHERE id = ? AND tenant_id = ?")
                 .bind(id)
@@ -345,7 +347,8 @@ impl SqliteStore {
         limit: u32,
     ) -> StoreResult<Vec<DueDelivery>> {
         let now = Utc::now();
-        let mut tx = self.writer().begin().await?;
+        let mut turn = self.writer().sqlx().await?;
+        let mut tx = turn.begin().await?;
         let claimed = sqlx::query(
             "UPDATE webhook_deliveries SET attempts = attempts + 1, lease_until = ?1 \
              WHERE position IN ( \
@@ -392,7 +395,8 @@ impl SqliteStore {
     pub(in crate::store) async fn finish_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
         let log = serde_json::to_string(&result.log)
             .map_err(|error| StoreError::Internal(error.to_string()))?;
-        let mut tx = self.writer().begin().await?;
+        let mut turn = self.writer().sqlx().await?;
+        let mut tx = turn.begin().await?;
         sqlx::query(
             "UPDATE webhook_deliveries SET status = ?2, \
                  next_attempt_at = COALESCE(?3, next_attempt_at), lease_until = NULL, \
@@ -426,7 +430,8 @@ impl SqliteStore {
         &self,
         before: DateTime<Utc>,
     ) -> StoreResult<u64> {
-        let mut tx = self.writer().begin().await?;
+        let mut turn = self.writer().sqlx().await?;
+        let mut tx = turn.begin().await?;
         let purged = sqlx::query(
             "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND created_at < ?",
         )
