@@ -1,8 +1,29 @@
 //! Identifier newtypes. Every id that names a stored object is issued by the server (D10):
 //! random, unguessable, prefixed by kind, and never derived from client input.
+//!
+//! An id is a UUID of version 7: the millisecond it was issued, then 74 random bits (the
+//! part that makes it unguessable; 2^74 candidates per millisecond). The time in front makes
+//! ids issued together sort together, so the rows keyed by them — a session's events and
+//! history are keyed by its id — land in the same B-tree pages as those of the other sessions
+//! active at the same time, instead of one random page each: a group commit writes far fewer
+//! pages, and the pages a busy server touches stay in cache. When an id was issued is not a
+//! secret (every object shows its `created_at`).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+/// A version 7 UUID whose random part comes from the operating system's generator (the
+/// random bits of a version 4 UUID, at the same positions).
+fn time_ordered_uuid() -> uuid::Uuid {
+    let random = uuid::Uuid::new_v4();
+    let bytes: &[u8; 10] = random.as_bytes()[6..]
+        .try_into()
+        .expect("a UUID has 16 bytes");
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64);
+    uuid::Builder::from_unix_timestamp_millis(millis, bytes).into_uuid()
+}
 
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
@@ -15,9 +36,10 @@ macro_rules! id_type {
             /// The prefix every server-issued id of this kind starts with.
             pub const PREFIX: &'static str = $prefix;
 
-            /// Issues a fresh random id (122 bits of randomness).
+            /// Issues a fresh id: the current millisecond, then 74 random bits (see the
+            /// module doc).
             pub fn generate() -> Self {
-                Self(format!("{}{}", $prefix, uuid::Uuid::new_v4().simple()))
+                Self(format!("{}{}", $prefix, time_ordered_uuid().simple()))
             }
 
             /// Wraps an id read back from the store or a URL path. Ids are opaque: a
@@ -97,6 +119,24 @@ impl fmt::Display for TenantId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_issued_later_sort_later_and_keep_74_random_bits() {
+        let first = SessionId::generate();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let later: Vec<SessionId> = (0..1_000).map(|_| SessionId::generate()).collect();
+        assert!(later.iter().all(|id| *id > first && id.is_well_formed()));
+        let uuid = |id: &SessionId| {
+            uuid::Uuid::parse_str(id.as_str().strip_prefix(SessionId::PREFIX).unwrap()).unwrap()
+        };
+        assert_eq!(uuid(&first).get_version_num(), 7);
+        // Issued in the same millisecond or not, no two share their random part.
+        let random: std::collections::HashSet<[u8; 10]> = later
+            .iter()
+            .map(|id| uuid(id).as_bytes()[6..].try_into().unwrap())
+            .collect();
+        assert_eq!(random.len(), later.len());
+    }
 
     #[test]
     fn generated_ids_are_well_formed_and_distinct() {

@@ -314,15 +314,24 @@ pub struct RunJournal {
 
 #[async_trait]
 impl crate::tools::pipeline::ExecutionJournal for RunJournal {
-    async fn executing(&self, tool_use_id: &str, tool_name: &str) -> Result<(), String> {
+    async fn executing(
+        &self,
+        tool_use_id: &str,
+        tool_name: &str,
+        repeatable: bool,
+    ) -> Result<(), String> {
+        let event = RunEvent::ToolExecuting(run_event::ToolExecuting {
+            tool_use_id: tool_use_id.to_owned(),
+            name: tool_name.to_owned(),
+        });
+        if repeatable {
+            // Written with the turn (or by the flusher if the call takes longer): one commit
+            // fewer per read-only call.
+            self.writer.push_event(event);
+            return Ok(());
+        }
         self.writer
-            .write(
-                vec![],
-                vec![RunEvent::ToolExecuting(run_event::ToolExecuting {
-                    tool_use_id: tool_use_id.to_owned(),
-                    name: tool_name.to_owned(),
-                })],
-            )
+            .write(vec![], vec![event])
             .await
             .map_err(|error| error.0)
     }

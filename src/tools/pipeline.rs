@@ -111,8 +111,16 @@ pub trait Approver: Send + Sync {
 /// runs is reported as `INTERRUPTED` afterwards instead of running it a second time.
 #[async_trait]
 pub trait ExecutionJournal: Send + Sync {
-    /// Records that `tool_use_id` starts now; an error keeps the call from running.
-    async fn executing(&self, tool_use_id: &str, tool_name: &str) -> Result<(), String>;
+    /// Records that `tool_use_id` starts now; an error keeps the call from running. A
+    /// `repeatable` call is read-only — running it again after a crash changes nothing — so
+    /// its record may wait for the run's next write: a crash before that write makes the
+    /// resumed run call it again instead of answering `INTERRUPTED`.
+    async fn executing(
+        &self,
+        tool_use_id: &str,
+        tool_name: &str,
+        repeatable: bool,
+    ) -> Result<(), String>;
 }
 
 /// A quota on what mutating calls may leave behind (the workspace bytes of a tenant): asked
@@ -332,7 +340,9 @@ impl Pipeline {
             };
         }
         if let Some(journal) = &self.journal
-            && let Err(error) = journal.executing(&ctx.tool_use_id, name).await
+            && let Err(error) = journal
+                .executing(&ctx.tool_use_id, name, tool.is_read_only(&input))
+                .await
         {
             tracing::error!(%error, "cannot record the call; it does not run");
             return CallOutcome {

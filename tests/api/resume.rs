@@ -35,6 +35,7 @@ macro_rules! on_each_store {
 
 on_each_store!(
     a_tool_that_was_executing_is_reported_interrupted_and_not_run_again => super::interrupted_tool_is_not_rerun;
+    a_read_only_call_cut_before_its_turn_was_written_is_run_again => super::read_only_call_is_rerun;
     a_call_parked_on_an_approval_keeps_its_approval_answerable => super::parked_approval_survives;
     a_resumed_run_does_not_repeat_a_recorded_approval_decision => super::recorded_decision_not_repeated;
     a_run_cut_mid_model_call_reissues_the_call => super::mid_model_call_is_reissued;
@@ -300,6 +301,95 @@ async fn interrupted_tool_is_not_rerun(backend: Backend) {
     assert_eq!(resumed[0]["payload"]["rerun"], json!([]));
     assert_eq!(count(&events, "run_started"), 1);
     assert_eq!(count(&events, "terminal"), 1);
+}
+
+/// A read-only call is journaled with its turn, not before it runs (running it again changes
+/// nothing): a crash while it runs leaves its call without `tool_executing`, and the resumed
+/// run calls it again and answers with its real result, not `INTERRUPTED`.
+async fn read_only_call_is_rerun(backend: Backend) {
+    let Some(prepared) = Prepared::new(backend).await else {
+        return;
+    };
+    let input = json!({ "file_path": "notes.txt" });
+    let session = prepared
+        .session(json!({
+            "model": {"script": {"turns": [
+                {"tool_calls": [{"name": "Read", "input": input}]},
+                {"text": "after: {{last_tool_result}}"}
+            ]}},
+        }))
+        .await;
+    let workspace = prepared
+        .settings
+        .data_dir
+        .join("workspaces/acme")
+        .join(session.as_str());
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("notes.txt"), "remember the milk\n").unwrap();
+    let run = prepared
+        .crashed_run(&session, "go", Duration::from_millis(1))
+        .await;
+    let lease = run.lease().unwrap();
+    // What a crash while the Read ran leaves behind: the call and its start, no journal.
+    prepared
+        .write(
+            &session,
+            &lease,
+            vec![],
+            vec![
+                ("model_request", json!({ "request": 1 })),
+                (
+                    "tool_call",
+                    json!({ "tool_use_id": "toolu_scripted_0_0", "name": "Read", "input": input }),
+                ),
+                (
+                    "tool_started",
+                    json!({ "tool_use_id": "toolu_scripted_0_0" }),
+                ),
+            ],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(20)).await; // the lease expires
+    let (app, _store) = prepared.start().await;
+    let token = app.token("acme");
+
+    let record = wait_for_run(&app, &token, &session, &run.id).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    let messages = app.messages(&token, session.as_str()).await;
+    let results = tool_results(&messages);
+    assert_eq!(results.len(), 1, "{messages:#}");
+    assert_ne!(results[0]["is_error"], true, "{}", results[0]);
+    assert!(
+        results[0].to_string().contains("remember the milk"),
+        "{}",
+        results[0]
+    );
+    let events = app.events(&token, session.as_str()).await;
+    assert_contiguous(&events);
+    let resumed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "run_resumed")
+        .collect();
+    assert_eq!(resumed.len(), 1);
+    assert_eq!(resumed[0]["payload"]["interrupted"], json!([]));
+    assert_eq!(
+        resumed[0]["payload"]["rerun"],
+        json!(["toolu_scripted_0_0"])
+    );
+    // This time the call was journaled, after its call and before its result.
+    let position = |kind: &str| {
+        events
+            .iter()
+            .rposition(|e| e["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    assert!(position("tool_call") < position("tool_executing"));
+    assert!(position("tool_executing") < position("tool_result"));
+    // ... in the same commit as the result (one write per read-only call, not two).
+    assert_eq!(
+        events[position("tool_executing")]["created_at"],
+        events[position("tool_result")]["created_at"]
+    );
 }
 
 async fn parked_approval_survives(backend: Backend) {
