@@ -9,3 +9,7 @@ CREATE INDEX runs_tenant_running ON runs (tenant_id, lease_expires_at) WHERE sta
 CREATE INDEX runs_tenant_queued ON runs (tenant_id, session_id) WHERE status = 'queued';
 CREATE INDEX runs_owner_running ON runs (owner) WHERE status = 'running';
 CREATE INDEX approvals_tenant_pending ON approvals (tenant_id, expires_at) WHERE status = 'pending';
+
+-- A session's live grants (read when each run starts) among the tenant's grants, without the
+-- revoked and consumed ones that accumulate.
+CREATE INDEX grants_live ON grants (tenant_id, created_at, id) WHERE revoked_at IS NULL AND consumed_at IS NULL;

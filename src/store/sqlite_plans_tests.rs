@@ -30,8 +30,8 @@ const GROWING: &[&str] = &[
     "webhook_deliveries",
 ];
 
-/// The plan steps of `sql` that scan a growing table.
-fn growing_scans(db: &rusqlite::Connection, sql: &str) -> Vec<String> {
+/// The plan steps of `sql`.
+fn plan(db: &rusqlite::Connection, sql: &str) -> Vec<String> {
     let mut explain = db
         .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
         .unwrap_or_else(|error| panic!("{error}: {sql}"));
@@ -45,6 +45,11 @@ fn growing_scans(db: &rusqlite::Connection, sql: &str) -> Vec<String> {
         .collect::<Result<_, _>>()
         .unwrap();
     steps
+}
+
+/// The plan steps of `sql` that scan a growing table.
+fn growing_scans(db: &rusqlite::Connection, sql: &str) -> Vec<String> {
+    plan(db, sql)
         .into_iter()
         .filter(|step| {
             GROWING.iter().any(|table| {

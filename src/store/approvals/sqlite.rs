@@ -3,7 +3,7 @@
 use super::*;
 use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::ts;
+use crate::store::dialect::sqlite::{parse_ts, ts};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
 use serde_json::Value;
@@ -124,18 +124,42 @@ pub(in crate::store) async fn list_approvals(
     rows.iter().map(approval_from_row).collect()
 }
 
+/// The session's live grants, read on the caller's thread (see `sqlite_reads`; `$1`..`$3`
+/// bind in order; the partial index `grants_live` keeps it to live grants).
 pub(in crate::store) async fn list_grants(
     store: &SqliteStore,
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Vec<GrantRecord>> {
-    let rows: Vec<GrantRow> = sqlx::query_as(LIVE_GRANTS)
-        .bind(tenant.as_str())
-        .bind(session.as_str())
-        .bind(ts(now()))
-        .fetch_all(&store.pool)
-        .await?;
+    let rows = store.reads.read(|db| {
+        db.prepare_cached(LIVE_GRANTS)?
+            .query_and_then(
+                rusqlite::params![tenant.as_str(), session.as_str(), ts(now())],
+                grant_row,
+            )?
+            .collect::<StoreResult<Vec<GrantRow>>>()
+    })?;
     grants(rows)
+}
+
+/// A [`GrantRow`] of [`LIVE_GRANTS`]' columns, in order, read by `rusqlite`.
+fn grant_row(row: &rusqlite::Row<'_>) -> StoreResult<GrantRow> {
+    let time = |index: usize| -> StoreResult<Option<DateTime<Utc>>> {
+        row.get::<_, Option<String>>(index)?
+            .as_deref()
+            .map(parse_ts)
+            .transpose()
+    };
+    Ok(GrantRow {
+        id: row.get(0)?,
+        session_id: row.get(1)?,
+        scope: row.get(2)?,
+        rule: row.get(3)?,
+        created_by: row.get(4)?,
+        approval_id: row.get(5)?,
+        expires_at: time(6)?,
+        created_at: parse_ts(&row.get::<_, String>(7)?)?,
+    })
 }
 
 pub(in crate::store) async fn revoke_grant(

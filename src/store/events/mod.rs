@@ -32,11 +32,11 @@ pub(in crate::store) const PURGE_OUTPUTS: &str = "DELETE FROM outputs WHERE crea
 /// An event as both databases return it.
 #[derive(FromRow)]
 pub(in crate::store) struct EventRow {
-    seq: i64,
-    kind: String,
-    payload: Json<Value>,
-    run_id: Option<String>,
-    created_at: DateTime<Utc>,
+    pub(super) seq: i64,
+    pub(super) kind: String,
+    pub(super) payload: Json<Value>,
+    pub(super) run_id: Option<String>,
+    pub(super) created_at: DateTime<Utc>,
 }
 
 impl From<EventRow> for EventRecord {

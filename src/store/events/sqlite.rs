@@ -3,7 +3,7 @@
 use super::*;
 use crate::ids::{OutputId, RunId, SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::ts;
+use crate::store::dialect::sqlite::{parse_json, parse_ts, ts};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
 
@@ -19,6 +19,8 @@ pub(in crate::store) async fn append(
         .await
 }
 
+/// A page of events (at most `limit`), read on the caller's thread (see `sqlite_reads`:
+/// the SSE backlog and catch-up read pages of a bounded size).
 pub(in crate::store) async fn list_events(
     store: &SqliteStore,
     tenant: &TenantId,
@@ -26,14 +28,26 @@ pub(in crate::store) async fn list_events(
     after: i64,
     limit: u32,
 ) -> StoreResult<Vec<EventRecord>> {
-    let rows = sqlx::query(LIST_EVENTS)
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&store.pool)
-        .await?;
-    rows.iter().map(event_from_row).collect()
+    store.reads.read(|db| {
+        db.prepare_cached(LIST_EVENTS)?
+            .query_and_then(
+                rusqlite::params![session.as_str(), tenant.as_str(), after, i64::from(limit)],
+                event_record,
+            )?
+            .collect()
+    })
+}
+
+/// An [`EventRow`] of `seq, kind, payload, run_id, created_at`, read by `rusqlite`.
+fn event_record(row: &rusqlite::Row<'_>) -> StoreResult<EventRecord> {
+    Ok(EventRow {
+        seq: row.get(0)?,
+        kind: row.get(1)?,
+        payload: sqlx::types::Json(parse_json(&row.get::<_, String>(2)?)?),
+        run_id: row.get(3)?,
+        created_at: parse_ts(&row.get::<_, String>(4)?)?,
+    }
+    .into())
 }
 
 pub(in crate::store) async fn list_run_events(
