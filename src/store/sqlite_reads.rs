@@ -1,5 +1,6 @@
-//! Point reads on SQLite without a hand-off: the hot one-row reads of a run (a session's
-//! record, a tenant's budget row) run synchronously with `rusqlite` on the calling thread.
+//! Reads on SQLite without a hand-off: the hot bounded reads of a run (a session's record, a
+//! tenant's budget row, live grants, a page of events) run synchronously with `rusqlite` on the
+//! calling thread.
 //!
 //! Through sqlx every read is a round trip to its connection's worker thread: the worker is
 //! woken, steps the statement, sends the row back over a channel and sleeps again. A profile
@@ -8,7 +9,8 @@
 //! SQLite microseconds (WAL: readers never wait for the writer), so it is cheaper to run it
 //! where the caller is. Connections are opened on first need (`query_only`, the store's busy
 //! timeout) and kept idle for the next read, at most [`KEEP`]; concurrency is bounded by the
-//! threads that call. Reads that return many rows (history, event pages) stay on sqlx.
+//! threads that call. Reads here are bounded (a point read, a session's live grants, a page of
+//! events of at most its `limit`); a whole history stays on sqlx.
 
 use super::StoreResult;
 use std::path::{Path, PathBuf};
