@@ -82,6 +82,15 @@ impl Writer {
         write(&db)
     }
 
+    /// Runs `write` in one `IMMEDIATE` transaction on the write connection (see
+    /// [`Writer::with`] and [`in_transaction`]).
+    pub(super) async fn transaction<T>(
+        &self,
+        write: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        self.with(|db| in_transaction(db, write)).await
+    }
+
     /// sqlx's write connection, for this task alone until the turn is dropped.
     pub(super) async fn sqlx(&self) -> StoreResult<SqlxTurn<'_>> {
         let turn = self.db.lock().await;
@@ -229,7 +238,7 @@ fn together(
 
 /// Runs `write` in one `IMMEDIATE` transaction: committed when it succeeds, rolled back when
 /// it (or the commit) fails.
-pub(super) fn in_transaction<T>(
+fn in_transaction<T>(
     db: &rusqlite::Connection,
     write: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {

@@ -197,6 +197,16 @@ pub(crate) async fn wait_for_run(
     }
 }
 
+/// The payload of the one `run_resumed` event among `events`.
+fn the_resume(events: &[Value]) -> &Value {
+    let resumed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "run_resumed")
+        .collect();
+    assert_eq!(resumed.len(), 1, "one run_resumed event");
+    &resumed[0]["payload"]
+}
+
 fn assert_contiguous(events: &[Value]) {
     let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
     let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
@@ -289,16 +299,9 @@ async fn interrupted_tool_is_not_rerun(backend: Backend) {
 
     let events = app.events(&token, session.as_str()).await;
     assert_contiguous(&events);
-    let resumed: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["type"] == "run_resumed")
-        .collect();
-    assert_eq!(resumed.len(), 1);
-    assert_eq!(
-        resumed[0]["payload"]["interrupted"],
-        json!(["toolu_scripted_0_0"])
-    );
-    assert_eq!(resumed[0]["payload"]["rerun"], json!([]));
+    let resumed = the_resume(&events);
+    assert_eq!(resumed["interrupted"], json!(["toolu_scripted_0_0"]));
+    assert_eq!(resumed["rerun"], json!([]));
     assert_eq!(count(&events, "run_started"), 1);
     assert_eq!(count(&events, "terminal"), 1);
 }
@@ -366,16 +369,9 @@ async fn read_only_call_is_rerun(backend: Backend) {
     );
     let events = app.events(&token, session.as_str()).await;
     assert_contiguous(&events);
-    let resumed: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["type"] == "run_resumed")
-        .collect();
-    assert_eq!(resumed.len(), 1);
-    assert_eq!(resumed[0]["payload"]["interrupted"], json!([]));
-    assert_eq!(
-        resumed[0]["payload"]["rerun"],
-        json!(["toolu_scripted_0_0"])
-    );
+    let resumed = the_resume(&events);
+    assert_eq!(resumed["interrupted"], json!([]));
+    assert_eq!(resumed["rerun"], json!(["toolu_scripted_0_0"]));
     // This time the call was journaled, after its call and before its result.
     let position = |kind: &str| {
         events

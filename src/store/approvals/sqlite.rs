@@ -3,7 +3,7 @@
 use super::*;
 use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::{parse_ts, ts};
+use crate::store::dialect::sqlite::{opt_ts_column, ts, ts_column};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
 use serde_json::Value;
@@ -144,12 +144,6 @@ pub(in crate::store) async fn list_grants(
 
 /// A [`GrantRow`] of [`LIVE_GRANTS`]' columns, in order, read by `rusqlite`.
 fn grant_row(row: &rusqlite::Row<'_>) -> StoreResult<GrantRow> {
-    let time = |index: usize| -> StoreResult<Option<DateTime<Utc>>> {
-        row.get::<_, Option<String>>(index)?
-            .as_deref()
-            .map(parse_ts)
-            .transpose()
-    };
     Ok(GrantRow {
         id: row.get(0)?,
         session_id: row.get(1)?,
@@ -157,8 +151,8 @@ fn grant_row(row: &rusqlite::Row<'_>) -> StoreResult<GrantRow> {
         rule: row.get(3)?,
         created_by: row.get(4)?,
         approval_id: row.get(5)?,
-        expires_at: time(6)?,
-        created_at: parse_ts(&row.get::<_, String>(7)?)?,
+        expires_at: opt_ts_column(row, 6)?,
+        created_at: ts_column(row, 7)?,
     })
 }
 

@@ -15,6 +15,25 @@ pub(in crate::store) fn parse_ts(value: &str) -> StoreResult<DateTime<Utc>> {
         .map_err(|error| StoreError::Internal(format!("bad timestamp {value}: {error}")))
 }
 
+/// Timestamp column `index` of a row read by `rusqlite`.
+pub(in crate::store) fn ts_column(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+) -> StoreResult<DateTime<Utc>> {
+    parse_ts(&row.get::<_, String>(index)?)
+}
+
+/// Nullable timestamp column `index` of a row read by `rusqlite`.
+pub(in crate::store) fn opt_ts_column(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+) -> StoreResult<Option<DateTime<Utc>>> {
+    row.get::<_, Option<String>>(index)?
+        .as_deref()
+        .map(parse_ts)
+        .transpose()
+}
+
 pub(in crate::store) fn parse_json<T: serde::de::DeserializeOwned>(value: &str) -> StoreResult<T> {
     serde_json::from_str(value).map_err(|error| StoreError::Internal(format!("bad json: {error}")))
 }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::ids::{OutputId, RunId, SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::{parse_json, parse_ts, ts};
+use crate::store::dialect::sqlite::{parse_json, ts, ts_column};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
 
@@ -45,7 +45,7 @@ fn event_record(row: &rusqlite::Row<'_>) -> StoreResult<EventRecord> {
         kind: row.get(1)?,
         payload: sqlx::types::Json(parse_json(&row.get::<_, String>(2)?)?),
         run_id: row.get(3)?,
-        created_at: parse_ts(&row.get::<_, String>(4)?)?,
+        created_at: ts_column(row, 4)?,
     }
     .into())
 }

@@ -10,15 +10,18 @@ use chrono::{DateTime, Utc};
 use rusqlite::params;
 use sqlx::Row;
 
-/// Records `key` for `resource` in the caller's transaction (on the write connection's
-/// locked handle, see `sqlite_writer::with_handle`).
+/// Records `key` (when the request had one) for `resource` in the caller's transaction on the
+/// write connection (see `sqlite_writer::Writer::transaction`).
 pub fn insert(
     db: &rusqlite::Connection,
     tenant: &TenantId,
-    key: &NewIdempotencyKey,
+    key: Option<&NewIdempotencyKey>,
     resource: &str,
     at: DateTime<Utc>,
 ) -> StoreResult<()> {
+    let Some(key) = key else {
+        return Ok(());
+    };
     let now = ts(at);
     db.prepare_cached(
         "DELETE FROM idempotency_keys WHERE tenant_id = ? AND scope = ? AND key = ? \

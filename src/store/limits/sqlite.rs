@@ -36,7 +36,7 @@ fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
 }
 
 /// Checks that one more running run fits the tenant's cap (`except`: the run being claimed),
-/// in the caller's transaction on the write connection's locked handle.
+/// in the caller's transaction on the write connection.
 pub(in crate::store) fn admit_running(
     db: &rusqlite::Connection,
     tenant: &TenantId,
@@ -108,45 +108,43 @@ impl SqliteStore {
         let now = ts(at);
         let expires = ts(at + lease_span(hold.lease));
         self.writer()
-            .with(|db| {
-                crate::store::sqlite_writer::in_transaction(db, |db| {
-                    // The first statement writes: the transaction is `IMMEDIATE` anyway.
-                    db.prepare_cached(
-                        "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
-                    )?
-                    .execute(rusqlite::params![tenant.as_str(), now])?;
-                    let (in_session, in_tenant) = db
-                        .prepare_cached(
-                            "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
+            .transaction(|db| {
+                // The first statement writes: the transaction is `IMMEDIATE` anyway.
+                db.prepare_cached(
+                    "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
+                )?
+                .execute(rusqlite::params![tenant.as_str(), now])?;
+                let (in_session, in_tenant) = db
+                    .prepare_cached(
+                        "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
                          WHERE tenant_id = ? AND kind = ?",
-                        )?
-                        .query_row(
-                            rusqlite::params![
-                                hold.session.as_str(),
-                                tenant.as_str(),
-                                hold.kind.as_str()
-                            ],
-                            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
-                        )?;
-                    if let Some((limit, max)) = caps.per_session {
-                        over(limit, max, in_session)?;
-                    }
-                    over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
-                    db.prepare_cached(
-                        "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
-                         expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     )?
-                    .execute(rusqlite::params![
-                        hold.id,
-                        tenant.as_str(),
-                        hold.session.as_str(),
-                        hold.kind.as_str(),
-                        hold.replica,
-                        expires,
-                        now,
-                    ])?;
-                    Ok(())
-                })
+                    .query_row(
+                        rusqlite::params![
+                            hold.session.as_str(),
+                            tenant.as_str(),
+                            hold.kind.as_str()
+                        ],
+                        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+                    )?;
+                if let Some((limit, max)) = caps.per_session {
+                    over(limit, max, in_session)?;
+                }
+                over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
+                db.prepare_cached(
+                    "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
+                         expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                )?
+                .execute(rusqlite::params![
+                    hold.id,
+                    tenant.as_str(),
+                    hold.session.as_str(),
+                    hold.kind.as_str(),
+                    hold.replica,
+                    expires,
+                    now,
+                ])?;
+                Ok(())
             })
             .await
     }

@@ -2,13 +2,11 @@
 
 use super::*;
 use crate::ids::{RunId, SessionId, TenantId};
-use crate::store::dialect::sqlite::{parse_json, parse_ts, ts};
+use crate::store::dialect::sqlite::{opt_ts_column, parse_json, ts, ts_column};
 use crate::store::dialect::{lease_span, now};
 use crate::store::limits::sqlite::{admit_queued, admit_running};
 use crate::store::sqlite::SqliteStore;
-use crate::store::sqlite_writer::in_transaction;
 use crate::store::*;
-use chrono::{DateTime, Utc};
 use rusqlite::params;
 use sqlx::types::Json;
 
@@ -24,61 +22,57 @@ pub(in crate::store) async fn create_run_keyed(
     let created_at = now();
     let start = RunStart::new(claim, created_at);
     // One synchronous transaction on the one write connection: the check and the insert
-    // cannot interleave with another admission, and no statement hops to sqlx's worker.
+    // cannot interleave with another admission, and no statement hops to another thread.
     store
         .writer
-        .with(|db| {
-            in_transaction(db, |db| {
-                if let Some(key) = key {
-                    crate::store::idempotency::sqlite::insert(
-                        db,
-                        tenant,
-                        key,
-                        run.id.as_str(),
-                        created_at,
-                    )?;
-                }
-                if claim.is_some() {
-                    admit_running(db, tenant, caps, None, created_at)?;
-                } else {
-                    admit_queued(db, tenant, &run.session, caps)?;
-                }
-                let inserted = db
-                    .prepare_cached(
-                        "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, \
+        .transaction(|db| {
+            crate::store::idempotency::sqlite::insert(
+                db,
+                tenant,
+                key,
+                run.id.as_str(),
+                created_at,
+            )?;
+            if claim.is_some() {
+                admit_running(db, tenant, caps, None, created_at)?;
+            } else {
+                admit_queued(db, tenant, &run.session, caps)?;
+            }
+            let inserted = db
+                .prepare_cached(
+                    "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, \
                          lease_expires_at, fence, created_at, started_at) \
                      SELECT ?1, id, tenant_id, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM sessions \
                          WHERE id = ?2 AND tenant_id = ?3",
-                    )?
-                    .execute(params![
-                        run.id.as_str(),
-                        run.session.as_str(),
-                        tenant.as_str(),
-                        run.prompt,
-                        start.status.as_str(),
-                        start.owner,
-                        start.lease_expires_at.map(ts),
-                        start.fence,
-                        ts(created_at),
-                        start.started_at.map(ts),
-                    ])?;
-                if inserted == 0 {
-                    return Err(StoreError::NotFound);
-                }
-                Ok(RunRecord {
-                    id: run.id.to_string(),
-                    session_id: run.session.to_string(),
-                    tenant: tenant.clone(),
-                    prompt: run.prompt.clone(),
-                    status: start.status,
-                    owner: start.owner.map(str::to_owned),
-                    lease_expires_at: start.lease_expires_at,
-                    fence: start.fence,
-                    terminal: None,
-                    created_at,
-                    started_at: start.started_at,
-                    ended_at: None,
-                })
+                )?
+                .execute(params![
+                    run.id.as_str(),
+                    run.session.as_str(),
+                    tenant.as_str(),
+                    run.prompt,
+                    start.status.as_str(),
+                    start.owner,
+                    start.lease_expires_at.map(ts),
+                    start.fence,
+                    ts(created_at),
+                    start.started_at.map(ts),
+                ])?;
+            if inserted == 0 {
+                return Err(StoreError::NotFound);
+            }
+            Ok(RunRecord {
+                id: run.id.to_string(),
+                session_id: run.session.to_string(),
+                tenant: tenant.clone(),
+                prompt: run.prompt.clone(),
+                status: start.status,
+                owner: start.owner.map(str::to_owned),
+                lease_expires_at: start.lease_expires_at,
+                fence: start.fence,
+                terminal: None,
+                created_at,
+                started_at: start.started_at,
+                ended_at: None,
             })
         })
         .await
@@ -128,55 +122,47 @@ pub(in crate::store) async fn claim_run(
     let at = now();
     store
         .writer
-        .with(|db| {
-            in_transaction(db, |db| {
-                let claimable: bool = db
-                    .prepare_cached(
-                        "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND tenant_id = ? AND \
+        .transaction(|db| {
+            let claimable: bool = db
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND tenant_id = ? AND \
                          (status = 'queued' OR (status = 'running' AND (owner = ? \
                          OR lease_expires_at IS NULL OR lease_expires_at < ?))))",
-                    )?
-                    .query_row(
-                        params![id.as_str(), tenant.as_str(), owner, ts(at)],
-                        |row| row.get(0),
-                    )?;
-                if !claimable {
-                    return Ok(None);
-                }
-                admit_running(db, tenant, caps, Some(id), at)?;
-                db.prepare_cached(&format!(
-                    "UPDATE runs SET status = 'running', owner = ?1, lease_expires_at = ?2, \
+                )?
+                .query_row(
+                    params![id.as_str(), tenant.as_str(), owner, ts(at)],
+                    |row| row.get(0),
+                )?;
+            if !claimable {
+                return Ok(None);
+            }
+            admit_running(db, tenant, caps, Some(id), at)?;
+            db.prepare_cached(&format!(
+                "UPDATE runs SET status = 'running', owner = ?1, lease_expires_at = ?2, \
                          fence = fence + 1, started_at = COALESCE(started_at, ?3) \
                      WHERE id = ?4 AND tenant_id = ?5 AND (status = 'queued' OR \
                          (status = 'running' AND (owner = ?1 OR lease_expires_at IS NULL \
                          OR lease_expires_at < ?3))) \
                      RETURNING {RUN_COLUMNS}"
-                ))?
-                .query_and_then(
-                    params![
-                        owner,
-                        ts(at + lease_span(lease)),
-                        ts(at),
-                        id.as_str(),
-                        tenant.as_str(),
-                    ],
-                    run_record,
-                )?
-                .next()
-                .transpose()
-            })
+            ))?
+            .query_and_then(
+                params![
+                    owner,
+                    ts(at + lease_span(lease)),
+                    ts(at),
+                    id.as_str(),
+                    tenant.as_str(),
+                ],
+                run_record,
+            )?
+            .next()
+            .transpose()
         })
         .await
 }
 
 /// A [`RunRow`] of [`RUN_COLUMNS`], in order, read by `rusqlite`.
 fn run_record(row: &rusqlite::Row<'_>) -> StoreResult<RunRecord> {
-    let time = |index: usize| -> StoreResult<Option<DateTime<Utc>>> {
-        row.get::<_, Option<String>>(index)?
-            .as_deref()
-            .map(parse_ts)
-            .transpose()
-    };
     RunRow {
         id: row.get(0)?,
         session_id: row.get(1)?,
@@ -184,7 +170,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> StoreResult<RunRecord> {
         prompt: row.get(3)?,
         status: row.get(4)?,
         owner: row.get(5)?,
-        lease_expires_at: time(6)?,
+        lease_expires_at: opt_ts_column(row, 6)?,
         fence: row.get(7)?,
         terminal: row
             .get::<_, Option<String>>(8)?
@@ -192,9 +178,9 @@ fn run_record(row: &rusqlite::Row<'_>) -> StoreResult<RunRecord> {
             .map(parse_json)
             .transpose()?
             .map(Json),
-        created_at: parse_ts(&row.get::<_, String>(9)?)?,
-        started_at: time(10)?,
-        ended_at: time(11)?,
+        created_at: ts_column(row, 9)?,
+        started_at: opt_ts_column(row, 10)?,
+        ended_at: opt_ts_column(row, 11)?,
     }
     .try_into()
 }

@@ -3,9 +3,9 @@
 use super::*;
 use crate::ids::{SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::{parse_json, parse_ts, ts};
+use crate::store::dialect::sqlite::{opt_ts_column, parse_json, ts, ts_column};
 use crate::store::sqlite::SqliteStore;
-use crate::store::sqlite_writer::{append_in, in_transaction};
+use crate::store::sqlite_writer::append_in;
 use crate::store::webhooks::sqlite::Outbox;
 use crate::store::*;
 use chrono::{DateTime, Utc};
@@ -17,23 +17,18 @@ pub(in crate::store) async fn create_session_keyed(
     key: Option<&NewIdempotencyKey>,
 ) -> StoreResult<SessionRecord> {
     let at = now();
-    // One synchronous transaction on the write connection's locked handle (no hop to sqlx's
-    // worker per statement).
+    // One synchronous transaction on the write connection (no hop to another thread).
     store
         .writer
-        .with(|db| {
-            in_transaction(db, |db| {
-                if let Some(key) = key {
-                    crate::store::idempotency::sqlite::insert(
-                        db,
-                        &session.tenant,
-                        key,
-                        session.id.as_str(),
-                        at,
-                    )?;
-                }
-                insert_session(db, &session, at)
-            })
+        .transaction(|db| {
+            crate::store::idempotency::sqlite::insert(
+                db,
+                &session.tenant,
+                key,
+                session.id.as_str(),
+                at,
+            )?;
+            insert_session(db, &session, at)
         })
         .await
 }
@@ -55,8 +50,8 @@ fn insert_session(
         .unwrap_or_else(|| Err(StoreError::Internal("the insert returned no row".into())))
 }
 
-/// The fork in one `IMMEDIATE` transaction on the write connection's locked handle, the
-/// same path (and the same append) as the group writer's.
+/// The fork in one `IMMEDIATE` transaction on the write connection, the same path (and the
+/// same append) as the group writer's.
 pub(in crate::store) async fn fork_session(
     store: &SqliteStore,
     mut fork: NewFork,
@@ -64,7 +59,7 @@ pub(in crate::store) async fn fork_session(
     crate::store::storable::append_batch(&mut fork.batch);
     let written = store
         .writer
-        .with(|db| in_transaction(db, |db| fork_in(db, &store.outbox, &fork)))
+        .transaction(|db| fork_in(db, &store.outbox, &fork))
         .await;
     store.outbox.wake_if_written();
     written
@@ -124,19 +119,14 @@ pub(in crate::store) async fn get_session(
 
 /// A [`SessionRow`] of [`SESSION_COLUMNS`], in order, read by `rusqlite`.
 fn session_record(row: &rusqlite::Row<'_>) -> StoreResult<SessionRecord> {
-    let time = |index: usize| parse_ts(&row.get::<_, String>(index)?);
     SessionRow {
         id: row.get(0)?,
         tenant_id: row.get(1)?,
         config: Json(parse_json(&row.get::<_, String>(2)?)?),
         status: row.get(3)?,
-        created_at: time(4)?,
-        updated_at: time(5)?,
-        closed_at: row
-            .get::<_, Option<String>>(6)?
-            .as_deref()
-            .map(parse_ts)
-            .transpose()?,
+        created_at: ts_column(row, 4)?,
+        updated_at: ts_column(row, 5)?,
+        closed_at: opt_ts_column(row, 6)?,
         last_event_seq: row.get(7)?,
     }
     .try_into()
