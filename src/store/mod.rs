@@ -18,6 +18,7 @@ mod idempotency;
 mod limits;
 mod models;
 mod noa;
+mod pg_conns;
 pub mod postgres;
 mod registry;
 mod replicas;

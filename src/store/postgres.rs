@@ -20,7 +20,12 @@ pub use super::dialect::postgres::TENANT_ROLE;
 
 #[derive(Clone)]
 pub struct PgStore {
+    /// System-level work (as the owner role: leases, the outbox, expiry, migrations).
     pub(super) pool: PgPool,
+    /// Tenant-scoped work (as `norma_app`, one tenant at a time).
+    pub(super) tenants: super::pg_conns::TenantConns,
+    /// This store instance's id in the signals it sends (see `dialect::postgres::Incoming`).
+    pub(super) origin: std::sync::Arc<str>,
     /// Notified after a commit that wrote outbox rows.
     pub(super) webhook_wakeup: std::sync::Arc<tokio::sync::Notify>,
 }
@@ -32,10 +37,16 @@ impl PgStore {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|error| StoreError::Internal(format!("invalid database url: {error}")))?
             .application_name("norma");
+        let tenants = super::pg_conns::TenantConns::new(
+            connect.clone(),
+            TENANT_ROLE,
+            options.max_connections,
+            options.acquire_timeout,
+        );
         // No ping before every acquire: it is one more round trip to Postgres per
         // transaction; a broken connection fails its statement instead (and is dropped).
         let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
+            .max_connections(system_connections(options.max_connections))
             .test_before_acquire(false)
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
@@ -43,6 +54,8 @@ impl PgStore {
         MIGRATOR.run(&pool).await?;
         Ok(Self {
             pool,
+            tenants,
+            origin: uuid::Uuid::new_v4().to_string().into(),
             webhook_wakeup: Default::default(),
         })
     }
@@ -51,6 +64,12 @@ impl PgStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+/// The owner's pool serves system-level work only (a few statements per lease tick, outbox
+/// batch or expiry sweep): a quarter of the tenant connections, at least 2.
+fn system_connections(max_connections: u32) -> u32 {
+    (max_connections / 4).max(2)
 }
 
 super::facade::store_facade!(PgStore, postgres, {

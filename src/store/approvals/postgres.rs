@@ -82,7 +82,12 @@ pub(in crate::store) async fn decide_approval(
             .execute(&mut *tx)
             .await?;
     }
-    notify(&mut tx, &Signal::ApprovalDecided { id: id.to_string() }).await?;
+    notify(
+        &mut tx,
+        &store.origin,
+        &Signal::ApprovalDecided { id: id.to_string() },
+    )
+    .await?;
     let record = approval_from_row(&row)?;
     tx.commit().await?;
     Ok(Some(record))
@@ -94,14 +99,14 @@ pub(in crate::store) async fn get_approval(
     session: &SessionId,
     id: &ApprovalId,
 ) -> StoreResult<Option<ApprovalRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(GET_APPROVAL)
         .bind(id.as_str())
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     row.as_ref().map(approval_from_row).transpose()
 }
 
@@ -111,7 +116,7 @@ pub(in crate::store) async fn list_approvals(
     session: &SessionId,
     status: Option<ApprovalStatus>,
 ) -> StoreResult<Vec<ApprovalRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows = sqlx::query(&format!(
         "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE session_id = $1 AND tenant_id = $2 \
              AND ($3::text IS NULL OR status = $3) ORDER BY created_at, id"
@@ -119,9 +124,9 @@ pub(in crate::store) async fn list_approvals(
     .bind(session.as_str())
     .bind(tenant.as_str())
     .bind(status.map(ApprovalStatus::as_str))
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     rows.iter().map(approval_from_row).collect()
 }
 
@@ -130,14 +135,14 @@ pub(in crate::store) async fn list_grants(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Vec<GrantRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows: Vec<GrantRow> = sqlx::query_as(LIVE_GRANTS)
         .bind(tenant.as_str())
         .bind(session.as_str())
         .bind(now())
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     grants(rows)
 }
 

@@ -44,15 +44,15 @@ pub(in crate::store) async fn budget(
     store: &PgStore,
     tenant: &TenantId,
 ) -> StoreResult<Option<Budget>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(
         "SELECT tokens_per_day, tokens_per_month, cost_micros_per_day, cost_micros_per_month \
          FROM tenant_budgets WHERE tenant_id = $1",
     )
     .bind(tenant.as_str())
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     row.map(|row| {
         let get = |column: &str| -> StoreResult<Option<u64>> {
             Ok(row
@@ -114,7 +114,7 @@ pub(in crate::store) async fn spend(
     tenant: &TenantId,
     at: DateTime<Utc>,
 ) -> StoreResult<TenantSpend> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows = sqlx::query(
         "SELECT period, tokens, cost_pico FROM tenant_spend WHERE tenant_id = $1 \
          AND ((period = 'day' AND period_key = $2) OR (period = 'month' AND period_key = $3))",
@@ -122,9 +122,9 @@ pub(in crate::store) async fn spend(
     .bind(tenant.as_str())
     .bind(Period::Day.key(at))
     .bind(Period::Month.key(at))
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     let mut spend = TenantSpend::default();
     for row in rows {
         let period: String = row.try_get("period")?;

@@ -3,7 +3,7 @@
 use super::*;
 use crate::ids::{OutputId, RunId, SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::postgres::notify;
+use crate::store::dialect::postgres::signal_payload;
 use crate::store::postgres::PgStore;
 use crate::store::*;
 use sqlx::Row;
@@ -16,7 +16,7 @@ pub(in crate::store) async fn append(
     batch: StorableBatch,
 ) -> StoreResult<Appended> {
     let mut tx = store.tenant_tx(tenant).await?;
-    let (result, notified) = append_in(&mut tx, tenant, session, &batch).await?;
+    let (result, notified) = append_in(&mut tx, &store.origin, tenant, session, &batch).await?;
     tx.commit().await?;
     if notified > 0 {
         store.webhook_wakeup.notify_one();
@@ -24,10 +24,34 @@ pub(in crate::store) async fn append(
     Ok(result)
 }
 
+/// Why an append's sequence `UPDATE` matched no row: the session is gone, or (under a lease)
+/// the run's lease is.
+async fn missing_session_or_lease(
+    tx: &mut sqlx::PgConnection,
+    tenant: &TenantId,
+    session: &SessionId,
+    leased: bool,
+) -> StoreError {
+    if !leased {
+        return StoreError::NotFound;
+    }
+    let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2")
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .fetch_optional(tx)
+        .await;
+    match exists {
+        Ok(Some(_)) => StoreError::LeaseLost,
+        Ok(None) => StoreError::NotFound,
+        Err(error) => error.into(),
+    }
+}
+
 /// One append (already made storable) in the caller's tenant-scoped transaction; the result
 /// and how many webhook notices it queued (wake the outbox worker after the commit).
 pub(in crate::store) async fn append_in(
     tx: &mut sqlx::PgConnection,
+    origin: &str,
     tenant: &TenantId,
     session: &SessionId,
     batch: &AppendBatch,
@@ -62,21 +86,15 @@ pub(in crate::store) async fn append_in(
             ));
         }
     }
+    // A write under a lease checks it in the session's sequence UPDATE (`FOR SHARE`: a
+    // concurrent claim waits for this write, or this write sees it); a run's last write ends
+    // the run in a statement of its own first.
+    let mut check = None;
     if let Some(lease) = &batch.lease {
-        // The row lock makes a concurrent claim wait for this write, or this write see it.
-        let held = match &batch.run_end {
-            None => sqlx::query(
-                "SELECT 1 FROM runs WHERE id = $1 AND owner = $2 AND fence = $3 \
-                     AND status = 'running' FOR SHARE",
-            )
-            .bind(lease.run_id.as_str())
-            .bind(&lease.owner)
-            .bind(lease.fence)
-            .fetch_optional(&mut *tx)
-            .await?
-            .is_some(),
+        match &batch.run_end {
+            None => check = Some(lease),
             Some(end) => {
-                sqlx::query(
+                let ended = sqlx::query(
                     "UPDATE runs SET status = $4, terminal = $5, ended_at = $6, \
                          lease_expires_at = NULL \
                      WHERE id = $1 AND owner = $2 AND fence = $3 AND status = 'running'",
@@ -89,19 +107,21 @@ pub(in crate::store) async fn append_in(
                 .bind(created_at)
                 .execute(&mut *tx)
                 .await?
-                .rows_affected()
-                    == 1
+                .rows_affected();
+                if ended != 1 {
+                    return Err(StoreError::LeaseLost);
+                }
             }
-        };
-        if !held {
-            return Err(StoreError::LeaseLost);
         }
     }
     let row = sqlx::query(
         "UPDATE sessions SET last_event_seq = last_event_seq + $3, \
              last_message_seq = last_message_seq + $4, updated_at = $5, last_append_id = $6, \
              workspace_snapshot = COALESCE($7, workspace_snapshot) \
-         WHERE id = $1 AND tenant_id = $2 RETURNING last_event_seq, last_message_seq",
+         WHERE id = $1 AND tenant_id = $2 AND ($8::text IS NULL OR EXISTS ( \
+             SELECT 1 FROM runs WHERE id = $8 AND owner = $9 AND fence = $10 \
+                 AND status = 'running' FOR SHARE)) \
+         RETURNING last_event_seq, last_message_seq",
     )
     .bind(session.as_str())
     .bind(tenant.as_str())
@@ -110,9 +130,14 @@ pub(in crate::store) async fn append_in(
     .bind(created_at)
     .bind(batch.id.as_deref())
     .bind(batch.workspace_snapshot.as_deref())
+    .bind(check.map(|lease| lease.run_id.as_str()))
+    .bind(check.map(|lease| lease.owner.as_str()))
+    .bind(check.map(|lease| lease.fence))
     .fetch_optional(&mut *tx)
-    .await?
-    .ok_or(StoreError::NotFound)?;
+    .await?;
+    let Some(row) = row else {
+        return Err(missing_session_or_lease(tx, tenant, session, check.is_some()).await);
+    };
     let first_event = row.try_get::<i64, _>("last_event_seq")? - event_count + 1;
     let first_message = row.try_get::<i64, _>("last_message_seq")? - message_count + 1;
 
@@ -134,8 +159,17 @@ pub(in crate::store) async fn append_in(
             crate::store::event_views(&batch.events, first_event),
             created_at,
         );
+        let signal = signal_payload(
+            origin,
+            &Signal::Events {
+                tenant: tenant.clone(),
+                session: session.clone(),
+                first: first_event,
+                last: first_event + event_count - 1,
+            },
+        )?;
         notified = crate::store::webhooks::postgres::insert_events(
-            tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices,
+            tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices, &signal,
         )
         .await?;
     }
@@ -176,19 +210,6 @@ pub(in crate::store) async fn append_in(
         .execute(&mut *tx)
         .await?;
     }
-    if !batch.events.is_empty() {
-        // Delivered at commit, to every replica listening (cross-replica SSE fan-out).
-        notify(
-            tx,
-            &Signal::Events {
-                tenant: tenant.clone(),
-                session: session.clone(),
-                first: first_event,
-                last: first_event + event_count - 1,
-            },
-        )
-        .await?;
-    }
     for output in &batch.outputs {
         sqlx::query(
             "INSERT INTO outputs (id, session_id, tenant_id, tool_use_id, tool_name, sha256, \
@@ -217,15 +238,15 @@ pub(in crate::store) async fn list_events(
     after: i64,
     limit: u32,
 ) -> StoreResult<Vec<EventRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows = sqlx::query(LIST_EVENTS)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .bind(after)
         .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     rows.iter().map(event_from_row).collect()
 }
 
@@ -236,7 +257,7 @@ pub(in crate::store) async fn list_run_events(
     run: &RunId,
     kinds: &[&str],
 ) -> StoreResult<Vec<EventRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows = sqlx::query(
         "SELECT seq, kind, payload, run_id, created_at FROM events \
          WHERE session_id = $1 AND run_id = $2 AND kind = ANY($3) ORDER BY seq",
@@ -244,9 +265,9 @@ pub(in crate::store) async fn list_run_events(
     .bind(session.as_str())
     .bind(run.as_str())
     .bind(kinds)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     rows.iter().map(event_from_row).collect()
 }
 
@@ -258,7 +279,7 @@ pub(in crate::store) async fn list_session_events(
     after: i64,
     limit: u32,
 ) -> StoreResult<Vec<EventRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows = sqlx::query(
         "SELECT seq, kind, payload, run_id, created_at FROM events \
          WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 AND kind = ANY($4) \
@@ -269,9 +290,9 @@ pub(in crate::store) async fn list_session_events(
     .bind(after)
     .bind(kinds)
     .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     rows.iter().map(event_from_row).collect()
 }
 
@@ -282,15 +303,15 @@ pub(in crate::store) async fn list_messages(
     after: i64,
     limit: u32,
 ) -> StoreResult<Vec<MessageRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows: Vec<MessageRow> = sqlx::query_as(LIST_MESSAGES)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .bind(after)
         .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     messages(rows)
 }
 
@@ -300,14 +321,14 @@ pub(in crate::store) async fn get_output(
     session: &SessionId,
     id: &OutputId,
 ) -> StoreResult<Option<OutputRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row: Option<OutputRow> = sqlx::query_as(GET_OUTPUT)
         .bind(id.as_str())
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     Ok(row.map(Into::into))
 }
 

@@ -73,7 +73,7 @@ pub(in crate::store) async fn idempotency_key(
     scope: &str,
     key: &str,
 ) -> StoreResult<Option<IdempotencyRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(
         "SELECT request_sha256, resource_id, status, response, expires_at \
          FROM idempotency_keys \
@@ -83,9 +83,9 @@ pub(in crate::store) async fn idempotency_key(
     .bind(scope)
     .bind(key)
     .bind(now())
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     row.as_ref()
         .map(crate::store::idempotency::postgres::record_of)
         .transpose()

@@ -200,12 +200,12 @@ impl PgStore {
         tenant: &TenantId,
         id: &str,
     ) -> StoreResult<()> {
-        let mut tx = self.tenant_tx(tenant).await?;
+        let mut conn = self.tenant_conn(tenant).await?;
         sqlx::query("DELETE FROM tenant_holds WHERE id = $1")
             .bind(id)
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await?;
-        tx.commit().await?;
+        conn.commit().await?;
         Ok(())
     }
 

@@ -10,15 +10,15 @@ pub(in crate::store) async fn state(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Option<NoaStateRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(
         "SELECT version, state FROM noa_states WHERE session_id = $1 AND tenant_id = $2",
     )
     .bind(session.as_str())
     .bind(tenant.as_str())
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     row.map(|row| {
         Ok(NoaStateRecord {
             version: row.try_get("version")?,
@@ -123,7 +123,7 @@ pub(in crate::store) async fn list(
     after: u32,
     limit: u32,
 ) -> StoreResult<Vec<NoaArchiveRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows = sqlx::query(
         "SELECT ordinal, from_ref, to_ref, summary, message_count, tokens, created_at \
          FROM noa_archives WHERE session_id = $1 AND tenant_id = $2 AND ordinal > $3 \
@@ -133,9 +133,9 @@ pub(in crate::store) async fn list(
     .bind(tenant.as_str())
     .bind(i64::from(after))
     .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     rows.iter().map(|row| record(row, false)).collect()
 }
 
@@ -145,7 +145,7 @@ pub(in crate::store) async fn get(
     session: &SessionId,
     ordinal: u32,
 ) -> StoreResult<Option<NoaArchiveRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(
         "SELECT ordinal, from_ref, to_ref, summary, message_count, tokens, created_at, messages \
          FROM noa_archives WHERE session_id = $1 AND tenant_id = $2 AND ordinal = $3",
@@ -153,8 +153,8 @@ pub(in crate::store) async fn get(
     .bind(session.as_str())
     .bind(tenant.as_str())
     .bind(i64::from(ordinal))
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     row.map(|row| record(&row, true)).transpose()
 }

@@ -55,13 +55,13 @@ pub(in crate::store) async fn get<Row, Item, Rec>(
 where
     Row: for<'r> FromRow<'r, PgRow> + Send + Unpin + Into<Rec>,
 {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row: Option<Row> = sqlx::query_as(&registry.get_sql())
         .bind(tenant.as_str())
         .bind(name)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     Ok(row.map(Into::into))
 }
 
@@ -74,13 +74,13 @@ pub(in crate::store) async fn list<Row, Item, Rec>(
 where
     Item: for<'r> FromRow<'r, PgRow> + Send + Unpin + Into<Rec>,
 {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows: Vec<Item> = sqlx::query_as(&registry.list_sql())
         .bind(tenant.as_str())
         .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 

@@ -1,7 +1,7 @@
 //! Replicas on Postgres.
 
 use super::*;
-use crate::store::dialect::postgres::notify;
+use crate::store::dialect::postgres::{Incoming, notify};
 use crate::store::dialect::{lease_span, now};
 use crate::store::postgres::PgStore;
 use crate::store::*;
@@ -20,9 +20,13 @@ pub(in crate::store) async fn signals(
             // runtime is told (`Reconnected`) and reconciles from the store.
             match listener.try_recv().await {
                 Ok(Some(notification)) => {
-                    match serde_json::from_str::<Signal>(notification.payload()) {
-                        Ok(Signal::Reconnected) => {}
-                        Ok(signal) => {
+                    match serde_json::from_str::<Incoming>(notification.payload()) {
+                        Ok(incoming) if !incoming.concerns(&store.origin) => {}
+                        Ok(Incoming {
+                            signal: Signal::Reconnected,
+                            ..
+                        }) => {}
+                        Ok(Incoming { signal, .. }) => {
                             if tx.send(signal).is_err() {
                                 return; // nobody follows the signals any more
                             }
@@ -66,7 +70,7 @@ pub(in crate::store) async fn signals(
 
 pub(in crate::store) async fn signal(store: &PgStore, signal: Signal) -> StoreResult<()> {
     let mut conn = store.pool.acquire().await?;
-    notify(&mut conn, &signal).await
+    notify(&mut conn, &store.origin, &signal).await
 }
 
 pub(in crate::store) async fn register_replica(

@@ -155,15 +155,15 @@ pub(in crate::store) async fn get_run(
     session: &SessionId,
     id: &RunId,
 ) -> StoreResult<Option<RunRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(&format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND session_id = $2"
     ))
     .bind(id.as_str())
     .bind(session.as_str())
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     row.as_ref().map(run_from_row).transpose()
 }
 
@@ -174,7 +174,7 @@ pub(in crate::store) async fn list_runs(
     after: Option<&RunId>,
     limit: u32,
 ) -> StoreResult<Vec<RunRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows = sqlx::query(&format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = $1 AND position > COALESCE(\
              (SELECT position FROM runs WHERE id = $2 AND session_id = $1), 0) \
@@ -183,9 +183,9 @@ pub(in crate::store) async fn list_runs(
     .bind(session.as_str())
     .bind(after.map(RunId::as_str))
     .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     rows.iter().map(run_from_row).collect()
 }
 

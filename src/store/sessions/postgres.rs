@@ -14,7 +14,11 @@ pub(in crate::store) async fn create_session_keyed(
     session: NewSession,
     key: Option<&NewIdempotencyKey>,
 ) -> StoreResult<SessionRecord> {
-    let mut tx = store.tenant_tx(&session.tenant).await?;
+    // Without a key the INSERT is the whole write: its own transaction.
+    let mut tx = match key {
+        Some(_) => store.tenant_tx(&session.tenant).await?,
+        None => store.tenant_conn(&session.tenant).await?,
+    };
     let created = now();
     if let Some(key) = key {
         crate::store::idempotency::postgres::insert(
@@ -51,7 +55,8 @@ pub(in crate::store) async fn fork_session(store: &PgStore, mut fork: NewFork) -
         .execute(&mut *tx)
         .await?;
     let (_, notified) =
-        crate::store::events::postgres::append_in(&mut tx, tenant, id, &fork.batch).await?;
+        crate::store::events::postgres::append_in(&mut tx, &store.origin, tenant, id, &fork.batch)
+            .await?;
     if let Some(noa) = &fork.noa {
         sqlx::query(
             "INSERT INTO noa_states (session_id, tenant_id, version, state) VALUES ($1, $2, 1, $3)",
@@ -90,13 +95,13 @@ pub(in crate::store) async fn get_session(
     tenant: &TenantId,
     id: &SessionId,
 ) -> StoreResult<Option<SessionRecord>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(SELECT_SESSION)
         .bind(id.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     row.as_ref().map(session_from_row).transpose()
 }
 
@@ -176,12 +181,12 @@ pub(in crate::store) async fn count_open_sessions(
     store: &PgStore,
     tenant: &TenantId,
 ) -> StoreResult<i64> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let count: i64 = sqlx::query_scalar(COUNT_OPEN_SESSIONS)
         .bind(tenant.as_str())
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     Ok(count)
 }
 
@@ -207,12 +212,12 @@ pub(in crate::store) async fn workspace_snapshot(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Option<String>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let head: Option<Option<String>> = sqlx::query_scalar(WORKSPACE_SNAPSHOT)
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     Ok(head.flatten())
 }

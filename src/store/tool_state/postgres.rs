@@ -42,14 +42,14 @@ pub(in crate::store) async fn unlocked_tools(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Vec<String>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let names = sqlx::query_scalar(
         "SELECT tool_name FROM session_unlocked_tools WHERE session_id = $1 ORDER BY tool_name",
     )
     .bind(session.as_str())
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     Ok(names)
 }
 
@@ -58,13 +58,13 @@ pub(in crate::store) async fn get_todos(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Vec<TodoItem>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(GET_TODOS)
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     match row {
         Some(row) => Ok(row.try_get::<Json<Vec<TodoItem>>, _>("items")?.0),
         None => Ok(Vec::new()),
@@ -99,13 +99,13 @@ pub(in crate::store) async fn get_mode_override(
     tenant: &TenantId,
     session: &SessionId,
 ) -> StoreResult<Option<ModeOverride>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(GET_MODE)
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     row.map(|row| mode_override_from(row.try_get("mode")?, row.try_get("previous_mode")?))
         .transpose()
 }
@@ -137,13 +137,13 @@ pub(in crate::store) async fn memory_get(
     tenant: &TenantId,
     path: &str,
 ) -> StoreResult<Option<MemoryNote>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(MEMORY_GET)
         .bind(tenant.as_str())
         .bind(path)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     row.as_ref().map(memory_note).transpose()
 }
 
@@ -152,13 +152,13 @@ pub(in crate::store) async fn memory_list(
     tenant: &TenantId,
     prefix: &str,
 ) -> StoreResult<Vec<MemoryEntry>> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows: Vec<MemoryEntryRow> = sqlx::query_as(MEMORY_LIST)
         .bind(tenant.as_str())
         .bind(prefix)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
@@ -220,15 +220,15 @@ pub(in crate::store) async fn memory_usage(
     store: &PgStore,
     tenant: &TenantId,
 ) -> StoreResult<MemoryUsage> {
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(
         "SELECT COUNT(*)::bigint AS notes, COALESCE(SUM(size_bytes), 0)::bigint AS bytes \
          FROM memory_notes WHERE tenant_id = $1",
     )
     .bind(tenant.as_str())
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     Ok(MemoryUsage {
         notes: row.try_get("notes")?,
         bytes: row.try_get("bytes")?,

@@ -57,15 +57,15 @@ pub(in crate::store) async fn totals(
     scope: UsageScope<'_>,
 ) -> StoreResult<UsageTotals> {
     let (column, id) = scope.column_and_id();
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(&format!(
         "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = $1 AND {column} = $2"
     ))
     .bind(tenant.as_str())
     .bind(id)
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     Ok(RawSums::from_row(&row)?.into())
 }
 
@@ -76,7 +76,7 @@ pub(in crate::store) async fn report(
     query: &UsageQuery,
 ) -> StoreResult<Vec<UsageGroup>> {
     let key = query.group_by.key_sql();
-    let mut tx = store.tenant_tx(tenant).await?;
+    let mut conn = store.tenant_conn(tenant).await?;
     let rows = sqlx::query(&format!(
         "SELECT {key} AS key, {SUMS_SQL} FROM usage_records \
          WHERE tenant_id = $1 AND created_at >= $2 AND created_at < $3 \
@@ -86,9 +86,9 @@ pub(in crate::store) async fn report(
     .bind(query.from)
     .bind(query.to)
     .bind(i64::from(query.limit))
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.commit().await?;
     rows.iter()
         .map(|row| {
             Ok(UsageGroup {

@@ -4,6 +4,7 @@
 //! attempt twice. The outbox rows of an append are written by the statement that inserts its
 //! events (see [`insert_events`]): an append notifying nobody costs nothing more.
 
+use crate::store::dialect::postgres::SIGNAL_CHANNEL;
 use crate::store::postgres::PgStore;
 use crate::store::*;
 use crate::webhooks::{DeliveryAttempt, DeliveryStatus, Notice, WebhookEvent};
@@ -17,7 +18,8 @@ const NEW_DELIVERY_ID: &str = "'msg_' || replace(gen_random_uuid()::text, '-', '
 
 /// Inserts the events of an append (`seqs`, `kinds`, `payloads`, `runs`: one entry per
 /// event) and, in the same statement, one outbox row per notice and subscription of the
-/// tenant (or of the session) to the notice's event. Returns the outbox rows written.
+/// tenant (or of the session) to the notice's event, and queues `signal` for the other
+/// replicas (cross-replica SSE fan-out; delivered at commit). Returns the outbox rows written.
 #[allow(clippy::too_many_arguments)]
 pub(in crate::store) async fn insert_events(
     conn: &mut PgConnection,
@@ -29,46 +31,49 @@ pub(in crate::store) async fn insert_events(
     payloads: &[String],
     runs: &[Option<&str>],
     notices: &[Notice],
+    signal: &str,
 ) -> StoreResult<u64> {
-    const EVENTS: &str = "INSERT INTO events (session_id, tenant_id, created_at, seq, kind, \
-         payload, run_id) \
+    // Data-modifying WITHs run to completion whatever the main statement reads; the main
+    // statement queues the replicas' signal (delivered at commit) and counts the outbox rows.
+    const EVENTS: &str = "WITH inserted AS (INSERT INTO events (session_id, tenant_id, \
+             created_at, seq, kind, payload, run_id) \
          SELECT $1, $2, $3, seq, kind, payload::jsonb, run_id \
          FROM UNNEST($4::bigint[], $5::text[], $6::text[], $7::text[]) \
-             AS t(seq, kind, payload, run_id)";
+             AS t(seq, kind, payload, run_id))";
+    const SIGNAL: &str = "(SELECT pg_notify($8, $9)) AS signal";
     let query = if notices.is_empty() {
-        EVENTS.to_owned()
+        format!("{EVENTS} SELECT 0::bigint FROM {SIGNAL}")
     } else {
-        // A data-modifying WITH runs to completion whatever the main statement reads.
         format!(
-            "WITH inserted AS ({EVENTS}) \
+            "{EVENTS}, delivered AS ( \
              INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, session_id, event_type, \
                  body, next_attempt_at, created_at) \
              SELECT {NEW_DELIVERY_ID}, $2, s.id, $1, n.event_type, n.body, $3, $3 \
-             FROM UNNEST($8::text[], $9::text[]) AS n(event_type, body) \
+             FROM UNNEST($10::text[], $11::text[]) AS n(event_type, body) \
              JOIN webhook_subscriptions s ON s.tenant_id = $2 \
                  AND (s.session_id IS NULL OR s.session_id = $1) \
-                 AND n.event_type = ANY(s.events)"
+                 AND n.event_type = ANY(s.events) \
+             RETURNING 1) \
+             SELECT (SELECT count(*) FROM delivered) FROM {SIGNAL}"
         )
     };
-    let mut statement = sqlx::query(&query)
+    let mut statement = sqlx::query_scalar::<_, i64>(&query)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .bind(at)
         .bind(seqs)
         .bind(kinds)
         .bind(payloads)
-        .bind(runs);
+        .bind(runs)
+        .bind(SIGNAL_CHANNEL)
+        .bind(signal);
     if !notices.is_empty() {
         let events: Vec<&str> = notices.iter().map(|n| n.event.as_str()).collect();
         let bodies: Vec<&str> = notices.iter().map(|n| n.body.as_str()).collect();
         statement = statement.bind(events).bind(bodies);
     }
-    let done = statement.execute(conn).await?;
-    Ok(if notices.is_empty() {
-        0
-    } else {
-        done.rows_affected()
-    })
+    let notified = statement.fetch_one(conn).await?;
+    Ok(notified as u64)
 }
 
 /// The `UPDATE` of a session close that also writes the `session.closed` outbox rows when

@@ -1,0 +1,198 @@
+//! Postgres tenant connections (`store::pg_conns`): reused across tenants without a ping,
+//! row-level security still per tenant (also after a rolled-back transaction of another
+//! tenant), uncommitted work rolled back before reuse, a
+//! statement cancelled mid-reply never leaks into the next user's results, a bounded wait for
+//! a connection, and tenant ids outside their alphabet refused before any SQL is sent.
+
+use norma::ids::{SessionId, TenantId};
+use norma::store::postgres::PgStore;
+use norma::store::{ConnectOptions, NewSession, Store, StoreError};
+use serde_json::json;
+use std::time::Duration;
+
+async fn store(options: ConnectOptions) -> Option<PgStore> {
+    let url = crate::helpers::fresh_pg_database().await?;
+    Some(PgStore::connect(&url, &options).await.unwrap())
+}
+
+async fn session(store: &PgStore, tenant: &str) -> SessionId {
+    let id = SessionId::generate();
+    store
+        .create_session(NewSession {
+            id: id.clone(),
+            tenant: TenantId::new(tenant),
+            config: json!({}),
+        })
+        .await
+        .unwrap();
+    id
+}
+
+async fn backend_and_visible(store: &PgStore, tenant: &str) -> (i32, Vec<String>) {
+    let mut conn = store.tenant_conn(&TenantId::new(tenant)).await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    // No tenant filter: row-level security alone decides what is visible.
+    let tenants: Vec<String> = sqlx::query_scalar("SELECT DISTINCT tenant_id FROM sessions")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    conn.commit().await.unwrap();
+    (pid, tenants)
+}
+
+#[tokio::test]
+async fn one_connection_serves_tenant_after_tenant_each_seeing_only_its_rows() {
+    let Some(store) = store(ConnectOptions {
+        max_connections: 1,
+        ..ConnectOptions::default()
+    })
+    .await
+    else {
+        return;
+    };
+    session(&store, "alpha").await;
+    session(&store, "beta").await;
+    let (first, alpha) = backend_and_visible(&store, "alpha").await;
+    let (second, beta) = backend_and_visible(&store, "beta").await;
+    let (third, alpha_again) = backend_and_visible(&store, "alpha").await;
+    assert_eq!(alpha, vec!["alpha".to_owned()]);
+    assert_eq!(beta, vec!["beta".to_owned()]);
+    assert_eq!(alpha_again, alpha);
+    // The same backend each time: given back by `commit`, taken again without reconnecting.
+    assert_eq!((first, second), (third, third));
+    // A transaction for another tenant than the connection last served sees that tenant.
+    let mut tx = store.tenant_tx(&TenantId::new("beta")).await.unwrap();
+    let seen: Vec<String> = sqlx::query_scalar("SELECT tenant_id FROM sessions")
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(seen, vec!["beta".to_owned()]);
+}
+
+#[tokio::test]
+async fn a_transaction_given_back_without_commit_is_rolled_back_before_reuse() {
+    let Some(store) = store(ConnectOptions {
+        max_connections: 1,
+        ..ConnectOptions::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let tenant = TenantId::new("alpha");
+    let id = session(&store, "alpha").await;
+    let mut tx = store.tenant_tx(&tenant).await.unwrap();
+    sqlx::query("UPDATE sessions SET last_append_id = 'uncommitted' WHERE id = $1")
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // A failing statement leaves the transaction aborted; the caller returns its error.
+    assert!(sqlx::query("SELECT 1/0").execute(&mut *tx).await.is_err());
+    drop(tx);
+    // The only connection comes back rolled back and usable.
+    let mut conn = store.tenant_conn(&tenant).await.unwrap();
+    let append: Option<String> =
+        sqlx::query_scalar("SELECT last_append_id FROM sessions WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+    conn.commit().await.unwrap();
+    assert_eq!(append, None);
+    assert!(store.get_session(&tenant, &id).await.unwrap().is_some());
+
+    // A rolled-back transaction for another tenant leaves the connection's own tenant as it
+    // was: the next work for either tenant sees that tenant's rows and no other's.
+    session(&store, "beta").await;
+    let tx = store.tenant_tx(&TenantId::new("beta")).await.unwrap();
+    tx.rollback().await.unwrap();
+    let mut tx = store.tenant_tx(&TenantId::new("beta")).await.unwrap();
+    assert!(sqlx::query("SELECT 1/0").execute(&mut *tx).await.is_err());
+    drop(tx);
+    for tenant in ["beta", "alpha", "beta"] {
+        let (_, visible) = backend_and_visible(&store, tenant).await;
+        assert_eq!(visible, vec![tenant.to_owned()]);
+    }
+}
+
+#[tokio::test]
+async fn a_statement_cancelled_mid_reply_never_answers_the_next_user() {
+    let Some(store) = store(ConnectOptions {
+        max_connections: 1,
+        acquire_timeout: Duration::from_secs(10),
+    })
+    .await
+    else {
+        return;
+    };
+    let tenant = TenantId::new("alpha");
+    let mut conn = store.tenant_conn(&tenant).await.unwrap();
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(50),
+        sqlx::query_scalar::<_, i32>("SELECT 7 FROM pg_sleep(0.3)").fetch_one(&mut *conn),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the statement was still running");
+    drop(conn);
+    // The next user of the single connection waits for it to be made usable, then gets its
+    // own answer, not the 7 the cancelled statement left behind.
+    let mut conn = store.tenant_conn(&tenant).await.unwrap();
+    let answer: i32 = sqlx::query_scalar("SELECT 42")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    conn.commit().await.unwrap();
+    assert_eq!(answer, 42);
+}
+
+#[tokio::test]
+async fn waiting_for_a_connection_is_bounded_and_ends_in_unavailable() {
+    let Some(store) = store(ConnectOptions {
+        max_connections: 1,
+        acquire_timeout: Duration::from_millis(200),
+    })
+    .await
+    else {
+        return;
+    };
+    let tenant = TenantId::new("alpha");
+    let held = store.tenant_tx(&tenant).await.unwrap();
+    let started = std::time::Instant::now();
+    let waited = store.tenant_conn(&tenant).await;
+    assert!(
+        matches!(waited, Err(StoreError::Unavailable(_))),
+        "{:?}",
+        waited.err()
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    held.commit().await.unwrap();
+    let conn = store.tenant_conn(&tenant).await.unwrap();
+    conn.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_tenant_id_outside_its_alphabet_is_refused_before_any_sql() {
+    let Some(store) = store(ConnectOptions::default()).await else {
+        return;
+    };
+    let id = session(&store, "alpha").await;
+    for hostile in ["x'; DROP TABLE sessions; --", "", "a\\b", "a\0b"] {
+        let tenant = TenantId::new(hostile);
+        assert!(matches!(
+            store.tenant_tx(&tenant).await,
+            Err(StoreError::Internal(_))
+        ));
+        assert!(matches!(
+            store.tenant_conn(&tenant).await,
+            Err(StoreError::Internal(_))
+        ));
+    }
+    // Nothing ran: the table and its row are still there.
+    let alpha = TenantId::new("alpha");
+    assert!(store.get_session(&alpha, &id).await.unwrap().is_some());
+}
