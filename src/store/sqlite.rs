@@ -29,8 +29,9 @@ pub struct SqliteStore {
     pub(super) pool: SqlitePool,
     /// The one writer (SQLite takes one at a time; see `sqlite_writer`).
     pub(super) writer: Arc<super::sqlite_writer::Writer>,
-    /// Runs' appends, committed together (see `sqlite_writer`).
-    pub(super) appends: super::sqlite_writer::GroupWriter,
+    /// The run path's writes (appends, session and run creation, holds), committed together
+    /// (see `sqlite_writer`).
+    pub(super) group: super::sqlite_writer::GroupWriter,
     /// Which tenants have webhook subscriptions, and the outbox worker's wake-up.
     pub(super) outbox: Arc<webhooks::sqlite::Outbox>,
     /// Point reads run on the caller's thread (see `sqlite_reads`).
@@ -100,11 +101,11 @@ impl SqliteStore {
             AUTOCHECKPOINT_PAGES,
         )?);
         let outbox = Arc::new(webhooks::sqlite::Outbox::load(&pool).await?);
-        let appends = super::sqlite_writer::GroupWriter::start(writer.clone(), outbox.clone());
+        let group = super::sqlite_writer::GroupWriter::start(writer.clone(), outbox.clone());
         Ok(Self {
             pool,
             writer,
-            appends,
+            group,
             outbox,
             reads: super::sqlite_reads::SyncReads::new(&filename, BUSY_TIMEOUT),
         })

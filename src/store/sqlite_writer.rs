@@ -133,16 +133,92 @@ const QUEUE: usize = 1_024;
 /// Appends committed together at most.
 const MAX_GROUP: usize = 64;
 
+/// A write the group writer commits with others. It can be attempted more than once (a group
+/// that fails is written again job by job) and keeps its answer until the commit.
+trait Job: Send {
+    /// Writes in the open transaction and keeps the answer; `false` when that answer is an
+    /// error.
+    fn attempt(&mut self, db: &rusqlite::Connection, outbox: &Outbox) -> bool;
+    /// The kept answer becomes `error` (the commit failed).
+    fn fail(&mut self, error: StoreError);
+    /// Sends the kept answer.
+    fn reply(self: Box<Self>);
+}
+
 struct AppendJob {
     tenant: TenantId,
     session: SessionId,
     batch: StorableBatch,
+    answer: Option<StoreResult<Appended>>,
     reply: oneshot::Sender<StoreResult<Appended>>,
+}
+
+impl Job for AppendJob {
+    fn attempt(&mut self, db: &rusqlite::Connection, outbox: &Outbox) -> bool {
+        let answer = append_in(db, outbox, &self.tenant, &self.session, &self.batch);
+        let ok = answer.is_ok();
+        self.answer = Some(answer);
+        ok
+    }
+
+    fn fail(&mut self, error: StoreError) {
+        self.answer = Some(Err(error));
+    }
+
+    fn reply(self: Box<Self>) {
+        // The batch goes back to its writer whole: drop this share before answering.
+        let AppendJob {
+            batch,
+            answer,
+            reply,
+            ..
+        } = *self;
+        drop(batch);
+        let _ = reply.send(answer.unwrap_or_else(|| Err(unanswered())));
+    }
+}
+
+/// Any other write ([`GroupWriter::write`]).
+struct WriteJob<T, F> {
+    write: F,
+    answer: Option<StoreResult<T>>,
+    reply: oneshot::Sender<StoreResult<T>>,
+}
+
+impl<T, F> Job for WriteJob<T, F>
+where
+    T: Send,
+    F: FnMut(&rusqlite::Connection) -> StoreResult<T> + Send,
+{
+    fn attempt(&mut self, db: &rusqlite::Connection, _: &Outbox) -> bool {
+        let answer = (self.write)(db);
+        let ok = answer.is_ok();
+        self.answer = Some(answer);
+        ok
+    }
+
+    fn fail(&mut self, error: StoreError) {
+        self.answer = Some(Err(error));
+    }
+
+    fn reply(self: Box<Self>) {
+        let _ = self
+            .reply
+            .send(self.answer.unwrap_or_else(|| Err(unanswered())));
+    }
+}
+
+fn unanswered() -> StoreError {
+    StoreError::Internal("a grouped write was never attempted".into())
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the SQLite writer stopped".into())
 }
 
 /// The handle of the group writer task (it ends when the handle is dropped).
 pub(super) struct GroupWriter {
-    jobs: mpsc::Sender<AppendJob>,
+    jobs: mpsc::Sender<Box<dyn Job>>,
 }
 
 impl GroupWriter {
@@ -153,7 +229,7 @@ impl GroupWriter {
         Self { jobs }
     }
 
-    /// Appends `batch` for `session`, committed with whatever other appends are waiting.
+    /// Appends `batch` for `session`, committed with whatever other writes are waiting.
     pub(super) async fn append(
         &self,
         tenant: TenantId,
@@ -161,79 +237,102 @@ impl GroupWriter {
         batch: StorableBatch,
     ) -> StoreResult<Appended> {
         let (reply, answer) = oneshot::channel();
-        let stopped = || StoreError::Unavailable("the SQLite writer stopped".into());
-        self.jobs
-            .send(AppendJob {
-                tenant,
-                session,
-                batch,
-                reply,
-            })
-            .await
-            .map_err(|_| stopped())?;
+        let job = AppendJob {
+            tenant,
+            session,
+            batch,
+            answer: None,
+            reply,
+        };
+        self.jobs.send(Box::new(job)).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// Runs `write` in the writer's next transaction, committed with whatever other writes
+    /// are waiting; answered after the commit. `write` may run more than once (each time in
+    /// a transaction that is then rolled back, but for the last): it must write nothing
+    /// before it knows it will succeed, or its failure costs the group a rollback and a
+    /// rewrite, job by job.
+    pub(super) async fn write<T, F>(&self, write: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&rusqlite::Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = WriteJob {
+            write,
+            answer: None,
+            reply,
+        };
+        self.jobs.send(Box::new(job)).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
 
-async fn run(writer: Arc<Writer>, mut queue: mpsc::Receiver<AppendJob>, outbox: Arc<Outbox>) {
+async fn run(writer: Arc<Writer>, mut queue: mpsc::Receiver<Box<dyn Job>>, outbox: Arc<Outbox>) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
-        let jobs = std::mem::take(&mut group);
-        let answers = writer.with(|db| write_group(db, &outbox, &jobs)).await;
-        for (job, answer) in jobs.into_iter().zip(answers) {
-            // The batch goes back to its writer whole: drop this share before answering.
-            let AppendJob { reply, batch, .. } = job;
-            drop(batch);
-            let _ = reply.send(answer);
+        let mut jobs = std::mem::take(&mut group);
+        writer.with(|db| write_group(db, &outbox, &mut jobs)).await;
+        for job in jobs {
+            job.reply();
         }
         outbox.wake_if_written();
     }
 }
 
 /// Writes `jobs` in one transaction, or each alone when the group could not be committed
-/// (or a job failed part-way). One answer per job, in order.
-fn write_group(
-    db: &rusqlite::Connection,
-    outbox: &Outbox,
-    jobs: &[AppendJob],
-) -> Vec<StoreResult<Appended>> {
-    match together(db, outbox, jobs) {
-        Ok(answers) => answers,
-        Err(error) if jobs.len() == 1 => vec![Err(error)],
-        Err(error) => {
-            tracing::debug!(%error, "group commit failed; writing its jobs alone");
-            jobs.iter()
-                .map(|job| {
-                    together(db, outbox, std::slice::from_ref(job))
-                        .and_then(|mut one| one.remove(0))
-                })
-                .collect()
+/// (or a job failed part-way). Each job keeps its answer.
+fn write_group(db: &rusqlite::Connection, outbox: &Outbox, jobs: &mut [Box<dyn Job>]) {
+    let failure = match together(db, outbox, jobs) {
+        Ok(()) => return,
+        Err(failure) => failure,
+    };
+    if let [job] = jobs {
+        // Alone already: a job that failed part-way keeps its own error.
+        if let GroupFailure::Store(error) = failure {
+            job.fail(error);
+        }
+        return;
+    }
+    tracing::debug!(?failure, "group commit failed; writing its jobs alone");
+    for job in jobs.iter_mut() {
+        if let Err(GroupFailure::Store(error)) = together(db, outbox, std::slice::from_mut(job)) {
+            job.fail(error);
         }
     }
+}
+
+/// Why a group was not committed.
+#[derive(Debug)]
+enum GroupFailure {
+    /// A job failed after writing part of itself (it keeps its own error).
+    PartWritten,
+    /// The transaction could not be opened or committed.
+    Store(StoreError),
 }
 
 /// One transaction over `jobs`; `Err` when it could not be opened or committed, or when a
 /// job failed after it had written part of itself (nothing of the group is stored then, and
 /// [`write_group`] writes each job alone). A job that fails before writing anything (a lost
-/// lease, a closed session: its first statement changes no row) fails alone and the group
-/// goes on — no savepoint per job, which would copy every page it touches into a
-/// sub-journal.
+/// lease, a closed session, a refused admission: its first statement changes no row) fails
+/// alone and the group goes on — no savepoint per job, which would copy every page it
+/// touches into a sub-journal.
 fn together(
     db: &rusqlite::Connection,
     outbox: &Outbox,
-    jobs: &[AppendJob],
-) -> StoreResult<Vec<StoreResult<Appended>>> {
-    in_transaction(db, |db| {
-        let mut answers = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            let before = db.total_changes();
-            match append_in(db, outbox, &job.tenant, &job.session, &job.batch) {
-                Err(error) if db.total_changes() != before => return Err(error),
-                answer => answers.push(answer),
-            }
+    jobs: &mut [Box<dyn Job>],
+) -> Result<(), GroupFailure> {
+    let tx = rusqlite::Transaction::new_unchecked(db, rusqlite::TransactionBehavior::Immediate)
+        .map_err(|error| GroupFailure::Store(error.into()))?;
+    for job in jobs.iter_mut() {
+        let before = tx.total_changes();
+        if !job.attempt(&tx, outbox) && tx.total_changes() != before {
+            return Err(GroupFailure::PartWritten); // `tx` rolls back when dropped
         }
-        Ok(answers)
-    })
+    }
+    tx.commit()
+        .map_err(|error| GroupFailure::Store(error.into()))
 }
 
 /// Runs `write` in one `IMMEDIATE` transaction: committed when it succeeds, rolled back when

@@ -15,10 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::store_fork::a_fork_is_written_whole_or_not_at_all;
-use crate::store_groups::appends_of_many_sessions_at_once_keep_their_own_fence_and_errors;
+use crate::store_groups::{
+    appends_of_many_sessions_at_once_keep_their_own_fence_and_errors,
+    creations_holds_admissions_and_appends_at_once_each_get_their_own_answer,
+};
 use crate::store_limits::{
-    holds_are_capped_released_and_expire, pending_approvals_are_capped_per_tenant,
-    run_admission_counts_live_running_and_queued_runs,
+    holds_are_capped_released_and_expire,
+    open_sessions_are_counted_per_tenant_through_creations_and_closes,
+    pending_approvals_are_capped_per_tenant, run_admission_counts_live_running_and_queued_runs,
     workspace_bytes_sum_open_sessions_of_the_tenant,
 };
 
@@ -75,9 +79,11 @@ store_suite!(
     nul_characters_are_stored_as_replacement_characters,
     run_admission_counts_live_running_and_queued_runs,
     holds_are_capped_released_and_expire,
+    open_sessions_are_counted_per_tenant_through_creations_and_closes,
     pending_approvals_are_capped_per_tenant,
     workspace_bytes_sum_open_sessions_of_the_tenant,
     appends_of_many_sessions_at_once_keep_their_own_fence_and_errors,
+    creations_holds_admissions_and_appends_at_once_each_get_their_own_answer,
     a_fork_is_written_whole_or_not_at_all,
 );
 

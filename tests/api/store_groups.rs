@@ -194,3 +194,137 @@ pub async fn appends_of_many_sessions_at_once_keep_their_own_fence_and_errors(
             .is_empty()
     );
 }
+
+/// Session creations (two of them with the same idempotency key), SSE hold acquisitions over
+/// the tenant's cap, run admissions over its concurrent-run cap and appends, all at once (on
+/// SQLite they share the group writer's transactions): each refusal is its own and writes
+/// nothing, exactly the capped number gets through, and every other write is stored.
+pub async fn creations_holds_admissions_and_appends_at_once_each_get_their_own_answer(
+    store: Arc<dyn Store>,
+) {
+    use norma::limits::{HoldCaps, HoldKind, Limit, NewHold};
+    use norma::store::NewIdempotencyKey;
+    let tenant = TenantId::new("t1");
+    let (appending, lease) = session_with_run(&store, &tenant).await;
+    let (held, _) = session_with_run(&store, &TenantId::new("t1")).await;
+    let caps = RunCaps {
+        concurrent_runs: 2 + 3, // the two runs above plus three
+        ..RunCaps::UNLIMITED
+    };
+    let key = NewIdempotencyKey {
+        scope: "session".into(),
+        key: "same-key".into(),
+        request_sha256: "0".repeat(64),
+        max_live: 100,
+    };
+    let mut creations = Vec::new();
+    for i in 0..18 {
+        let (store, tenant, key) = (store.clone(), tenant.clone(), key.clone());
+        creations.push(tokio::spawn(async move {
+            let session = NewSession {
+                id: SessionId::generate(),
+                tenant,
+                config: json!({ "n": i }),
+            };
+            let keyed = (i < 2).then_some(&key);
+            store.create_session_keyed(session, keyed).await
+        }));
+    }
+    let mut holds = Vec::new();
+    for i in 0..8 {
+        let (store, tenant, session) = (store.clone(), tenant.clone(), held.clone());
+        holds.push(tokio::spawn(async move {
+            let hold = NewHold {
+                id: format!("hold-{i}"),
+                kind: HoldKind::SseStream,
+                session,
+                replica: "replica-a".into(),
+                lease: Duration::from_secs(60),
+            };
+            let caps = HoldCaps {
+                per_session: None,
+                per_tenant: (Limit::SseStreams, 5),
+            };
+            store.acquire_hold(&tenant, hold, caps).await
+        }));
+    }
+    let mut admissions = Vec::new();
+    for _ in 0..8 {
+        let (store, tenant, session) = (store.clone(), tenant.clone(), held.clone());
+        admissions.push(tokio::spawn(async move {
+            let run = NewRun {
+                id: RunId::generate(),
+                session,
+                prompt: "go".into(),
+            };
+            let claim = Some(("replica-a", Duration::from_secs(60)));
+            store.create_run(&tenant, run, claim, caps).await
+        }));
+    }
+    let mut appends = Vec::new();
+    for _ in 0..4 {
+        let (store, tenant, session, lease) = (
+            store.clone(),
+            tenant.clone(),
+            appending.clone(),
+            lease.clone(),
+        );
+        appends.push(tokio::spawn(async move {
+            store.append(&tenant, &session, batch(Some(lease), 2)).await
+        }));
+    }
+
+    let mut created = 0;
+    let mut key_taken = 0;
+    for creation in creations {
+        match creation.await.unwrap() {
+            Ok(_) => created += 1,
+            Err(StoreError::IdempotencyKeyTaken) => key_taken += 1,
+            Err(error) => panic!("session creation: {error}"),
+        }
+    }
+    assert_eq!((created, key_taken), (17, 1));
+    let mut granted = 0;
+    for hold in holds {
+        match hold.await.unwrap() {
+            Ok(()) => granted += 1,
+            Err(StoreError::TenantLimit(exceeded)) => {
+                assert_eq!(exceeded.limit, Limit::SseStreams)
+            }
+            Err(error) => panic!("hold: {error}"),
+        }
+    }
+    assert_eq!(granted, 5);
+    let mut admitted = 0;
+    for admission in admissions {
+        match admission.await.unwrap() {
+            Ok(_) => admitted += 1,
+            Err(StoreError::TenantLimit(exceeded)) => {
+                assert_eq!(exceeded.limit, Limit::ConcurrentRuns)
+            }
+            Err(error) => panic!("run admission: {error}"),
+        }
+    }
+    assert_eq!(admitted, 3);
+    for append in appends {
+        append.await.unwrap().expect("append");
+    }
+    let seqs: Vec<i64> = store
+        .list_events(&tenant, &appending, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, (1..=8).collect::<Vec<_>>());
+    assert_eq!(
+        store
+            .count_holds(&tenant, HoldKind::SseStream, None)
+            .await
+            .unwrap(),
+        5
+    );
+    // The refused admissions left no run behind.
+    let runs = store.list_runs(&tenant, &held, None, 100).await.unwrap();
+    assert_eq!(runs.len(), 1 + 3);
+}

@@ -320,3 +320,27 @@ pub async fn workspace_bytes_sum_open_sessions_of_the_tenant(store: Arc<dyn Stor
         5
     );
 }
+
+/// The open-session count (kept by triggers, migration 0018) follows creations and closes per
+/// tenant, a close counted once however often it is repeated.
+pub async fn open_sessions_are_counted_per_tenant_through_creations_and_closes(
+    store: Arc<dyn Store>,
+) {
+    let (t1, t2) = (TenantId::new("t1"), TenantId::new("t2"));
+    assert_eq!(store.count_open_sessions(&t1).await.unwrap(), 0);
+    let first = session(&store, "t1").await;
+    session(&store, "t1").await;
+    session(&store, "t1").await;
+    let other = session(&store, "t2").await;
+    assert_eq!(store.count_open_sessions(&t1).await.unwrap(), 3);
+    assert_eq!(store.count_open_sessions(&t2).await.unwrap(), 1);
+    for _ in 0..2 {
+        store.close_session(&t1, &first).await.unwrap().unwrap();
+    }
+    // Another tenant cannot close (or count down) t2's session.
+    assert!(store.close_session(&t1, &other).await.unwrap().is_none());
+    assert_eq!(store.count_open_sessions(&t1).await.unwrap(), 2);
+    assert_eq!(store.count_open_sessions(&t2).await.unwrap(), 1);
+    store.close_session(&t2, &other).await.unwrap().unwrap();
+    assert_eq!(store.count_open_sessions(&t2).await.unwrap(), 0);
+}

@@ -14,7 +14,7 @@ pub(in crate::store) async fn append(
     batch: StorableBatch,
 ) -> StoreResult<Appended> {
     store
-        .appends
+        .group
         .append(tenant.clone(), session.clone(), batch)
         .await
 }

@@ -10,6 +10,30 @@ use chrono::{DateTime, Utc};
 use rusqlite::params;
 use sqlx::Row;
 
+/// `IdempotencyKeyTaken` when `key` (if any) is live: a write that checks other things
+/// before [`insert`] asks this first, so a duplicate request is told so whatever else it
+/// would be refused for, and without writing anything.
+pub fn ensure_free(
+    db: &rusqlite::Connection,
+    tenant: &TenantId,
+    key: Option<&NewIdempotencyKey>,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    let Some(key) = key else {
+        return Ok(());
+    };
+    let taken = db
+        .prepare_cached(
+            "SELECT 1 FROM idempotency_keys WHERE tenant_id = ? AND scope = ? AND key = ? \
+                 AND expires_at > ?",
+        )?
+        .exists(params![tenant.as_str(), key.scope, key.key, ts(at)])?;
+    if taken {
+        return Err(StoreError::IdempotencyKeyTaken);
+    }
+    Ok(())
+}
+
 /// Records `key` (when the request had one) for `resource` in the caller's transaction on the
 /// write connection (see `sqlite_writer::Writer::transaction`).
 pub fn insert(

@@ -96,8 +96,9 @@ pub(in crate::store) async fn admit_approval(
 }
 
 impl SqliteStore {
-    /// Sweeps the tenant's expired holds, checks the caps and inserts the hold: one
-    /// synchronous transaction on the write connection (no hop per statement).
+    /// Checks the caps against the tenant's live holds, then sweeps its expired ones and
+    /// inserts the hold, committed with the other writes waiting (the group writer). A refusal
+    /// writes nothing, so it never costs the group a rollback.
     pub(in crate::store) async fn acquire_hold_tx(
         &self,
         tenant: &TenantId,
@@ -107,23 +108,20 @@ impl SqliteStore {
         let at = Utc::now();
         let now = ts(at);
         let expires = ts(at + lease_span(hold.lease));
-        self.writer()
-            .transaction(|db| {
-                // The first statement writes: the transaction is `IMMEDIATE` anyway.
-                db.prepare_cached(
-                    "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
-                )?
-                .execute(rusqlite::params![tenant.as_str(), now])?;
+        let tenant = tenant.clone();
+        self.group
+            .write(move |db| {
                 let (in_session, in_tenant) = db
                     .prepare_cached(
                         "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
-                         WHERE tenant_id = ? AND kind = ?",
+                         WHERE tenant_id = ? AND kind = ? AND expires_at > ?",
                     )?
                     .query_row(
                         rusqlite::params![
                             hold.session.as_str(),
                             tenant.as_str(),
-                            hold.kind.as_str()
+                            hold.kind.as_str(),
+                            now,
                         ],
                         |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
                     )?;
@@ -131,6 +129,10 @@ impl SqliteStore {
                     over(limit, max, in_session)?;
                 }
                 over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
+                db.prepare_cached(
+                    "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
+                )?
+                .execute(rusqlite::params![tenant.as_str(), now])?;
                 db.prepare_cached(
                     "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
                          expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -190,8 +192,9 @@ impl SqliteStore {
         tenant: &TenantId,
         id: &str,
     ) -> StoreResult<()> {
-        self.writer()
-            .with(|db| {
+        let (tenant, id) = (tenant.clone(), id.to_owned());
+        self.group
+            .write(move |db| {
                 db.prepare_cached("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")?
                     .execute(rusqlite::params![id, tenant.as_str()])?;
                 Ok(())

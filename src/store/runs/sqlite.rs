@@ -20,24 +20,34 @@ pub(in crate::store) async fn create_run_keyed(
     key: Option<&NewIdempotencyKey>,
 ) -> StoreResult<RunRecord> {
     let created_at = now();
-    let start = RunStart::new(claim, created_at);
-    // One synchronous transaction on the one write connection: the check and the insert
-    // cannot interleave with another admission, and no statement hops to another thread.
+    // Committed with the other writes waiting (the group writer), whose one transaction at a
+    // time keeps the admission check and the insert from interleaving with another
+    // admission. The checks come before the first write (the key's insert), so a refusal
+    // writes nothing; a key already taken is told first, as before any other refusal.
+    let (tenant, key) = (tenant.clone(), key.cloned());
+    let claim = claim.map(|(owner, lease)| (owner.to_owned(), lease));
     store
-        .writer
-        .transaction(|db| {
+        .group
+        .write(move |db| {
+            let start = RunStart::new(
+                claim
+                    .as_ref()
+                    .map(|(owner, lease)| (owner.as_str(), *lease)),
+                created_at,
+            );
+            crate::store::idempotency::sqlite::ensure_free(db, &tenant, key.as_ref(), created_at)?;
+            if claim.is_some() {
+                admit_running(db, &tenant, caps, None, created_at)?;
+            } else {
+                admit_queued(db, &tenant, &run.session, caps)?;
+            }
             crate::store::idempotency::sqlite::insert(
                 db,
-                tenant,
-                key,
+                &tenant,
+                key.as_ref(),
                 run.id.as_str(),
                 created_at,
             )?;
-            if claim.is_some() {
-                admit_running(db, tenant, caps, None, created_at)?;
-            } else {
-                admit_queued(db, tenant, &run.session, caps)?;
-            }
             let inserted = db
                 .prepare_cached(
                     "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, \

@@ -47,9 +47,9 @@ pub(in crate::store) const LIST_SESSIONS: &str = concat!(
 pub(in crate::store) const IDLE_SESSIONS: &str = "SELECT id, tenant_id FROM sessions \
      WHERE status = 'active' AND updated_at < $1 ORDER BY updated_at LIMIT $2";
 
-/// `$1` tenant.
-pub(in crate::store) const COUNT_OPEN_SESSIONS: &str =
-    "SELECT count(*) FROM sessions WHERE tenant_id = $1 AND status = 'active'";
+/// `$1` tenant. The count is kept by triggers (migration 0018), not counted.
+pub(in crate::store) const COUNT_OPEN_SESSIONS: &str = "SELECT COALESCE((SELECT open FROM \
+     tenant_open_sessions WHERE tenant_id = $1), 0)";
 
 /// `$1` session, `$2` tenant.
 pub(in crate::store) const WORKSPACE_SNAPSHOT: &str =

@@ -17,14 +17,16 @@ pub(in crate::store) async fn create_session_keyed(
     key: Option<&NewIdempotencyKey>,
 ) -> StoreResult<SessionRecord> {
     let at = now();
-    // One synchronous transaction on the write connection (no hop to another thread).
+    // Committed with the other writes waiting (the group writer); the key's insert is the
+    // first write and fails alone when the key is taken.
+    let key = key.cloned();
     store
-        .writer
-        .transaction(|db| {
+        .group
+        .write(move |db| {
             crate::store::idempotency::sqlite::insert(
                 db,
                 &session.tenant,
-                key,
+                key.as_ref(),
                 session.id.as_str(),
                 at,
             )?;
