@@ -105,6 +105,14 @@ pub struct EventView<'a> {
     pub seq: i64,
 }
 
+/// The transcript event kinds that notify (see [`notices`]).
+pub const NOTIFYING_KINDS: [&str; 3] = ["terminal", "run_parked", "approval_requested"];
+
+/// Whether an event of `kind` notifies anyone (see [`notices`]).
+pub fn notifies(kind: &str) -> bool {
+    NOTIFYING_KINDS.contains(&kind)
+}
+
 /// The notifications of transcript events about to be committed: `terminal` (run.completed
 /// or run.failed), `run_parked` and `approval_requested`. Every other event notifies nobody.
 pub fn notices<'a>(
@@ -150,8 +158,12 @@ pub fn notices<'a>(
                         "approval": event.payload["approval"],
                     }),
                 ),
-                _ => return None,
+                other => {
+                    debug_assert!(!notifies(other));
+                    return None;
+                }
             };
+            debug_assert!(notifies(event.kind));
             Some(Notice {
                 event: kind,
                 event_index: Some(index),

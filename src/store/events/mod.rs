@@ -118,6 +118,7 @@ impl From<OutputRow> for OutputRecord {
 }
 
 pub(in crate::store) mod postgres;
+mod postgres_single;
 pub(in crate::store) mod sqlite;
 
 pub(in crate::store) fn role_str(role: Role) -> &'static str {

@@ -15,6 +15,21 @@ pub(in crate::store) async fn append(
     session: &SessionId,
     batch: StorableBatch,
 ) -> StoreResult<Appended> {
+    if super::postgres_single::fits(&batch) {
+        let mut conn = store.tenant_conn(tenant).await?;
+        let written =
+            super::postgres_single::append(&mut conn, &store.origin, tenant, session, &batch)
+                .await?;
+        let result = match written {
+            Some(appended) => Ok(appended),
+            None => {
+                let leased = batch.lease.is_some();
+                Err(missing_session_or_lease(&mut conn, tenant, session, leased).await)
+            }
+        };
+        conn.commit().await?;
+        return result;
+    }
     let mut tx = store.tenant_tx(tenant).await?;
     let (result, notified) = append_in(&mut tx, &store.origin, tenant, session, &batch).await?;
     tx.commit().await?;

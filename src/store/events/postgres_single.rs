@@ -1,0 +1,169 @@
+//! An append in ONE statement on Postgres: the session's sequence `UPDATE` (with the run's
+//! fence check), the events, the history, the usage rows and the tenant's spend totals, and
+//! the replicas' signal, as data-modifying `WITH`s of one statement that is its own
+//! transaction — one round trip where `BEGIN`, four to six statements and `COMMIT` were as
+//! many. Every `WITH` that writes reads the sequence `UPDATE`'s row, so when that matches
+//! nothing (a lost lease, a missing session) nothing at all is written.
+//!
+//! Taken by the appends of a run's turns, which are most of them; an append that is a retry
+//! (it reads `last_append_id` first), spills outputs, ends its run, or carries an event that
+//! notifies webhooks (their bodies name the event's `seq`, known only after the `UPDATE`) takes
+//! the transaction of `postgres::append_in` instead.
+
+use super::*;
+use crate::ids::{SessionId, TenantId};
+use crate::store::dialect::now;
+use crate::store::dialect::postgres::SIGNAL_CHANNEL;
+use crate::store::*;
+use crate::usage::sql_count;
+
+/// Whether `batch` can be written by [`append`].
+pub(in crate::store) fn fits(batch: &AppendBatch) -> bool {
+    !batch.retry
+        && batch.outputs.is_empty()
+        && batch.run_end.is_none()
+        && !batch
+            .events
+            .iter()
+            .any(|event| crate::webhooks::notifies(&event.kind))
+}
+
+/// `$1` session, `$2` tenant, `$3` events, `$4` messages, `$5` now, `$6` append id, `$7`
+/// workspace snapshot, `$8`–`$10` the lease (run, owner, fence) or nulls, `$11`–`$13` the
+/// events' kinds, payloads and runs, `$14`–`$17` the messages' roles, contents, runs and
+/// compaction boundaries, `$18`–`$26` the usage rows (run, provider, model, four token
+/// counts, cost; their UTC day), `$27`–`$30` the spend deltas (period, key, tokens, cost),
+/// `$31` the signal channel, `$32` the sending store's origin.
+const APPEND: &str = "WITH s AS ( \
+         UPDATE sessions SET last_event_seq = last_event_seq + $3::bigint, \
+             last_message_seq = last_message_seq + $4::bigint, updated_at = $5, \
+             last_append_id = $6, workspace_snapshot = COALESCE($7, workspace_snapshot) \
+         WHERE id = $1 AND tenant_id = $2 AND ($8::text IS NULL OR EXISTS ( \
+             SELECT 1 FROM runs WHERE id = $8 AND owner = $9 AND fence = $10 \
+                 AND status = 'running' FOR SHARE)) \
+         RETURNING last_event_seq, last_message_seq), \
+     e AS ( \
+         INSERT INTO events (session_id, tenant_id, created_at, seq, kind, payload, run_id) \
+         SELECT $1, $2, $5, s.last_event_seq - $3::bigint + t.ord, t.kind, t.payload::jsonb, \
+             t.run_id \
+         FROM s, UNNEST($11::text[], $12::text[], $13::text[]) WITH ORDINALITY \
+             AS t(kind, payload, run_id, ord)), \
+     m AS ( \
+         INSERT INTO messages (session_id, tenant_id, created_at, seq, role, content, run_id, \
+             compaction_boundary) \
+         SELECT $1, $2, $5, s.last_message_seq - $4::bigint + t.ord, t.role, t.content::jsonb, \
+             t.run_id, t.boundary \
+         FROM s, UNNEST($14::text[], $15::text[], $16::text[], $17::bool[]) WITH ORDINALITY \
+             AS t(role, content, run_id, boundary, ord)), \
+     u AS ( \
+         INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
+             input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, day, \
+             created_at) \
+         SELECT $2, $1, t.run_id, t.provider, t.model, t.input, t.output, t.cache_read, \
+             t.cache_write, t.cost, $26, $5 \
+         FROM s, UNNEST($18::text[], $19::text[], $20::text[], $21::bigint[], $22::bigint[], \
+             $23::bigint[], $24::bigint[], $25::bigint[]) \
+             AS t(run_id, provider, model, input, output, cache_read, cache_write, cost)), \
+     p AS ( \
+         INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) \
+         SELECT $2, t.period, t.key, t.tokens, t.cost \
+         FROM s, UNNEST($27::text[], $28::text[], $29::bigint[], $30::bigint[]) \
+             AS t(period, key, tokens, cost) \
+         ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
+             tokens = LEAST(tenant_spend.tokens::numeric + EXCLUDED.tokens, \
+                 9223372036854775807)::bigint, \
+             cost_pico = LEAST(tenant_spend.cost_pico::numeric + EXCLUDED.cost_pico, \
+                 9223372036854775807)::bigint) \
+     SELECT s.last_event_seq, s.last_message_seq, \
+         (SELECT count(*) FROM (SELECT pg_notify($31, json_build_object('signal', 'events', \
+             'tenant', $2::text, 'session', $1::text, \
+             'first', s.last_event_seq - $3::bigint + 1, 'last', s.last_event_seq, \
+             'origin', $32::text)::text) WHERE $3::bigint > 0) AS signal) AS signalled \
+     FROM s";
+
+/// Writes `batch` (which [`fits`]) in one statement on `conn` (outside a transaction: the
+/// statement is its own). `None` when the sequence `UPDATE` matched no row (nothing written).
+pub(in crate::store) async fn append(
+    conn: &mut sqlx::PgConnection,
+    origin: &str,
+    tenant: &TenantId,
+    session: &SessionId,
+    batch: &AppendBatch,
+) -> StoreResult<Option<Appended>> {
+    debug_assert!(fits(batch));
+    let created_at = now();
+    let event_count = batch.events.len() as i64;
+    let message_count = batch.messages.len() as i64;
+    let lease = batch.lease.as_ref();
+    let kinds: Vec<&str> = batch.events.iter().map(|e| e.kind.as_str()).collect();
+    let payloads: Vec<String> = batch.events.iter().map(|e| e.payload.to_string()).collect();
+    let event_runs: Vec<Option<&str>> = batch.events.iter().map(|e| e.run_id.as_deref()).collect();
+    let roles: Vec<&str> = batch
+        .messages
+        .iter()
+        .map(|m| role_str(m.message.role))
+        .collect();
+    let contents: Vec<String> = batch
+        .messages
+        .iter()
+        .map(|m| serde_json::to_string(&m.message.content))
+        .collect::<Result<_, _>>()
+        .map_err(|error| StoreError::Internal(error.to_string()))?;
+    let message_runs: Vec<Option<&str>> =
+        batch.messages.iter().map(|m| m.run_id.as_deref()).collect();
+    let boundaries: Vec<bool> = batch
+        .messages
+        .iter()
+        .map(|m| m.compaction_boundary)
+        .collect();
+    let usage = &batch.usage;
+    let count = |f: fn(&crate::usage::TokenCounts) -> u64| -> Vec<i64> {
+        usage.iter().map(|r| sql_count(f(&r.tokens))).collect()
+    };
+    let deltas = crate::budgets::spend_deltas(usage, created_at);
+    let row: Option<(i64, i64, i64)> = sqlx::query_as(APPEND)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(event_count)
+        .bind(message_count)
+        .bind(created_at)
+        .bind(batch.id.as_deref())
+        .bind(batch.workspace_snapshot.as_deref())
+        .bind(lease.map(|lease| lease.run_id.as_str()))
+        .bind(lease.map(|lease| lease.owner.as_str()))
+        .bind(lease.map(|lease| lease.fence))
+        .bind(&kinds)
+        .bind(&payloads)
+        .bind(&event_runs)
+        .bind(&roles)
+        .bind(&contents)
+        .bind(&message_runs)
+        .bind(&boundaries)
+        .bind(usage.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
+        .bind(
+            usage
+                .iter()
+                .map(|r| r.provider.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(usage.iter().map(|r| r.model.as_str()).collect::<Vec<_>>())
+        .bind(count(|t| t.input_tokens))
+        .bind(count(|t| t.output_tokens))
+        .bind(count(|t| t.cache_read_tokens))
+        .bind(count(|t| t.cache_write_tokens))
+        .bind(usage.iter().map(|r| r.cost_pico).collect::<Vec<_>>())
+        .bind(created_at.format("%Y-%m-%d").to_string())
+        .bind(deltas.iter().map(|d| d.period.as_str()).collect::<Vec<_>>())
+        .bind(deltas.iter().map(|d| d.key.as_str()).collect::<Vec<_>>())
+        .bind(deltas.iter().map(|d| d.tokens).collect::<Vec<_>>())
+        .bind(deltas.iter().map(|d| d.cost_pico).collect::<Vec<_>>())
+        .bind(SIGNAL_CHANNEL)
+        .bind(origin)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.map(|(last_event, last_message, _)| Appended {
+        first_event: last_event - event_count + 1,
+        first_message: last_message - message_count + 1,
+        created_at,
+    }))
+}
