@@ -86,16 +86,29 @@ impl TenantConns {
 
     /// A transaction that sees only `tenant`'s rows.
     pub(in crate::store) async fn transaction(&self, tenant: &TenantId) -> StoreResult<TenantTx> {
-        self.take(tenant, true).await
+        self.take(tenant, Some(None)).await
+    }
+
+    /// [`TenantConns::transaction`] that also holds the transaction-scoped advisory lock
+    /// `(space, hashtext(tenant))` from its start, taken in the same round trip as its `BEGIN`
+    /// (before any statement of the transaction takes its snapshot).
+    pub(in crate::store) async fn transaction_locked(
+        &self,
+        tenant: &TenantId,
+        space: i32,
+    ) -> StoreResult<TenantTx> {
+        self.take(tenant, Some(Some(space))).await
     }
 
     /// A connection for one statement that sees only `tenant`'s rows, outside any transaction
     /// (the statement is its own). Give it back with `commit`, like a transaction.
     pub(in crate::store) async fn autocommit(&self, tenant: &TenantId) -> StoreResult<TenantTx> {
-        self.take(tenant, false).await
+        self.take(tenant, None).await
     }
 
-    async fn take(&self, tenant: &TenantId, begin: bool) -> StoreResult<TenantTx> {
+    /// `begin`: `None` for autocommit, `Some(lock)` for a transaction (holding the advisory
+    /// lock of space `lock`, if any).
+    async fn take(&self, tenant: &TenantId, begin: Option<Option<i32>>) -> StoreResult<TenantTx> {
         let shared = &self.shared;
         let literal = literal(tenant.as_str())?;
         let permit =
@@ -115,10 +128,15 @@ impl TenantConns {
                 Some(idle) => (idle.conn, idle.tenant, Some(idle.since.elapsed())),
                 None => (shared.connect().await?, None, None),
             };
-            let setup = if begin {
-                Some(format!(
-                    "BEGIN; SELECT set_config('norma.tenant_id', '{literal}', true)"
-                ))
+            let setup = if let Some(lock) = begin {
+                let mut setup =
+                    format!("BEGIN; SELECT set_config('norma.tenant_id', '{literal}', true)");
+                if let Some(space) = lock {
+                    setup.push_str(&format!(
+                        "; SELECT pg_advisory_xact_lock({space}, hashtext('{literal}'))"
+                    ));
+                }
+                Some(setup)
             } else if current.as_deref() != Some(literal)
                 || idle_for.is_none_or(|idle| idle > UNCHECKED_IDLE)
             {
@@ -132,7 +150,7 @@ impl TenantConns {
                 break (conn, current);
             };
             match conn.execute(setup.as_str()).await {
-                Ok(_) if begin => break (conn, current),
+                Ok(_) if begin.is_some() => break (conn, current),
                 Ok(_) => break (conn, Some(literal.to_owned())),
                 Err(error) if idle_for.is_some() => {
                     tracing::debug!(%error, "an idle Postgres connection failed; trying another");
@@ -144,7 +162,8 @@ impl TenantConns {
             conn: Some((conn, current)),
             permit: Some(permit),
             shared: self.shared.clone(),
-            in_transaction: begin,
+            in_transaction: begin.is_some(),
+            locked: begin.flatten(),
         })
     }
 }
@@ -216,9 +235,16 @@ pub struct TenantTx {
     permit: Option<OwnedSemaphorePermit>,
     shared: Arc<Shared>,
     in_transaction: bool,
+    /// The space of the advisory lock the transaction took at its start, if any.
+    locked: Option<i32>,
 }
 
 impl TenantTx {
+    /// Whether the transaction holds the advisory lock of `space` since its start.
+    pub(in crate::store) fn holds_lock(&self, space: i32) -> bool {
+        self.locked == Some(space)
+    }
+
     /// Commits (when in a transaction) and gives the connection back.
     pub async fn commit(mut self) -> StoreResult<()> {
         if self.in_transaction {

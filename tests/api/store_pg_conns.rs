@@ -2,7 +2,8 @@
 //! row-level security still per tenant (also after a rolled-back transaction of another
 //! tenant), uncommitted work rolled back before reuse, a
 //! statement cancelled mid-reply never leaks into the next user's results, a bounded wait for
-//! a connection, and tenant ids outside their alphabet refused before any SQL is sent.
+//! a connection, tenant ids outside their alphabet refused before any SQL is sent, and the
+//! limits lock taken with `BEGIN` holding up the same tenant only.
 
 use norma::ids::{SessionId, TenantId};
 use norma::store::postgres::PgStore;
@@ -195,4 +196,37 @@ async fn a_tenant_id_outside_its_alphabet_is_refused_before_any_sql() {
     // Nothing ran: the table and its row are still there.
     let alpha = TenantId::new("alpha");
     assert!(store.get_session(&alpha, &id).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn the_limits_lock_taken_with_begin_serializes_one_tenant_only() {
+    let Some(store) = store(ConnectOptions::default()).await else {
+        return;
+    };
+    let (alpha, beta) = (TenantId::new("alpha"), TenantId::new("beta"));
+    let first = store.tenant_tx_limited(&alpha).await.unwrap();
+    // Another tenant's limits are not held up.
+    let other = tokio::time::timeout(Duration::from_secs(2), store.tenant_tx_limited(&beta))
+        .await
+        .expect("another tenant's lock is free")
+        .unwrap();
+    other.commit().await.unwrap();
+    // The same tenant's next limited transaction waits for the first to end.
+    let waiting = {
+        let store = store.clone();
+        let alpha = alpha.clone();
+        tokio::spawn(async move { store.tenant_tx_limited(&alpha).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the second transaction got the lock"
+    );
+    first.commit().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the lock is given up at commit")
+        .unwrap()
+        .unwrap();
+    second.commit().await.unwrap();
 }

@@ -17,6 +17,14 @@ impl PgStore {
         self.tenants.transaction(tenant).await
     }
 
+    /// [`PgStore::tenant_tx`] holding the tenant's limits lock (see `limits::postgres`) from
+    /// its start, taken in the round trip of its `BEGIN`.
+    pub async fn tenant_tx_limited(&self, tenant: &TenantId) -> StoreResult<TenantTx> {
+        self.tenants
+            .transaction_locked(tenant, crate::store::limits::postgres::LIMITS_LOCK_SPACE)
+            .await
+    }
+
     /// A connection for one statement (its own transaction: a read, or a write that is one
     /// statement) that sees only `tenant`'s rows. Give it back with `commit`.
     pub async fn tenant_conn(&self, tenant: &TenantId) -> StoreResult<TenantTx> {

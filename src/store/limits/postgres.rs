@@ -4,19 +4,22 @@
 
 use crate::limits::{Limit, LimitExceeded};
 use crate::store::dialect::lease_span;
+use crate::store::dialect::postgres::TenantTx;
 use crate::store::postgres::PgStore;
 use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 /// The advisory-lock namespace of tenant limits (first key of the two-key lock).
-const LIMITS_LOCK_SPACE: i32 = 0x4e4c_4d54; // "NLMT"
+pub(in crate::store) const LIMITS_LOCK_SPACE: i32 = 0x4e4c_4d54; // "NLMT"
 
-/// Serializes the tenant's limit checks until the transaction ends.
-pub(in crate::store) async fn lock_tenant(
-    conn: &mut PgConnection,
-    tenant: &TenantId,
-) -> StoreResult<()> {
+/// Serializes the tenant's limit checks until the transaction ends (nothing to do in a
+/// transaction opened with the lock: `PgStore::tenant_tx_limited`).
+pub(in crate::store) async fn lock_tenant(tx: &mut TenantTx, tenant: &TenantId) -> StoreResult<()> {
+    if tx.holds_lock(LIMITS_LOCK_SPACE) {
+        return Ok(());
+    }
+    let conn: &mut PgConnection = tx;
     sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
         .bind(LIMITS_LOCK_SPACE)
         .bind(tenant.as_str())
@@ -39,7 +42,7 @@ fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
 /// Checks that one more running run fits the tenant's cap (`except`: the run being claimed,
 /// which may still show as running under its own expired or restarted lease).
 pub(in crate::store) async fn admit_running(
-    conn: &mut PgConnection,
+    tx: &mut TenantTx,
     tenant: &TenantId,
     caps: RunCaps,
     except: Option<&RunId>,
@@ -48,7 +51,8 @@ pub(in crate::store) async fn admit_running(
     if caps.concurrent_runs == u32::MAX {
         return Ok(());
     }
-    lock_tenant(conn, tenant).await?;
+    lock_tenant(tx, tenant).await?;
+    let conn: &mut PgConnection = tx;
     let running: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM runs WHERE tenant_id = $1 AND status = 'running' \
              AND lease_expires_at > $2 AND id IS DISTINCT FROM $3",
@@ -63,7 +67,7 @@ pub(in crate::store) async fn admit_running(
 
 /// Checks that one more queued run fits the session's and the tenant's caps.
 pub(in crate::store) async fn admit_queued(
-    conn: &mut PgConnection,
+    tx: &mut TenantTx,
     tenant: &TenantId,
     session: &SessionId,
     caps: RunCaps,
@@ -71,7 +75,8 @@ pub(in crate::store) async fn admit_queued(
     if caps.queued_per_session == u32::MAX && caps.queued_per_tenant == u32::MAX {
         return Ok(());
     }
-    lock_tenant(conn, tenant).await?;
+    lock_tenant(tx, tenant).await?;
+    let conn: &mut PgConnection = tx;
     let (in_session, in_tenant): (i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE session_id = $2), count(*) FROM runs \
          WHERE tenant_id = $1 AND status = 'queued'",
@@ -90,7 +95,7 @@ pub(in crate::store) async fn admit_queued(
 
 /// Checks that one more pending approval request fits the tenant's cap.
 pub(in crate::store) async fn admit_approval(
-    conn: &mut PgConnection,
+    tx: &mut TenantTx,
     tenant: &TenantId,
     max_pending: u32,
     at: DateTime<Utc>,
@@ -98,7 +103,8 @@ pub(in crate::store) async fn admit_approval(
     if max_pending == u32::MAX {
         return Ok(());
     }
-    lock_tenant(conn, tenant).await?;
+    lock_tenant(tx, tenant).await?;
+    let conn: &mut PgConnection = tx;
     let pending: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM approvals WHERE tenant_id = $1 AND status = 'pending' \
              AND expires_at > $2",
@@ -118,7 +124,7 @@ impl PgStore {
         caps: HoldCaps,
     ) -> StoreResult<()> {
         let at = Utc::now();
-        let mut tx = self.tenant_tx(tenant).await?;
+        let mut tx = self.tenant_tx_limited(tenant).await?;
         lock_tenant(&mut tx, tenant).await?;
         sqlx::query("DELETE FROM tenant_holds WHERE tenant_id = $1 AND expires_at <= $2")
             .bind(tenant.as_str())
