@@ -86,7 +86,7 @@ impl TenantConns {
 
     /// A transaction that sees only `tenant`'s rows.
     pub(in crate::store) async fn transaction(&self, tenant: &TenantId) -> StoreResult<TenantTx> {
-        self.take(tenant, Some(None)).await
+        self.take(tenant, Mode::Transaction { lock: None }).await
     }
 
     /// [`TenantConns::transaction`] that also holds the transaction-scoped advisory lock
@@ -97,18 +97,17 @@ impl TenantConns {
         tenant: &TenantId,
         space: i32,
     ) -> StoreResult<TenantTx> {
-        self.take(tenant, Some(Some(space))).await
+        self.take(tenant, Mode::Transaction { lock: Some(space) })
+            .await
     }
 
     /// A connection for one statement that sees only `tenant`'s rows, outside any transaction
     /// (the statement is its own). Give it back with `commit`, like a transaction.
     pub(in crate::store) async fn autocommit(&self, tenant: &TenantId) -> StoreResult<TenantTx> {
-        self.take(tenant, None).await
+        self.take(tenant, Mode::Autocommit).await
     }
 
-    /// `begin`: `None` for autocommit, `Some(lock)` for a transaction (holding the advisory
-    /// lock of space `lock`, if any).
-    async fn take(&self, tenant: &TenantId, begin: Option<Option<i32>>) -> StoreResult<TenantTx> {
+    async fn take(&self, tenant: &TenantId, mode: Mode) -> StoreResult<TenantTx> {
         let shared = &self.shared;
         let literal = literal(tenant.as_str())?;
         let permit =
@@ -128,7 +127,7 @@ impl TenantConns {
                 Some(idle) => (idle.conn, idle.tenant, Some(idle.since.elapsed())),
                 None => (shared.connect().await?, None, None),
             };
-            let setup = if let Some(lock) = begin {
+            let setup = if let Mode::Transaction { lock } = mode {
                 let mut setup =
                     format!("BEGIN; SELECT set_config('norma.tenant_id', '{literal}', true)");
                 if let Some(space) = lock {
@@ -150,7 +149,7 @@ impl TenantConns {
                 break (conn, current);
             };
             match conn.execute(setup.as_str()).await {
-                Ok(_) if begin.is_some() => break (conn, current),
+                Ok(_) if mode != Mode::Autocommit => break (conn, current),
                 Ok(_) => break (conn, Some(literal.to_owned())),
                 Err(error) if idle_for.is_some() => {
                     tracing::debug!(%error, "an idle Postgres connection failed; trying another");
@@ -162,10 +161,22 @@ impl TenantConns {
             conn: Some((conn, current)),
             permit: Some(permit),
             shared: self.shared.clone(),
-            in_transaction: begin.is_some(),
-            locked: begin.flatten(),
+            in_transaction: mode != Mode::Autocommit,
+            locked: match mode {
+                Mode::Transaction { lock } => lock,
+                Mode::Autocommit => None,
+            },
         })
     }
+}
+
+/// How a tenant connection is taken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// For one statement, outside any transaction.
+    Autocommit,
+    /// In a transaction, holding the advisory lock of space `lock` (if any) from its start.
+    Transaction { lock: Option<i32> },
 }
 
 impl Shared {
