@@ -124,39 +124,46 @@ impl PgStore {
         caps: HoldCaps,
     ) -> StoreResult<()> {
         let at = Utc::now();
+        // Under the tenant's limits lock (taken with BEGIN), one statement counts the live
+        // holds, sweeps the expired ones and inserts the hold when the counts allow it (the
+        // count reads the snapshot before the sweep, so it skips expired holds itself).
         let mut tx = self.tenant_tx_limited(tenant).await?;
         lock_tenant(&mut tx, tenant).await?;
-        sqlx::query("DELETE FROM tenant_holds WHERE tenant_id = $1 AND expires_at <= $2")
-            .bind(tenant.as_str())
-            .bind(at)
-            .execute(&mut *tx)
-            .await?;
-        let (in_session, in_tenant): (i64, i64) = sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE session_id = $3), count(*) FROM tenant_holds \
-             WHERE tenant_id = $1 AND kind = $2",
+        let per_session = caps.per_session.map(|(_, max)| i64::from(max));
+        let (in_session, in_tenant, inserted): (i64, i64, i64) = sqlx::query_as(
+            "WITH live AS ( \
+                 SELECT count(*) FILTER (WHERE session_id = $3) AS in_session, \
+                     count(*) AS in_tenant \
+                 FROM tenant_holds WHERE tenant_id = $1 AND kind = $2 AND expires_at > $7), \
+             swept AS (DELETE FROM tenant_holds WHERE tenant_id = $1 AND expires_at <= $7), \
+             inserted AS ( \
+                 INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
+                     expires_at, created_at) \
+                 SELECT $4, $1, $3, $2, $5, $6, $7 FROM live \
+                 WHERE ($8::bigint IS NULL OR live.in_session < $8) AND live.in_tenant < $9 \
+                 RETURNING 1) \
+             SELECT live.in_session, live.in_tenant, (SELECT count(*) FROM inserted) FROM live",
         )
         .bind(tenant.as_str())
         .bind(hold.kind.as_str())
         .bind(hold.session.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
-        if let Some((limit, max)) = caps.per_session {
-            over(limit, max, in_session)?;
-        }
-        over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
-        sqlx::query(
-            "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, expires_at, \
-                 created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
         .bind(&hold.id)
-        .bind(tenant.as_str())
-        .bind(hold.session.as_str())
-        .bind(hold.kind.as_str())
         .bind(&hold.replica)
         .bind(at + lease_span(hold.lease))
         .bind(at)
-        .execute(&mut *tx)
+        .bind(per_session)
+        .bind(i64::from(caps.per_tenant.1))
+        .fetch_one(&mut *tx)
         .await?;
+        if inserted == 0 {
+            if let Some((limit, max)) = caps.per_session {
+                over(limit, max, in_session)?;
+            }
+            over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
+            return Err(StoreError::Internal(
+                "a hold within its caps was not inserted".into(),
+            ));
+        }
         tx.commit().await?;
         Ok(())
     }
