@@ -105,6 +105,16 @@ impl TenantId {
         Self(value.into())
     }
 
+    /// Tenant ids become part of store keys, (hashed) paths and, on Postgres, the literal of
+    /// the row-level-security setting: 1 to 128 letters, digits and `- _ . : @`.
+    pub fn is_well_formed(tenant: &str) -> bool {
+        !tenant.is_empty()
+            && tenant.len() <= 128
+            && tenant
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@'))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

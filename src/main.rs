@@ -115,7 +115,7 @@ fn main() -> anyhow::Result<()> {
         } => {
             let settings = Settings::load(cli.config.as_deref(), &overrides)?;
             let verifier = JwtVerifier::from_settings(&settings.auth, &settings.data_dir)?;
-            if !norma::auth::jwt::valid_tenant(&tenant) {
+            if !norma::ids::TenantId::is_well_formed(&tenant) {
                 anyhow::bail!("tenant must be 1-128 characters of [A-Za-z0-9-_.:@]");
             }
             let scopes = if requested.is_empty() {

@@ -138,7 +138,7 @@ pub struct TenantBudgetView {
 }
 
 fn target(tenant: String) -> ApiResult<TenantId> {
-    if !crate::auth::jwt::valid_tenant(&tenant) {
+    if !crate::ids::TenantId::is_well_formed(&tenant) {
         return Err(ApiError::invalid(
             "tenant must be 1 to 128 characters of letters, digits and - _ . : @",
         )

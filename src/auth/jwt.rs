@@ -319,7 +319,7 @@ impl JwtVerifier {
         let tenant = claims
             .get(&self.tenant_claim)
             .and_then(Value::as_str)
-            .filter(|tenant| valid_tenant(tenant))
+            .filter(|tenant| TenantId::is_well_formed(tenant))
             .ok_or(AuthError::MissingTenant)?;
         let scopes = match (claims.get("scope"), claims.get("scopes")) {
             (Some(Value::String(scope)), _) => {
@@ -376,15 +376,6 @@ pub struct TokenRequest {
     pub subject: String,
     pub scopes: Vec<String>,
     pub ttl: Duration,
-}
-
-/// Tenant ids become part of store keys and (hashed) paths: keep them to a safe alphabet.
-pub fn valid_tenant(tenant: &str) -> bool {
-    !tenant.is_empty()
-        && tenant.len() <= 128
-        && tenant
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@'))
 }
 
 fn read(path: &Path) -> Result<String, KeyError> {

@@ -145,40 +145,7 @@ trait Job: Send {
     fn reply(self: Box<Self>);
 }
 
-struct AppendJob {
-    tenant: TenantId,
-    session: SessionId,
-    batch: StorableBatch,
-    answer: Option<StoreResult<Appended>>,
-    reply: oneshot::Sender<StoreResult<Appended>>,
-}
-
-impl Job for AppendJob {
-    fn attempt(&mut self, db: &rusqlite::Connection, outbox: &Outbox) -> bool {
-        let answer = append_in(db, outbox, &self.tenant, &self.session, &self.batch);
-        let ok = answer.is_ok();
-        self.answer = Some(answer);
-        ok
-    }
-
-    fn fail(&mut self, error: StoreError) {
-        self.answer = Some(Err(error));
-    }
-
-    fn reply(self: Box<Self>) {
-        // The batch goes back to its writer whole: drop this share before answering.
-        let AppendJob {
-            batch,
-            answer,
-            reply,
-            ..
-        } = *self;
-        drop(batch);
-        let _ = reply.send(answer.unwrap_or_else(|| Err(unanswered())));
-    }
-}
-
-/// Any other write ([`GroupWriter::write`]).
+/// A write ([`GroupWriter::write`], [`GroupWriter::append`]) and the answer it keeps.
 struct WriteJob<T, F> {
     write: F,
     answer: Option<StoreResult<T>>,
@@ -188,10 +155,10 @@ struct WriteJob<T, F> {
 impl<T, F> Job for WriteJob<T, F>
 where
     T: Send,
-    F: FnMut(&rusqlite::Connection) -> StoreResult<T> + Send,
+    F: FnMut(&rusqlite::Connection, &Outbox) -> StoreResult<T> + Send,
 {
-    fn attempt(&mut self, db: &rusqlite::Connection, _: &Outbox) -> bool {
-        let answer = (self.write)(db);
+    fn attempt(&mut self, db: &rusqlite::Connection, outbox: &Outbox) -> bool {
+        let answer = (self.write)(db, outbox);
         let ok = answer.is_ok();
         self.answer = Some(answer);
         ok
@@ -202,9 +169,14 @@ where
     }
 
     fn reply(self: Box<Self>) {
-        let _ = self
-            .reply
-            .send(self.answer.unwrap_or_else(|| Err(unanswered())));
+        // What the write holds goes first: an append's batch goes back to its writer whole.
+        let WriteJob {
+            write,
+            answer,
+            reply,
+        } = *self;
+        drop(write);
+        let _ = reply.send(answer.unwrap_or_else(|| Err(unanswered())));
     }
 }
 
@@ -236,16 +208,8 @@ impl GroupWriter {
         session: SessionId,
         batch: StorableBatch,
     ) -> StoreResult<Appended> {
-        let (reply, answer) = oneshot::channel();
-        let job = AppendJob {
-            tenant,
-            session,
-            batch,
-            answer: None,
-            reply,
-        };
-        self.jobs.send(Box::new(job)).await.map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.submit(move |db, outbox| append_in(db, outbox, &tenant, &session, &batch))
+            .await
     }
 
     /// Runs `write` in the writer's next transaction, committed with whatever other writes
@@ -253,10 +217,18 @@ impl GroupWriter {
     /// a transaction that is then rolled back, but for the last): it must write nothing
     /// before it knows it will succeed, or its failure costs the group a rollback and a
     /// rewrite, job by job.
-    pub(super) async fn write<T, F>(&self, write: F) -> StoreResult<T>
+    pub(super) async fn write<T, F>(&self, mut write: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnMut(&rusqlite::Connection) -> StoreResult<T> + Send + 'static,
+    {
+        self.submit(move |db, _: &Outbox| write(db)).await
+    }
+
+    async fn submit<T, F>(&self, write: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&rusqlite::Connection, &Outbox) -> StoreResult<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         let job = WriteJob {

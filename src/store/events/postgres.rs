@@ -39,6 +39,46 @@ pub(in crate::store) async fn append(
     Ok(result)
 }
 
+/// An append's events as the arrays of an `UNNEST` insert.
+pub(super) struct EventColumns<'a> {
+    pub kinds: Vec<&'a str>,
+    pub payloads: Vec<String>,
+    pub runs: Vec<Option<&'a str>>,
+}
+
+impl<'a> EventColumns<'a> {
+    pub fn of(events: &'a [NewEvent]) -> Self {
+        Self {
+            kinds: events.iter().map(|e| e.kind.as_str()).collect(),
+            payloads: events.iter().map(|e| e.payload.to_string()).collect(),
+            runs: events.iter().map(|e| e.run_id.as_deref()).collect(),
+        }
+    }
+}
+
+/// An append's messages as the arrays of an `UNNEST` insert (content as JSON text).
+pub(super) struct MessageColumns<'a> {
+    pub roles: Vec<&'static str>,
+    pub contents: Vec<String>,
+    pub runs: Vec<Option<&'a str>>,
+    pub boundaries: Vec<bool>,
+}
+
+impl<'a> MessageColumns<'a> {
+    pub fn of(messages: &'a [NewMessage]) -> StoreResult<Self> {
+        Ok(Self {
+            roles: messages.iter().map(|m| role_str(m.message.role)).collect(),
+            contents: messages
+                .iter()
+                .map(|m| serde_json::to_string(&m.message.content))
+                .collect::<Result<_, _>>()
+                .map_err(|error| StoreError::Internal(error.to_string()))?,
+            runs: messages.iter().map(|m| m.run_id.as_deref()).collect(),
+            boundaries: messages.iter().map(|m| m.compaction_boundary).collect(),
+        })
+    }
+}
+
 /// Why an append's sequence `UPDATE` matched no row: the session is gone, or (under a lease)
 /// the run's lease is.
 async fn missing_session_or_lease(
@@ -166,9 +206,11 @@ pub(in crate::store) async fn append_in(
     let mut notified = 0;
     if !batch.events.is_empty() {
         let seqs: Vec<i64> = (first_event..).take(batch.events.len()).collect();
-        let kinds: Vec<&str> = batch.events.iter().map(|e| e.kind.as_str()).collect();
-        let payloads: Vec<String> = batch.events.iter().map(|e| e.payload.to_string()).collect();
-        let runs: Vec<Option<&str>> = batch.events.iter().map(|e| e.run_id.as_deref()).collect();
+        let EventColumns {
+            kinds,
+            payloads,
+            runs,
+        } = EventColumns::of(&batch.events);
         let notices = crate::webhooks::notices(
             session.as_str(),
             crate::store::event_views(&batch.events, first_event),
@@ -190,23 +232,12 @@ pub(in crate::store) async fn append_in(
     }
     if !batch.messages.is_empty() {
         let seqs: Vec<i64> = (first_message..).take(batch.messages.len()).collect();
-        let roles: Vec<&str> = batch
-            .messages
-            .iter()
-            .map(|m| role_str(m.message.role))
-            .collect();
-        let contents: Vec<String> = batch
-            .messages
-            .iter()
-            .map(|m| serde_json::to_string(&m.message.content))
-            .collect::<Result<_, _>>()
-            .map_err(|error| StoreError::Internal(error.to_string()))?;
-        let runs: Vec<Option<&str>> = batch.messages.iter().map(|m| m.run_id.as_deref()).collect();
-        let boundaries: Vec<bool> = batch
-            .messages
-            .iter()
-            .map(|m| m.compaction_boundary)
-            .collect();
+        let MessageColumns {
+            roles,
+            contents,
+            runs,
+            boundaries,
+        } = MessageColumns::of(&batch.messages)?;
         sqlx::query(
             "INSERT INTO messages (session_id, tenant_id, created_at, seq, role, content, run_id, \
                  compaction_boundary) \

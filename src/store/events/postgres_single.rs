@@ -10,7 +10,6 @@
 //! notifies webhooks (their bodies name the event's `seq`, known only after the `UPDATE`) takes
 //! the transaction of `postgres::append_in` instead.
 
-use super::*;
 use crate::ids::{SessionId, TenantId};
 use crate::store::dialect::now;
 use crate::store::dialect::postgres::SIGNAL_CHANNEL;
@@ -95,27 +94,8 @@ pub(in crate::store) async fn append(
     let event_count = batch.events.len() as i64;
     let message_count = batch.messages.len() as i64;
     let lease = batch.lease.as_ref();
-    let kinds: Vec<&str> = batch.events.iter().map(|e| e.kind.as_str()).collect();
-    let payloads: Vec<String> = batch.events.iter().map(|e| e.payload.to_string()).collect();
-    let event_runs: Vec<Option<&str>> = batch.events.iter().map(|e| e.run_id.as_deref()).collect();
-    let roles: Vec<&str> = batch
-        .messages
-        .iter()
-        .map(|m| role_str(m.message.role))
-        .collect();
-    let contents: Vec<String> = batch
-        .messages
-        .iter()
-        .map(|m| serde_json::to_string(&m.message.content))
-        .collect::<Result<_, _>>()
-        .map_err(|error| StoreError::Internal(error.to_string()))?;
-    let message_runs: Vec<Option<&str>> =
-        batch.messages.iter().map(|m| m.run_id.as_deref()).collect();
-    let boundaries: Vec<bool> = batch
-        .messages
-        .iter()
-        .map(|m| m.compaction_boundary)
-        .collect();
+    let events = super::postgres::EventColumns::of(&batch.events);
+    let messages = super::postgres::MessageColumns::of(&batch.messages)?;
     let usage = &batch.usage;
     let count = |f: fn(&crate::usage::TokenCounts) -> u64| -> Vec<i64> {
         usage.iter().map(|r| sql_count(f(&r.tokens))).collect()
@@ -132,13 +112,13 @@ pub(in crate::store) async fn append(
         .bind(lease.map(|lease| lease.run_id.as_str()))
         .bind(lease.map(|lease| lease.owner.as_str()))
         .bind(lease.map(|lease| lease.fence))
-        .bind(&kinds)
-        .bind(&payloads)
-        .bind(&event_runs)
-        .bind(&roles)
-        .bind(&contents)
-        .bind(&message_runs)
-        .bind(&boundaries)
+        .bind(&events.kinds)
+        .bind(&events.payloads)
+        .bind(&events.runs)
+        .bind(&messages.roles)
+        .bind(&messages.contents)
+        .bind(&messages.runs)
+        .bind(&messages.boundaries)
         .bind(usage.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
         .bind(
             usage
