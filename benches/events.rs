@@ -6,7 +6,7 @@
 use norma::ids::{SessionId, TenantId};
 use norma::run_event::{AssistantDelta, RunEvent};
 use norma::runtime::bus::EventBus;
-use norma::runtime::host::SessionWriter;
+use norma::runtime::session_writer::SessionWriter;
 use norma::store::{ConnectOptions, NewSession, Store};
 use serde_json::json;
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! by [`super::Approvals::decide`], exactly once however many answers race. Grants added by an
 //! answer are visible to the running session at once through [`LiveGrants`].
 
-use super::host::SessionWriter;
+use super::session_writer::SessionWriter;
 use crate::ids::{ApprovalId, GrantId, RunId, SessionId, TenantId};
 use crate::permission::{DecisionInput, GrantRule, PermissionMode, Rule, RuleSet, Verdict, decide};
 use crate::run_event::{self, RunEvent};

@@ -4,7 +4,7 @@
 //! writer turns into a usage ledger row (so it counts in `/v1/usage` and the budgets).
 
 use super::budget_gate::{BudgetGate, BudgetRefusal};
-use super::host::SessionWriter;
+use super::session_writer::SessionWriter;
 use crate::ids::TenantId;
 use crate::llm::{self, ModelRequest, Provider};
 use crate::mcp::sampling::{Sampler, SamplingAnswer, SamplingRequest};

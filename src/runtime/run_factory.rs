@@ -117,7 +117,6 @@ impl SessionRuntime {
 
     /// The session's WebFetch, recording its requests in the run's transcript; redirect hops
     /// to unlisted hosts are judged by the session's permission gate (`gate`).
-    #[allow(clippy::too_many_arguments)]
     fn web_fetch_tool(
         &self,
         tenant: &TenantId,
@@ -125,7 +124,6 @@ impl SessionRuntime {
         config: &SessionConfig,
         env: &SessionEnv,
         writer: &Arc<SessionWriter>,
-        run_id: &RunId,
         gate: Arc<approvals::LiveGate>,
     ) -> Result<crate::tools::DynTool, RuntimeError> {
         let lists = crate::egress::DomainLists::parse(&config.egress.allow, &config.egress.deny)
@@ -143,7 +141,6 @@ impl SessionRuntime {
                 hops: Some(gate as Arc<dyn crate::tools::pipeline::PermissionGate>),
                 recorder: Arc::new(RunJournal {
                     writer: writer.clone(),
-                    run_id: run_id.clone(),
                 }),
                 sandbox: self.sandbox.clone(),
             },
@@ -157,7 +154,6 @@ impl SessionRuntime {
         tenant: &TenantId,
         config: &SessionConfig,
         writer: &Arc<SessionWriter>,
-        run_id: &RunId,
     ) -> Result<Option<crate::tools::DynTool>, RuntimeError> {
         let search = &self.settings.search;
         let Ok(backend) = search.for_tenant(tenant.as_str()) else {
@@ -175,7 +171,6 @@ impl SessionRuntime {
                 max_response_bytes: search.max_response_bytes,
                 recorder: Arc::new(RunJournal {
                     writer: writer.clone(),
-                    run_id: run_id.clone(),
                 }),
             },
         ))))
@@ -377,7 +372,6 @@ impl SessionRuntime {
         self.restore_workspace(tenant, session, &env).await?;
         env.egress_journal.set(Arc::new(RunJournal {
             writer: writer.clone(),
-            run_id: run_id.clone(),
         }));
         let rules = RuleSet::parse(&config.permission.allow, &config.permission.deny)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
@@ -397,15 +391,8 @@ impl SessionRuntime {
             grants: grants.clone(),
             workspace: Some(env.workspace.clone()),
         });
-        let web_fetch = self.web_fetch_tool(
-            tenant,
-            session,
-            &config,
-            &env,
-            &writer,
-            run_id,
-            gate.clone(),
-        )?;
+        let web_fetch =
+            self.web_fetch_tool(tenant, session, &config, &env, &writer, gate.clone())?;
         env.egress_journal
             .set_ladder(Arc::new(builtin::web_fetch::FetchLadder {
                 gate: gate.clone(),
@@ -426,7 +413,7 @@ impl SessionRuntime {
                 session.clone(),
             ))
             .chain([web_fetch.clone()])
-            .chain(self.web_search_tool(tenant, &config, &writer, run_id)?)
+            .chain(self.web_search_tool(tenant, &config, &writer)?)
         {
             if enabled
                 .as_ref()
@@ -513,7 +500,6 @@ impl SessionRuntime {
                 &env.workspace,
                 Arc::new(RunJournal {
                     writer: writer.clone(),
-                    run_id: run_id.clone(),
                 }),
             )
             .await?
@@ -535,7 +521,6 @@ impl SessionRuntime {
         // request as an `egress` event of this run.
         let egress = self.egress.recording(Arc::new(RunJournal {
             writer: writer.clone(),
-            run_id: run_id.clone(),
         }));
         let recording_catalog;
         let catalog = if config.hooks.is_empty() {
@@ -581,7 +566,6 @@ impl SessionRuntime {
             .with_approver(Arc::new(approver))
             .with_journal(Arc::new(RunJournal {
                 writer: writer.clone(),
-                run_id: run_id.clone(),
             }))
             .with_quota(Arc::new(workspace_quota::WorkspaceQuota {
                 store: self.store.clone(),

@@ -18,7 +18,7 @@
 //! `subagent_finished` and counted into the parent's (see `subagent_usage`).
 
 use super::SessionRuntime;
-use super::host::SessionWriter;
+use super::session_writer::SessionWriter;
 pub use super::subagent_usage::{DelegatedUsage, restore_delegated};
 use crate::ids::{RunId, SessionId, TenantId};
 use crate::message::Role;
