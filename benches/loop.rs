@@ -103,7 +103,8 @@ impl LoopHost for Host {
         vec![ToolSpec {
             name: "Lookup".into(),
             description: "Looks a key up (no-op).".into(),
-            input_schema: json!({"type": "object", "properties": {"key": {"type": "string"}}}),
+            input_schema: json!({"type": "object", "properties": {"key": {"type": "string"}}})
+                .into(),
         }]
         .into()
     }

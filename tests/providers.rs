@@ -55,7 +55,8 @@ fn request(messages: Vec<Message>) -> ModelRequest {
         tools: vec![ToolSpec {
             name: "Read".into(),
             description: "Read a file".into(),
-            input_schema: json!({"type": "object", "properties": {"file_path": {"type": "string"}}}),
+            input_schema:
+                json!({"type": "object", "properties": {"file_path": {"type": "string"}}}).into(),
         }]
         .into(),
         max_tokens: 1024,

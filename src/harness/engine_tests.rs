@@ -182,7 +182,7 @@ impl LoopHost for TestHost {
             .map(|name| ToolSpec {
                 name: name.clone(),
                 description: format!("test tool {name}"),
-                input_schema: json!({"type": "object"}),
+                input_schema: json!({"type": "object"}).into(),
             })
             .collect::<Vec<_>>()
             .into()

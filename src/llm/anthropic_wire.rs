@@ -258,7 +258,7 @@ mod tests {
             tools: vec![ToolSpec {
                 name: "Read".into(),
                 description: "reads".into(),
-                input_schema: json!({"type": "object"}),
+                input_schema: json!({"type": "object"}).into(),
             }]
             .into(),
             max_tokens: 0,
@@ -300,7 +300,7 @@ mod tests {
         let spec = |name: &str| ToolSpec {
             name: name.into(),
             description: String::new(),
-            input_schema: json!({"type": "object"}),
+            input_schema: json!({"type": "object"}).into(),
         };
         let cache = ToolsJson::default();
         let first: Arc<[ToolSpec]> = vec![spec("A")].into();

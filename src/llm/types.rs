@@ -13,8 +13,9 @@ pub struct ToolSpec {
     pub name: String,
     /// The description shown to the model.
     pub description: String,
-    /// JSON Schema of the tool input (an object schema).
-    pub input_schema: Value,
+    /// JSON Schema of the tool input (an object schema); a built-in tool's is shared by every
+    /// run's list.
+    pub input_schema: std::sync::Arc<Value>,
 }
 
 /// One logical model request: the provider-visible view of a session.

@@ -15,9 +15,10 @@ use crate::run_event::{SkillLoaded, SkillToolRefusal};
 use crate::store::Store;
 use crate::tools::builder::ToolBuilder;
 use crate::tools::deferred::UnlockSet;
+use crate::tools::schema::static_schema;
 use crate::tools::{DynTool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -124,7 +125,7 @@ pub fn skill_tool(setup: SkillSetup) -> DynTool {
     let setup = Arc::new(setup);
     let tool = ToolBuilder::new(SKILL_TOOL)
         .description(description)
-        .schema(json!({
+        .static_schema(static_schema!({
             "type": "object",
             "properties": {
                 "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},

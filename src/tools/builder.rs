@@ -3,7 +3,7 @@
 //! edit, approval-required ([`SelfDecision::Ask`]), and permission rules match the name only.
 
 use super::registry::is_valid_tool_name;
-use super::schema::{CompiledSchema, SchemaError};
+use super::schema::{CompiledSchema, SchemaError, StaticSchema};
 use super::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::permission::{SelfDecision, Subject};
 use async_trait::async_trait;
@@ -40,7 +40,7 @@ pub struct ToolBuilder {
     name: String,
     description: String,
     prompt: String,
-    schema: Option<Value>,
+    schema: Option<Schema>,
     raw_input: bool,
     read_only: InputPredicate<bool>,
     concurrency_safe: InputPredicate<bool>,
@@ -48,6 +48,21 @@ pub struct ToolBuilder {
     self_decision: InputPredicate<SelfDecision>,
     subject: Subject,
     handler: Option<Handler>,
+}
+
+/// A built tool's input schema: its own, or one shared for the process's life.
+enum Schema {
+    Owned(Value),
+    Static(&'static StaticSchema),
+}
+
+impl Schema {
+    fn value(&self) -> &Value {
+        match self {
+            Self::Owned(value) => value,
+            Self::Static(schema) => schema.value(),
+        }
+    }
 }
 
 impl ToolBuilder {
@@ -82,7 +97,13 @@ impl ToolBuilder {
 
     /// The input JSON Schema (required; compiled and checked by [`Self::build`]).
     pub fn schema(mut self, schema: Value) -> Self {
-        self.schema = Some(schema);
+        self.schema = Some(Schema::Owned(schema));
+        self
+    }
+
+    /// The input JSON Schema, built once per process (see [`super::schema::static_schema!`]).
+    pub fn static_schema(mut self, schema: &'static StaticSchema) -> Self {
+        self.schema = Some(Schema::Static(schema));
         self
     }
 
@@ -164,7 +185,11 @@ impl ToolBuilder {
         let Some(schema) = self.schema else {
             return Err(ToolBuildError::MissingSchema(self.name));
         };
-        if let Err(source) = CompiledSchema::compile(&schema) {
+        let compiled = match &schema {
+            Schema::Owned(value) => CompiledSchema::compile(value),
+            Schema::Static(schema) => schema.compiled(),
+        };
+        if let Err(source) = compiled {
             return Err(ToolBuildError::InvalidSchema {
                 name: self.name,
                 source,
@@ -194,7 +219,7 @@ pub struct BuiltTool {
     name: String,
     description: String,
     prompt: String,
-    schema: Value,
+    schema: Schema,
     raw_input: bool,
     read_only: InputPredicate<bool>,
     concurrency_safe: InputPredicate<bool>,
@@ -219,7 +244,14 @@ impl Tool for BuiltTool {
     }
 
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        match self.schema {
+            Schema::Static(schema) => Some(schema),
+            Schema::Owned(_) => None,
+        }
     }
 
     fn raw_input(&self) -> bool {

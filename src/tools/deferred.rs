@@ -13,6 +13,7 @@
 use crate::permission::SelfDecision;
 use crate::tools::builder::ToolBuilder;
 use crate::tools::registry::ProviderTool;
+use crate::tools::schema::static_schema;
 use crate::tools::{DynTool, ToolOutput};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -46,7 +47,7 @@ pub fn search_tool(catalog: Vec<ProviderTool>, unlocked: UnlockSet) -> DynTool {
             "Search the additional tools that are not listed by default. Returns the matching \
              tools with their input schemas; run one with ExecuteExtraTool.",
         )
-        .schema(json!({
+        .static_schema(static_schema!({
             "type": "object",
             "properties": {
                 "query": {"type": "string", "minLength": 1, "maxLength": 200},
@@ -101,7 +102,7 @@ pub fn execute_tool(inner: Vec<DynTool>) -> DynTool {
     let concurrency_safe = inner;
     let tool = ToolBuilder::new(EXECUTE_EXTRA_TOOL)
         .description("Run one of the additional tools found with SearchExtraTools.")
-        .schema(json!({
+        .static_schema(static_schema!({
             "type": "object",
             "properties": {
                 "name": {"type": "string", "minLength": 1, "maxLength": 128},

@@ -136,6 +136,11 @@ pub trait Tool: Send + Sync + 'static {
     }
     /// JSON Schema of the input; validated at registration and before every call (D1).
     fn input_schema(&self) -> &Value;
+    /// The same schema when it lives for the process (a built-in tool's): the registry then
+    /// uses the validator compiled for it once, instead of looking it up for every run.
+    fn static_schema(&self) -> Option<&'static schema::StaticSchema> {
+        None
+    }
     /// RawInput tools skip central validation and parse their own input, but still expose
     /// their schema to the model.
     fn raw_input(&self) -> bool {

@@ -102,11 +102,13 @@ impl ToolRegistry {
         if !is_valid_tool_name(&name) {
             return Err(RegistryError::InvalidName { name });
         }
-        let schema = CompiledSchema::compile(tool.input_schema()).map_err(|source| {
-            RegistryError::InvalidSchema {
-                name: name.clone(),
-                source,
-            }
+        let schema = match tool.static_schema() {
+            Some(schema) => schema.compiled(),
+            None => CompiledSchema::compile(tool.input_schema()),
+        }
+        .map_err(|source| RegistryError::InvalidSchema {
+            name: name.clone(),
+            source,
         })?;
         let entry = Arc::new(RegisteredTool {
             tool,
@@ -162,7 +164,10 @@ impl ToolRegistry {
                 ProviderTool {
                     name: tool.name().to_owned(),
                     description,
-                    input_schema: tool.input_schema().clone(),
+                    input_schema: match tool.static_schema() {
+                        Some(schema) => schema.shared(),
+                        None => Arc::new(tool.input_schema().clone()),
+                    },
                 }
             })
             .collect()

@@ -155,7 +155,7 @@ fn the_provider_description_includes_the_prompt_and_schema() {
         vec![ProviderTool {
             name: "P".into(),
             description: "Does p.\n\nOnly on Tuesdays.".into(),
-            input_schema: json!({"type": "object", "properties": {"x": {"type": "string"}}}),
+            input_schema: json!({"type": "object", "properties": {"x": {"type": "string"}}}).into(),
         }]
     );
 }
@@ -172,4 +172,27 @@ fn clones_are_cheap_and_independent() {
     assert!(registry.unregister("A").is_some());
     assert_eq!(registry.names().collect::<Vec<_>>(), vec!["B"]);
     assert!(snapshot.lookup("A").is_some());
+}
+
+#[test]
+fn a_built_in_tool_schema_is_built_compiled_and_listed_once_per_process() {
+    let registry = || {
+        let mut registry = ToolRegistry::new();
+        registry
+            .register(Arc::new(crate::tools::builtin::read::ReadTool::new()))
+            .unwrap();
+        registry
+    };
+    let (first, second) = (registry(), registry());
+    let (a, b) = (first.provider_tools(), second.provider_tools());
+    assert_eq!(a[0].input_schema["required"], json!(["file_path"]));
+    assert!(
+        Arc::ptr_eq(&a[0].input_schema, &b[0].input_schema),
+        "two runs' lists share the built-in schema"
+    );
+    let (x, y) = (first.lookup("Read").unwrap(), second.lookup("Read").unwrap());
+    assert!(x.schema.shares_validator_with(&y.schema));
+    // The shared validator still judges inputs.
+    assert!(x.schema.validate(&json!({})).is_err(), "file_path is required");
+    assert!(x.schema.validate(&json!({"file_path": "a.txt"})).is_ok());
 }

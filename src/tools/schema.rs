@@ -12,7 +12,7 @@
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 /// How many violations one error text lists at most.
 const MAX_LISTED: usize = 20;
@@ -86,8 +86,55 @@ impl fmt::Display for SchemaViolations {
     }
 }
 
+/// A built-in tool's input schema: built once per process (on first use), with the validator
+/// compiled for it. Made by [`static_schema!`].
+pub struct StaticSchema {
+    value: LazyLock<Arc<Value>>,
+    compiled: OnceLock<CompiledSchema>,
+}
+
+impl StaticSchema {
+    pub const fn new(build: fn() -> Arc<Value>) -> Self {
+        Self {
+            value: LazyLock::new(build),
+            compiled: OnceLock::new(),
+        }
+    }
+
+    /// The schema.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The schema, shared.
+    pub fn shared(&self) -> Arc<Value> {
+        Arc::clone(&self.value)
+    }
+
+    /// Its validator, compiled on the first call.
+    pub fn compiled(&self) -> Result<CompiledSchema, SchemaError> {
+        if let Some(compiled) = self.compiled.get() {
+            return Ok(compiled.clone());
+        }
+        let compiled = CompiledSchema::compile(&self.value)?;
+        Ok(self.compiled.get_or_init(|| compiled).clone())
+    }
+}
+
+/// A `&'static` [`StaticSchema`] from `json!` tokens (its own static per use).
+macro_rules! static_schema {
+    ($($json:tt)+) => {{
+        static SCHEMA: $crate::tools::schema::StaticSchema =
+            $crate::tools::schema::StaticSchema::new(|| {
+                std::sync::Arc::new(serde_json::json!($($json)+))
+            });
+        &SCHEMA
+    }};
+}
+pub(crate) use static_schema;
+
 /// A compiled input schema. Validation is allocation-free when the input is valid.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CompiledSchema {
     validator: Arc<jsonschema::Validator>,
 }

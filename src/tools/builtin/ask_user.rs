@@ -8,8 +8,9 @@
 
 use crate::permission::SelfDecision;
 use crate::tools::builder::ToolBuilder;
+use crate::tools::schema::static_schema;
 use crate::tools::{DynTool, ToolError, ToolOutput};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// The AskUserQuestion tool.
@@ -19,7 +20,7 @@ pub fn ask_user_tool() -> DynTool {
             "Ask the user one or more questions and wait for the answers. Use it when you \
              cannot proceed without a decision or information only the user has.",
         )
-        .schema(json!({
+        .static_schema(static_schema!({
             "type": "object",
             "properties": {
                 "questions": {

@@ -9,11 +9,12 @@ use super::{codes, parse_input};
 use crate::permission::{SelfDecision, Subject};
 use crate::sandbox::launcher::EXIT_SANDBOX_FAILED;
 use crate::sandbox::{Sandbox, policy};
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, codes as tool_codes};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,7 +71,7 @@ pub struct BashTool {
     sandbox: Arc<Sandbox>,
     network: super::SessionNetwork,
     tasks: Arc<TaskRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl BashTool {
@@ -80,7 +81,7 @@ impl BashTool {
             sandbox,
             network: Default::default(),
             tasks,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "command": {"type": "string", "minLength": 1},
@@ -144,7 +145,10 @@ impl Tool for BashTool {
         "Runs a bash command in the session workspace inside the sandbox."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn self_decision(&self, input: &Value) -> SelfDecision {
         match input.get("command").and_then(Value::as_str) {

@@ -9,6 +9,7 @@
 
 use super::{Interrupt, MAX_FILE_BYTES, blocking, codes, parse_input};
 use crate::permission::Subject;
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
@@ -125,20 +126,25 @@ fn edit_properties() -> Value {
     })
 }
 
+/// Edit's properties: one edit and the file it applies to.
+fn file_edit_properties() -> Value {
+    let mut props = edit_properties();
+    props["file_path"] = json!({"type": "string"});
+    props
+}
+
 /// The Edit tool.
 pub struct EditTool {
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl EditTool {
     /// Builds the tool with its input schema.
     pub fn new() -> Self {
-        let mut props = edit_properties();
-        props["file_path"] = json!({"type": "string"});
         Self {
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
-                "properties": props,
+                "properties": file_edit_properties(),
                 "required": ["file_path", "old_string", "new_string"],
                 "additionalProperties": false
             }),
@@ -161,7 +167,10 @@ impl Tool for EditTool {
         "Replaces an exact, unique string in a workspace file (or every occurrence with replace_all)."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn is_file_edit(&self) -> bool {
         true
@@ -184,14 +193,14 @@ struct MultiEditInput {
 
 /// The MultiEdit tool: several edits to one file, all or nothing.
 pub struct MultiEditTool {
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl MultiEditTool {
     /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "file_path": {"type": "string"},
@@ -229,7 +238,10 @@ impl Tool for MultiEditTool {
         "Applies several exact string replacements to one workspace file, in order; if any edit fails nothing is written."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn is_file_edit(&self) -> bool {
         true

@@ -9,12 +9,13 @@
 
 use super::{Interrupt, blocking, parse_input, patterns};
 use crate::permission::{SelfDecision, Subject};
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use ignore::WalkBuilder;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -119,14 +120,14 @@ struct Input {
 
 /// The Glob tool.
 pub struct GlobTool {
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl GlobTool {
     /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "pattern": {"type": "string", "description": "Glob such as **/*.rs, matched against paths relative to `path`"},
@@ -155,7 +156,10 @@ impl Tool for GlobTool {
         "Finds workspace files by glob pattern (gitignore-aware); paths are relative to the workspace."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn is_read_only(&self, _input: &Value) -> bool {
         true

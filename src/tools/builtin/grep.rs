@@ -12,13 +12,14 @@
 use super::glob::walk_files;
 use super::{Interrupt, blocking, parse_input, patterns};
 use crate::permission::{SelfDecision, Subject};
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::{Workspace, looks_binary};
 use async_trait::async_trait;
 use globset::GlobMatcher;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 
@@ -74,14 +75,14 @@ fn yes() -> bool {
 
 /// The Grep tool.
 pub struct GrepTool {
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl GrepTool {
     /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "pattern": {"type": "string", "description": "Regular expression (Rust regex syntax)"},
@@ -356,7 +357,10 @@ impl Tool for GrepTool {
         "Searches workspace files with a regular expression (ripgrep engine, gitignore-aware)."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn is_read_only(&self, _input: &Value) -> bool {
         true

@@ -6,12 +6,13 @@
 
 use super::{blocking, codes, parse_input, patterns};
 use crate::permission::{SelfDecision, Subject};
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::{Workspace, map_io};
 use async_trait::async_trait;
 use globset::GlobSetBuilder;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Most entries listed.
 pub const MAX_ENTRIES: usize = 1000;
@@ -30,14 +31,14 @@ struct Input {
 
 /// The LS tool.
 pub struct LsTool {
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl LsTool {
     /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "Directory relative to the workspace; empty for the root"},
@@ -64,7 +65,10 @@ impl Tool for LsTool {
         "Lists a directory of the session workspace. Directories end in '/', symlinks in '@'."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn is_read_only(&self, _input: &Value) -> bool {
         true

@@ -8,10 +8,11 @@ use super::{parse_input, store_error};
 use crate::ids::TenantId;
 use crate::permission::SelfDecision;
 use crate::store::{MemoryExpect, MemoryNote, Store, StoreError};
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// Error codes of the memory tool.
@@ -155,7 +156,7 @@ pub struct MemoryTool {
     store: Arc<dyn Store>,
     tenant: TenantId,
     limits: MemoryLimits,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl MemoryTool {
@@ -170,7 +171,7 @@ impl MemoryTool {
             store,
             tenant,
             limits,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "command": {"type": "string", "enum": ["view", "list", "create", "str_replace", "append", "delete"]},
@@ -393,7 +394,10 @@ impl Tool for MemoryTool {
          Notes persist across sessions; never store secrets."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn is_read_only(&self, input: &Value) -> bool {
         is_read_only_command(input)

@@ -9,6 +9,7 @@
 
 use super::{MAX_FILE_BYTES, blocking, codes, parse_input};
 use crate::permission::Subject;
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
@@ -108,14 +109,14 @@ struct Input {
 
 /// The NotebookEdit tool.
 pub struct NotebookEditTool {
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl NotebookEditTool {
     /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "notebook_path": {"type": "string"},
@@ -244,7 +245,10 @@ impl Tool for NotebookEditTool {
         "Replaces, inserts or deletes a cell of a Jupyter notebook in the session workspace."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn is_file_edit(&self) -> bool {
         true

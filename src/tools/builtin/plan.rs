@@ -8,10 +8,11 @@ use crate::ids::{SessionId, TenantId};
 use crate::permission::{PermissionMode, SelfDecision};
 use crate::session_config::SessionConfig;
 use crate::store::{ModeOverride, Store, StoreError, mode_str};
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// Error codes of the plan-mode tools.
@@ -62,7 +63,7 @@ pub struct EnterPlanModeTool {
     store: Arc<dyn Store>,
     tenant: TenantId,
     session: SessionId,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl EnterPlanModeTool {
@@ -72,7 +73,7 @@ impl EnterPlanModeTool {
             store,
             tenant,
             session,
-            schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            schema: static_schema!({"type": "object", "properties": {}, "additionalProperties": false}),
         }
     }
 }
@@ -101,7 +102,10 @@ impl Tool for EnterPlanModeTool {
          present the plan with ExitPlanMode."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     // Entering plan mode only narrows what the session may do.
     fn self_decision(&self, _input: &Value) -> SelfDecision {
@@ -143,7 +147,7 @@ pub struct ExitPlanModeTool {
     store: Arc<dyn Store>,
     tenant: TenantId,
     session: SessionId,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl ExitPlanModeTool {
@@ -153,7 +157,7 @@ impl ExitPlanModeTool {
             store,
             tenant,
             session,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "plan": {"type": "string", "minLength": 1, "description": "The plan to approve (Markdown)"}
@@ -175,7 +179,10 @@ impl Tool for ExitPlanModeTool {
          previous permission mode."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     // The plan goes through the approval callback.
     fn self_decision(&self, _input: &Value) -> SelfDecision {

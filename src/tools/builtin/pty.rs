@@ -15,6 +15,7 @@ use super::tasks::kill_group;
 use super::{codes, parse_input};
 use crate::permission::{SelfDecision, Subject};
 use crate::sandbox::Sandbox;
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
@@ -183,7 +184,7 @@ pub struct ShellStartTool {
     sandbox: Arc<Sandbox>,
     network: super::SessionNetwork,
     shells: Arc<ShellRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl ShellStartTool {
@@ -193,7 +194,7 @@ impl ShellStartTool {
             sandbox,
             network: Default::default(),
             shells,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "command": {"type": "string", "description": "Program line to run on the terminal; an interactive bash by default"},
@@ -223,7 +224,10 @@ impl Tool for ShellStartTool {
         "Starts an interactive shell on a pseudo-terminal in the session workspace (sandboxed)."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn self_decision(&self, input: &Value) -> SelfDecision {
         match input.get("command").and_then(Value::as_str) {
@@ -359,7 +363,7 @@ fn yes() -> bool {
 /// ShellWrite: types text into a shell (and presses Enter unless `submit` is false).
 pub struct ShellWriteTool {
     shells: Arc<ShellRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl ShellWriteTool {
@@ -367,7 +371,7 @@ impl ShellWriteTool {
     pub fn new(shells: Arc<ShellRegistry>) -> Self {
         Self {
             shells,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "shell_id": shell_id_schema(),
@@ -400,7 +404,10 @@ impl Tool for ShellWriteTool {
         "Types text into an open PTY shell; each line is checked like a Bash command."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn self_decision(&self, input: &Value) -> SelfDecision {
         let id = input
@@ -466,7 +473,7 @@ struct ReadInput {
 /// ShellRead: output since the last read, plus the current screen as plain text.
 pub struct ShellReadTool {
     shells: Arc<ShellRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl ShellReadTool {
@@ -474,7 +481,7 @@ impl ShellReadTool {
     pub fn new(shells: Arc<ShellRegistry>) -> Self {
         Self {
             shells,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "shell_id": shell_id_schema(),
@@ -496,7 +503,10 @@ impl Tool for ShellReadTool {
         "Reads a PTY shell's new output and its current screen as plain text."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn self_decision(&self, _input: &Value) -> SelfDecision {
         SelfDecision::Allow
@@ -543,7 +553,7 @@ struct ResizeInput {
 /// ShellResize: changes a shell's terminal size.
 pub struct ShellResizeTool {
     shells: Arc<ShellRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl ShellResizeTool {
@@ -551,7 +561,7 @@ impl ShellResizeTool {
     pub fn new(shells: Arc<ShellRegistry>) -> Self {
         Self {
             shells,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "shell_id": shell_id_schema(),
@@ -574,7 +584,10 @@ impl Tool for ShellResizeTool {
         "Resizes a PTY shell's terminal."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn self_decision(&self, _input: &Value) -> SelfDecision {
         SelfDecision::Allow
@@ -606,7 +619,7 @@ struct CloseInput {
 /// ShellClose: kills a shell and its process group.
 pub struct ShellCloseTool {
     shells: Arc<ShellRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl ShellCloseTool {
@@ -614,7 +627,7 @@ impl ShellCloseTool {
     pub fn new(shells: Arc<ShellRegistry>) -> Self {
         Self {
             shells,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {"shell_id": shell_id_schema()},
                 "required": ["shell_id"],
@@ -633,7 +646,10 @@ impl Tool for ShellCloseTool {
         "Closes a PTY shell (kills everything it started)."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn self_decision(&self, _input: &Value) -> SelfDecision {
         SelfDecision::Allow

@@ -6,11 +6,12 @@
 
 use super::{MAX_FILE_BYTES, blocking, parse_input};
 use crate::permission::{SelfDecision, Subject};
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Lines returned when no limit is given.
 pub const DEFAULT_LIMIT: usize = 2000;
@@ -29,14 +30,14 @@ struct Input {
 
 /// The Read tool.
 pub struct ReadTool {
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl ReadTool {
     /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "file_path": {"type": "string", "description": "Path relative to the workspace (or absolute inside it)"},
@@ -88,7 +89,10 @@ impl Tool for ReadTool {
         "Reads a text file from the session workspace, with line numbers."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn is_read_only(&self, _input: &Value) -> bool {
         true

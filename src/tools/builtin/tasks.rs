@@ -10,6 +10,7 @@ use super::{codes, parse_input};
 use crate::ids::SessionId;
 use crate::permission::SelfDecision;
 use crate::sandbox::LaunchSpec;
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
@@ -317,7 +318,10 @@ macro_rules! task_tool_basics {
             $desc
         }
         fn input_schema(&self) -> &Value {
-            &self.schema
+            self.schema.value()
+        }
+        fn static_schema(&self) -> Option<&'static StaticSchema> {
+            Some(self.schema)
         }
         fn is_read_only(&self, _input: &Value) -> bool {
             $read_only
@@ -345,7 +349,7 @@ struct OutputInput {
 /// TaskOutput: a task's status and new (or full) output, optionally waiting for it to end.
 pub struct TaskOutputTool {
     tasks: Arc<TaskRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl TaskOutputTool {
@@ -353,7 +357,7 @@ impl TaskOutputTool {
     pub fn new(tasks: Arc<TaskRegistry>) -> Self {
         Self {
             tasks,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "task_id": {"type": "string"},
@@ -403,7 +407,7 @@ struct IdInput {
 /// TaskStop: kills a background task's whole process group.
 pub struct TaskStopTool {
     tasks: Arc<TaskRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl TaskStopTool {
@@ -411,7 +415,7 @@ impl TaskStopTool {
     pub fn new(tasks: Arc<TaskRegistry>) -> Self {
         Self {
             tasks,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {"task_id": {"type": "string"}},
                 "required": ["task_id"],
@@ -438,7 +442,7 @@ impl Tool for TaskStopTool {
 /// TaskList: every task of the session.
 pub struct TaskListTool {
     tasks: Arc<TaskRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl TaskListTool {
@@ -446,7 +450,7 @@ impl TaskListTool {
     pub fn new(tasks: Arc<TaskRegistry>) -> Self {
         Self {
             tasks,
-            schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            schema: static_schema!({"type": "object", "properties": {}, "additionalProperties": false}),
         }
     }
 }
@@ -475,7 +479,7 @@ struct MonitorInput {
 /// ends, the timeout passes, or `max_lines` lines matched.
 pub struct MonitorTool {
     tasks: Arc<TaskRegistry>,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl MonitorTool {
@@ -483,7 +487,7 @@ impl MonitorTool {
     pub fn new(tasks: Arc<TaskRegistry>) -> Self {
         Self {
             tasks,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "task_id": {"type": "string"},

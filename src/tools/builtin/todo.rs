@@ -5,6 +5,7 @@ use super::{parse_input, store_error};
 use crate::ids::{SessionId, TenantId};
 use crate::permission::SelfDecision;
 use crate::store::{Store, TodoItem, TodoStatus};
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -40,7 +41,7 @@ pub struct TodoWriteTool {
     store: Arc<dyn Store>,
     tenant: TenantId,
     session: SessionId,
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl TodoWriteTool {
@@ -50,7 +51,7 @@ impl TodoWriteTool {
             store,
             tenant,
             session,
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "todos": {
@@ -157,7 +158,10 @@ impl Tool for TodoWriteTool {
          are done."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     // Not read-only (it writes session state), exclusive (two writers would race), but it
     // touches nothing outside the session, so it allows itself.

@@ -4,11 +4,12 @@
 
 use super::{MAX_FILE_BYTES, blocking, parse_input};
 use crate::permission::Subject;
+use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 #[derive(Deserialize)]
 struct Input {
@@ -18,14 +19,14 @@ struct Input {
 
 /// The Write tool.
 pub struct WriteTool {
-    schema: Value,
+    schema: &'static StaticSchema,
 }
 
 impl WriteTool {
     /// Builds the tool with its input schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
+            schema: static_schema!({
                 "type": "object",
                 "properties": {
                     "file_path": {"type": "string", "description": "Path relative to the workspace (or absolute inside it)"},
@@ -53,7 +54,10 @@ impl Tool for WriteTool {
         "Writes a file in the session workspace, replacing any existing content."
     }
     fn input_schema(&self) -> &Value {
-        &self.schema
+        self.schema.value()
+    }
+    fn static_schema(&self) -> Option<&'static StaticSchema> {
+        Some(self.schema)
     }
     fn is_file_edit(&self) -> bool {
         true
