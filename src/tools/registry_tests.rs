@@ -190,9 +190,15 @@ fn a_built_in_tool_schema_is_built_compiled_and_listed_once_per_process() {
         Arc::ptr_eq(&a[0].input_schema, &b[0].input_schema),
         "two runs' lists share the built-in schema"
     );
-    let (x, y) = (first.lookup("Read").unwrap(), second.lookup("Read").unwrap());
+    let (x, y) = (
+        first.lookup("Read").unwrap(),
+        second.lookup("Read").unwrap(),
+    );
     assert!(x.schema.shares_validator_with(&y.schema));
     // The shared validator still judges inputs.
-    assert!(x.schema.validate(&json!({})).is_err(), "file_path is required");
+    assert!(
+        x.schema.validate(&json!({})).is_err(),
+        "file_path is required"
+    );
     assert!(x.schema.validate(&json!({"file_path": "a.txt"})).is_ok());
 }

@@ -578,7 +578,27 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
     assert_eq!(store.renew_leases("replica-a", long).await.unwrap(), 0);
     assert_eq!(store.renew_leases("replica-b", long).await.unwrap(), 1);
 
-    // Ending the run is atomic with its last write, and only for the holder.
+    // Ending the run is atomic with its last write, and only for the holder: the previous
+    // holder's end writes nothing at all (no event, no end).
+    let stale_end = store
+        .append(
+            &tenant,
+            &session,
+            AppendBatch {
+                events: vec![event("terminal", 2)],
+                lease: short.lease(),
+                run_end: Some(RunEnd {
+                    status: RunStatus::Failed,
+                    terminal: json!({ "reason": "error" }),
+                }),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(stale_end, Err(StoreError::LeaseLost)), "{stale_end:?}");
+    let running = store.get_run(&tenant, &session, &run_id).await.unwrap().unwrap();
+    assert_eq!(running.status, RunStatus::Running);
+    assert!(store.list_events(&tenant, &session, 0, 10).await.unwrap().is_empty());
     let ended = store
         .append(
             &tenant,

@@ -15,20 +15,29 @@ pub(in crate::store) async fn append(
     session: &SessionId,
     batch: StorableBatch,
 ) -> StoreResult<Appended> {
-    if super::postgres_single::fits(&batch) {
+    use super::postgres_single::{Written, fits};
+    if fits(&batch) {
         let mut conn = store.tenant_conn(tenant).await?;
         let written =
             super::postgres_single::append(&mut conn, &store.origin, tenant, session, &batch)
                 .await?;
         let result = match written {
-            Some(appended) => Ok(appended),
-            None => {
+            Written::Appended(appended) => Some(Ok(appended)),
+            Written::Missed if batch.run_end.is_some() => Some(Err(StoreError::LeaseLost)),
+            Written::Missed => {
                 let leased = batch.lease.is_some();
-                Err(missing_session_or_lease(&mut conn, tenant, session, leased).await)
+                Some(Err(missing_session_or_lease(
+                    &mut conn, tenant, session, leased,
+                )
+                .await))
             }
+            // Webhooks may want its events: written with their notices below.
+            Written::Subscribed => None,
         };
         conn.commit().await?;
-        return result;
+        if let Some(result) = result {
+            return result;
+        }
     }
     let mut tx = store.tenant_tx(tenant).await?;
     let (result, notified) = append_in(&mut tx, &store.origin, tenant, session, &batch).await?;

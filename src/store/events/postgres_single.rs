@@ -1,14 +1,16 @@
 //! An append in ONE statement on Postgres: the session's sequence `UPDATE` (with the run's
-//! fence check), the events, the history, the usage rows and the tenant's spend totals, and
-//! the replicas' signal, as data-modifying `WITH`s of one statement that is its own
-//! transaction — one round trip where `BEGIN`, four to six statements and `COMMIT` were as
-//! many. Every `WITH` that writes reads the sequence `UPDATE`'s row, so when that matches
-//! nothing (a lost lease, a missing session) nothing at all is written.
+//! fence check), the run's end, the events, the history, the usage rows and the tenant's spend
+//! totals, and the replicas' signal, as data-modifying `WITH`s of one statement that is its own
+//! transaction — one round trip where `BEGIN`, four to seven statements and `COMMIT` were as
+//! many. Every `WITH` that writes reads the sequence `UPDATE`'s row (and the run's end that
+//! `UPDATE`), so when that matches nothing (a lost lease, a missing session) nothing at all is
+//! written.
 //!
-//! Taken by the appends of a run's turns, which are most of them; an append that is a retry
-//! (it reads `last_append_id` first), spills outputs, ends its run, or carries an event that
-//! notifies webhooks (their bodies name the event's `seq`, known only after the `UPDATE`) takes
-//! the transaction of `postgres::append_in` instead.
+//! Taken by most appends: a run's turns and its end. An append that is a retry (it reads
+//! `last_append_id` first) or spills outputs takes the transaction of `postgres::append_in`
+//! instead, and so does one carrying an event that notifies webhooks (its notice bodies name
+//! the event's `seq`, known only after the `UPDATE`) when the tenant has a webhook subscription
+//! that could want it: the statement then writes nothing and answers [`Written::Subscribed`].
 
 use crate::ids::{SessionId, TenantId};
 use crate::store::dialect::now;
@@ -18,13 +20,17 @@ use crate::usage::sql_count;
 
 /// Whether `batch` can be written by [`append`].
 pub(in crate::store) fn fits(batch: &AppendBatch) -> bool {
-    !batch.retry
-        && batch.outputs.is_empty()
-        && batch.run_end.is_none()
-        && !batch
-            .events
-            .iter()
-            .any(|event| crate::webhooks::notifies(&event.kind))
+    !batch.retry && batch.outputs.is_empty()
+}
+
+/// What [`append`] did.
+pub(in crate::store) enum Written {
+    Appended(Appended),
+    /// The sequence `UPDATE` (or the run's end) matched no row: nothing was written.
+    Missed,
+    /// The batch notifies webhooks and the tenant subscribes to some: nothing was written
+    /// (the transaction path writes it with its notices).
+    Subscribed,
 }
 
 /// `$1` session, `$2` tenant, `$3` events, `$4` messages, `$5` now, `$6` append id, `$7`
@@ -32,14 +38,26 @@ pub(in crate::store) fn fits(batch: &AppendBatch) -> bool {
 /// events' kinds, payloads and runs, `$14`–`$17` the messages' roles, contents, runs and
 /// compaction boundaries, `$18`–`$26` the usage rows (run, provider, model, four token
 /// counts, cost; their UTC day), `$27`–`$30` the spend deltas (period, key, tokens, cost),
-/// `$31` the signal channel, `$32` the sending store's origin.
-const APPEND: &str = "WITH s AS ( \
+/// `$31` the signal channel, `$32` the sending store's origin, `$33`/`$34` the run's end
+/// (status and terminal reason) or nulls, `$35` whether the events notify webhooks.
+const APPEND: &str = "WITH w AS ( \
+         SELECT $35::bool AND EXISTS (SELECT 1 FROM webhook_subscriptions \
+             WHERE tenant_id = $2 AND (session_id IS NULL OR session_id = $1)) AS subscribed), \
+     r AS ( \
+         UPDATE runs SET status = $33, terminal = $34::jsonb, ended_at = $5, \
+             lease_expires_at = NULL \
+         WHERE $33::text IS NOT NULL AND id = $8 AND owner = $9 AND fence = $10 \
+             AND status = 'running' AND NOT (SELECT subscribed FROM w) \
+         RETURNING 1), \
+     s AS ( \
          UPDATE sessions SET last_event_seq = last_event_seq + $3::bigint, \
              last_message_seq = last_message_seq + $4::bigint, updated_at = $5, \
              last_append_id = $6, workspace_snapshot = COALESCE($7, workspace_snapshot) \
-         WHERE id = $1 AND tenant_id = $2 AND ($8::text IS NULL OR EXISTS ( \
-             SELECT 1 FROM runs WHERE id = $8 AND owner = $9 AND fence = $10 \
-                 AND status = 'running' FOR SHARE)) \
+         WHERE id = $1 AND tenant_id = $2 AND NOT (SELECT subscribed FROM w) \
+             AND ($8::text IS NULL OR EXISTS ( \
+                 SELECT 1 FROM runs WHERE id = $8 AND owner = $9 AND fence = $10 \
+                     AND status = 'running' FOR SHARE)) \
+             AND ($33::text IS NULL OR EXISTS (SELECT 1 FROM r)) \
          RETURNING last_event_seq, last_message_seq), \
      e AS ( \
          INSERT INTO events (session_id, tenant_id, created_at, seq, kind, payload, run_id) \
@@ -77,18 +95,20 @@ const APPEND: &str = "WITH s AS ( \
          (SELECT count(*) FROM (SELECT pg_notify($31, json_build_object('signal', 'events', \
              'tenant', $2::text, 'session', $1::text, \
              'first', s.last_event_seq - $3::bigint + 1, 'last', s.last_event_seq, \
-             'origin', $32::text)::text) WHERE $3::bigint > 0) AS signal) AS signalled \
-     FROM s";
+             'origin', $32::text)::text) \
+             WHERE $3::bigint > 0 AND s.last_event_seq IS NOT NULL) AS signal) AS signalled, \
+         w.subscribed \
+     FROM w LEFT JOIN s ON true";
 
 /// Writes `batch` (which [`fits`]) in one statement on `conn` (outside a transaction: the
-/// statement is its own). `None` when the sequence `UPDATE` matched no row (nothing written).
+/// statement is its own).
 pub(in crate::store) async fn append(
     conn: &mut sqlx::PgConnection,
     origin: &str,
     tenant: &TenantId,
     session: &SessionId,
     batch: &AppendBatch,
-) -> StoreResult<Option<Appended>> {
+) -> StoreResult<Written> {
     debug_assert!(fits(batch));
     let created_at = now();
     let event_count = batch.events.len() as i64;
@@ -101,7 +121,12 @@ pub(in crate::store) async fn append(
         usage.iter().map(|r| sql_count(f(&r.tokens))).collect()
     };
     let deltas = crate::budgets::spend_deltas(usage, created_at);
-    let row: Option<(i64, i64, i64)> = sqlx::query_as(APPEND)
+    let notifies = batch
+        .events
+        .iter()
+        .any(|event| crate::webhooks::notifies(&event.kind));
+    let end = batch.run_end.as_ref();
+    let row: (Option<i64>, Option<i64>, i64, bool) = sqlx::query_as(APPEND)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .bind(event_count)
@@ -139,11 +164,18 @@ pub(in crate::store) async fn append(
         .bind(deltas.iter().map(|d| d.cost_pico).collect::<Vec<_>>())
         .bind(SIGNAL_CHANNEL)
         .bind(origin)
-        .fetch_optional(conn)
+        .bind(end.map(|end| end.status.as_str()))
+        .bind(end.map(|end| end.terminal.to_string()))
+        .bind(notifies)
+        .fetch_one(conn)
         .await?;
-    Ok(row.map(|(last_event, last_message, _)| Appended {
-        first_event: last_event - event_count + 1,
-        first_message: last_message - message_count + 1,
-        created_at,
-    }))
+    Ok(match row {
+        (_, _, _, true) => Written::Subscribed,
+        (Some(last_event), Some(last_message), _, false) => Written::Appended(Appended {
+            first_event: last_event - event_count + 1,
+            first_message: last_message - message_count + 1,
+            created_at,
+        }),
+        _ => Written::Missed,
+    })
 }
