@@ -18,6 +18,7 @@ use crate::store_fork::a_fork_is_written_whole_or_not_at_all;
 use crate::store_groups::{
     appends_of_many_sessions_at_once_keep_their_own_fence_and_errors,
     creations_holds_admissions_and_appends_at_once_each_get_their_own_answer,
+    run_ends_are_written_whole_run_after_run,
 };
 use crate::store_limits::{
     holds_are_capped_released_and_expire,
@@ -85,6 +86,7 @@ store_suite!(
     appends_of_many_sessions_at_once_keep_their_own_fence_and_errors,
     creations_holds_admissions_and_appends_at_once_each_get_their_own_answer,
     a_fork_is_written_whole_or_not_at_all,
+    run_ends_are_written_whole_run_after_run,
 );
 
 async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
@@ -595,10 +597,23 @@ async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>)
             },
         )
         .await;
-    assert!(matches!(stale_end, Err(StoreError::LeaseLost)), "{stale_end:?}");
-    let running = store.get_run(&tenant, &session, &run_id).await.unwrap().unwrap();
+    assert!(
+        matches!(stale_end, Err(StoreError::LeaseLost)),
+        "{stale_end:?}"
+    );
+    let running = store
+        .get_run(&tenant, &session, &run_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(running.status, RunStatus::Running);
-    assert!(store.list_events(&tenant, &session, 0, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_events(&tenant, &session, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let ended = store
         .append(
             &tenant,

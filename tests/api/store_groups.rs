@@ -328,3 +328,43 @@ pub async fn creations_holds_admissions_and_appends_at_once_each_get_their_own_a
     let runs = store.list_runs(&tenant, &held, None, 100).await.unwrap();
     assert_eq!(runs.len(), 1 + 3);
 }
+
+/// A run's end is written whole with its events (on Postgres by one statement that also ends
+/// the run and checks its lease there), run after run on the same pooled connections. (The
+/// ordering fault this guards against — the end's `UPDATE` evaluated before a `FOR SHARE` read
+/// of the same row — was caught by `subagents_nested`, where it failed about every other run.)
+pub async fn run_ends_are_written_whole_run_after_run(store: Arc<dyn Store>) {
+    use norma::store::{RunEnd, RunStatus};
+    let tenant = TenantId::new("ends");
+    for n in 0..12 {
+        let (session, lease) = session_with_run(&store, &tenant).await;
+        let run_id = lease.run_id.clone();
+        let ended = store
+            .append(
+                &tenant,
+                &session,
+                AppendBatch {
+                    events: vec![NewEvent {
+                        kind: "terminal".into(),
+                        payload: json!({ "reason": "end_turn", "n": n }),
+                        run_id: Some(run_id.to_string()),
+                    }],
+                    lease: Some(lease),
+                    run_end: Some(RunEnd {
+                        status: RunStatus::Completed,
+                        terminal: json!({ "reason": "end_turn" }),
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|error| panic!("end of run {n}: {error}"));
+        assert_eq!(ended.events[0].seq, 1, "run {n}");
+        let run = store
+            .get_run(&tenant, &session, &run_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "run {n}");
+    }
+}

@@ -2,9 +2,11 @@
 //! fence check), the run's end, the events, the history, the usage rows and the tenant's spend
 //! totals, and the replicas' signal, as data-modifying `WITH`s of one statement that is its own
 //! transaction — one round trip where `BEGIN`, four to seven statements and `COMMIT` were as
-//! many. Every `WITH` that writes reads the sequence `UPDATE`'s row (and the run's end that
-//! `UPDATE`), so when that matches nothing (a lost lease, a missing session) nothing at all is
-//! written.
+//! many. Every `WITH` that writes reads the sequence `UPDATE`'s row, and that `UPDATE` checks
+//! the run's fence — for a run's end, by the run's own `UPDATE` (a `CASE`, not an `OR`: the
+//! planner may order a qualification's terms, and a `FOR SHARE` read of the row the end
+//! `UPDATE` changed in the same statement finds nothing) — so when it matches nothing (a lost
+//! lease, a missing session) nothing at all is written.
 //!
 //! Taken by most appends: a run's turns and its end. An append that is a retry (it reads
 //! `last_append_id` first) or spills outputs takes the transaction of `postgres::append_in`
@@ -54,10 +56,10 @@ const APPEND: &str = "WITH w AS ( \
              last_message_seq = last_message_seq + $4::bigint, updated_at = $5, \
              last_append_id = $6, workspace_snapshot = COALESCE($7, workspace_snapshot) \
          WHERE id = $1 AND tenant_id = $2 AND NOT (SELECT subscribed FROM w) \
-             AND ($8::text IS NULL OR EXISTS ( \
-                 SELECT 1 FROM runs WHERE id = $8 AND owner = $9 AND fence = $10 \
-                     AND status = 'running' FOR SHARE)) \
-             AND ($33::text IS NULL OR EXISTS (SELECT 1 FROM r)) \
+             AND CASE WHEN $33::text IS NOT NULL THEN EXISTS (SELECT 1 FROM r) \
+                 WHEN $8::text IS NULL THEN true \
+                 ELSE EXISTS (SELECT 1 FROM runs WHERE id = $8 AND owner = $9 \
+                     AND fence = $10 AND status = 'running' FOR SHARE) END \
          RETURNING last_event_seq, last_message_seq), \
      e AS ( \
          INSERT INTO events (session_id, tenant_id, created_at, seq, kind, payload, run_id) \
