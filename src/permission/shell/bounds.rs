@@ -161,14 +161,20 @@ where
             // The receiver may be gone (over budget); the answer is then dropped.
             let _ = send.send(work());
         });
-    if spawned.is_err() {
+    let Ok(thread) = spawned else {
         // The closure (and the guard in it) was dropped by the failed spawn.
         return Err(BoundsError::Busy);
-    }
-    receive
+    };
+    let answer = receive
         .recv_timeout(PARSE_BUDGET)
         .map_err(|error| match error {
             mpsc::RecvTimeoutError::Timeout => BoundsError::OverBudget,
             mpsc::RecvTimeoutError::Disconnected => BoundsError::Failed,
-        })
+        });
+    if !matches!(answer, Err(BoundsError::OverBudget)) {
+        // The thread has answered (or panicked) and is ending: wait for it rather than detach
+        // it. A thread over budget is left detached to finish on its own, counted until then.
+        let _ = thread.join();
+    }
+    answer
 }
