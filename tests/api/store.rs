@@ -1,18 +1,15 @@
 //! One store test suite, run against SQLite and Postgres; plus the Postgres row-level-security
 //! proof that a query forgetting its tenant filter sees nothing of other tenants.
 
-use norma::ids::RunId;
 use norma::ids::{OutputId, SessionId, TenantId};
-use norma::limits::RunCaps;
 use norma::message::{ContentBlock, Message, Role, ToolResultBlock};
 use norma::store::{
-    AppendBatch, ConnectOptions, NewEvent, NewMessage, NewOutput, NewRun, NewSession, RunEnd,
-    RunStatus, SessionStatus, Store, StoreError,
+    AppendBatch, ConnectOptions, NewEvent, NewMessage, NewOutput, NewSession, SessionStatus, Store,
+    StoreError,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::store_fork::a_fork_is_written_whole_or_not_at_all;
 use crate::store_groups::{
@@ -25,6 +22,12 @@ use crate::store_limits::{
     open_sessions_are_counted_per_tenant_through_creations_and_closes,
     pending_approvals_are_capped_per_tenant, run_admission_counts_live_running_and_queued_runs,
     workspace_bytes_sum_open_sessions_of_the_tenant,
+};
+use crate::store_runs::{
+    cancels_are_recorded_for_the_replica_holding_the_run,
+    queued_runs_are_claimed_in_order_and_cancellable,
+    released_leases_are_claimable_at_once_and_fence_the_releaser,
+    run_leases_are_exclusive_and_fence_stale_writers,
 };
 
 async fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
@@ -89,7 +92,7 @@ store_suite!(
     run_ends_are_written_whole_run_after_run,
 );
 
-async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
+pub(crate) async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
     let id = SessionId::generate();
     store
         .create_session(NewSession {
@@ -102,7 +105,7 @@ async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {
     id
 }
 
-fn event(kind: &str, n: i64) -> NewEvent {
+pub(crate) fn event(kind: &str, n: i64) -> NewEvent {
     NewEvent {
         kind: kind.into(),
         payload: json!({ "n": n }),
@@ -494,382 +497,6 @@ async fn postgres_row_level_security_hides_other_tenants_from_unfiltered_queries
     assert_eq!(visible, 0);
 }
 
-fn new_run(session: &SessionId, prompt: &str) -> NewRun {
-    NewRun {
-        id: RunId::generate(),
-        session: session.clone(),
-        prompt: prompt.into(),
-    }
-}
-
-async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>) {
-    let tenant = TenantId::new("t1");
-    let session = new_session(&store, "t1").await;
-    let long = Duration::from_secs(60);
-    let run = store
-        .create_run(
-            &tenant,
-            new_run(&session, "go"),
-            Some(("replica-a", long)),
-            RunCaps::UNLIMITED,
-        )
-        .await
-        .unwrap();
-    assert_eq!(run.status, RunStatus::Running);
-    assert_eq!(run.owner.as_deref(), Some("replica-a"));
-    assert_eq!(run.fence, 1);
-    let run_id = RunId::from_string(run.id.clone());
-    let a_lease = run.lease().unwrap();
-
-    // Another replica cannot take a live lease; the same replica (restarted) can.
-    assert!(
-        store
-            .claim_run(&tenant, &run_id, "replica-b", long, RunCaps::UNLIMITED)
-            .await
-            .unwrap()
-            .is_none()
-    );
-    let reclaimed = store
-        .claim_run(&tenant, &run_id, "replica-a", long, RunCaps::UNLIMITED)
-        .await
-        .unwrap()
-        .expect("own run");
-    assert_eq!(reclaimed.fence, 2);
-
-    // The first claim's writer is fenced off; nothing of its batch is written.
-    let stale = store
-        .append(
-            &tenant,
-            &session,
-            AppendBatch {
-                events: vec![event("late", 1)],
-                lease: Some(a_lease),
-                ..Default::default()
-            },
-        )
-        .await;
-    assert!(matches!(stale, Err(StoreError::LeaseLost)), "{stale:?}");
-    assert!(
-        store
-            .list_events(&tenant, &session, 0, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-
-    // An expired lease is taken over by another replica, which can then write.
-    let short = store
-        .claim_run(
-            &tenant,
-            &run_id,
-            "replica-a",
-            Duration::from_millis(1),
-            RunCaps::UNLIMITED,
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let taken = store
-        .claim_run(&tenant, &run_id, "replica-b", long, RunCaps::UNLIMITED)
-        .await
-        .unwrap()
-        .expect("expired lease");
-    assert_eq!(taken.owner.as_deref(), Some("replica-b"));
-    assert!(taken.fence > short.fence);
-    assert_eq!(store.renew_leases("replica-a", long).await.unwrap(), 0);
-    assert_eq!(store.renew_leases("replica-b", long).await.unwrap(), 1);
-
-    // Ending the run is atomic with its last write, and only for the holder: the previous
-    // holder's end writes nothing at all (no event, no end).
-    let stale_end = store
-        .append(
-            &tenant,
-            &session,
-            AppendBatch {
-                events: vec![event("terminal", 2)],
-                lease: short.lease(),
-                run_end: Some(RunEnd {
-                    status: RunStatus::Failed,
-                    terminal: json!({ "reason": "error" }),
-                }),
-                ..Default::default()
-            },
-        )
-        .await;
-    assert!(
-        matches!(stale_end, Err(StoreError::LeaseLost)),
-        "{stale_end:?}"
-    );
-    let running = store
-        .get_run(&tenant, &session, &run_id)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(running.status, RunStatus::Running);
-    assert!(
-        store
-            .list_events(&tenant, &session, 0, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    let ended = store
-        .append(
-            &tenant,
-            &session,
-            AppendBatch {
-                events: vec![event("terminal", 2)],
-                lease: taken.lease(),
-                run_end: Some(RunEnd {
-                    status: RunStatus::Completed,
-                    terminal: json!({ "reason": "end_turn" }),
-                }),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(ended.events[0].seq, 1);
-    let done = store
-        .get_run(&tenant, &session, &run_id)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(done.status, RunStatus::Completed);
-    assert_eq!(done.terminal, Some(json!({ "reason": "end_turn" })));
-    assert!(done.ended_at.is_some());
-    // A finished run cannot be claimed again, nor written by its last holder.
-    assert!(
-        store
-            .claim_run(&tenant, &run_id, "replica-b", long, RunCaps::UNLIMITED)
-            .await
-            .unwrap()
-            .is_none()
-    );
-    let after_end = store
-        .append(
-            &tenant,
-            &session,
-            AppendBatch {
-                events: vec![event("after", 3)],
-                lease: taken.lease(),
-                ..Default::default()
-            },
-        )
-        .await;
-    assert!(matches!(after_end, Err(StoreError::LeaseLost)));
-    assert!(
-        store
-            .list_unfinished_runs(100)
-            .await
-            .unwrap()
-            .iter()
-            .all(|r| r.id != done.id)
-    );
-    // Another tenant sees nothing of it.
-    assert!(
-        store
-            .get_run(&TenantId::new("t2"), &session, &run_id)
-            .await
-            .unwrap()
-            .is_none()
-    );
-}
-
-/// A stopping replica releases its leases (graceful shutdown): only its own running runs,
-/// claimable by anyone at once, and its writes are refused from then on.
-async fn released_leases_are_claimable_at_once_and_fence_the_releaser(store: Arc<dyn Store>) {
-    let tenant = TenantId::new("t1");
-    let long = Duration::from_secs(600);
-    // Owner names unique to this test: the release is system-wide, by owner.
-    let stopping = format!("stopping-{}", RunId::generate());
-    let other = format!("other-{}", RunId::generate());
-    let taker = format!("taker-{}", RunId::generate());
-    let session = new_session(&store, "t1").await;
-    let run = store
-        .create_run(
-            &tenant,
-            new_run(&session, "go"),
-            Some((&stopping, long)),
-            RunCaps::UNLIMITED,
-        )
-        .await
-        .unwrap();
-    let run_id = RunId::from_string(run.id.clone());
-    let old_lease = run.lease().unwrap();
-    let elsewhere_session = new_session(&store, "t1").await;
-    let elsewhere = store
-        .create_run(
-            &tenant,
-            new_run(&elsewhere_session, "go"),
-            Some((&other, long)),
-            RunCaps::UNLIMITED,
-        )
-        .await
-        .unwrap();
-    // A live lease of another replica cannot be taken before the release.
-    assert!(
-        store
-            .claim_run(&tenant, &run_id, &taker, long, RunCaps::UNLIMITED)
-            .await
-            .unwrap()
-            .is_none()
-    );
-
-    let released = store.release_leases(&stopping).await.unwrap();
-    assert_eq!(released.len(), 1, "{released:?}");
-    assert_eq!(released[0].id, run.id);
-    assert_eq!(released[0].status, RunStatus::Running);
-    assert_eq!(released[0].owner, None);
-    assert_eq!(released[0].lease_expires_at, None);
-    assert_eq!(released[0].fence, run.fence, "the release does not claim");
-    // Its heartbeat no longer extends it, and its writes are refused.
-    assert_eq!(store.renew_leases(&stopping, long).await.unwrap(), 0);
-    let late = store
-        .append(
-            &tenant,
-            &session,
-            AppendBatch {
-                events: vec![event("late", 1)],
-                lease: Some(old_lease),
-                ..Default::default()
-            },
-        )
-        .await;
-    assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
-    // Any replica claims it at once (no lease period to wait).
-    let taken = store
-        .claim_run(&tenant, &run_id, &taker, long, RunCaps::UNLIMITED)
-        .await
-        .unwrap()
-        .expect("a released run is claimable at once");
-    assert_eq!(taken.owner.as_deref(), Some(taker.as_str()));
-    assert!(taken.fence > run.fence);
-    // Nothing left to release; another replica's run was never touched.
-    assert!(store.release_leases(&stopping).await.unwrap().is_empty());
-    let untouched = store
-        .get_run(
-            &tenant,
-            &elsewhere_session,
-            &RunId::from_string(elsewhere.id.clone()),
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(untouched.owner.as_deref(), Some(other.as_str()));
-    assert_eq!(untouched.lease_expires_at, elsewhere.lease_expires_at);
-}
-
-async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Store>) {
-    let tenant = TenantId::new("t1");
-    let session = new_session(&store, "t1").await;
-    let other = new_session(&store, "t2").await;
-    let long = Duration::from_secs(60);
-    let first = store
-        .create_run(&tenant, new_run(&session, "one"), None, RunCaps::UNLIMITED)
-        .await
-        .unwrap();
-    let second = store
-        .create_run(&tenant, new_run(&session, "two"), None, RunCaps::UNLIMITED)
-        .await
-        .unwrap();
-    let elsewhere = store
-        .create_run(
-            &TenantId::new("t2"),
-            new_run(&other, "x"),
-            None,
-            RunCaps::UNLIMITED,
-        )
-        .await
-        .unwrap();
-    assert_eq!(first.status, RunStatus::Queued);
-    assert!(first.owner.is_none());
-    // A run cannot be created in another tenant's session.
-    assert!(matches!(
-        store
-            .create_run(&tenant, new_run(&other, "forged"), None, RunCaps::UNLIMITED)
-            .await,
-        Err(StoreError::NotFound)
-    ));
-
-    // System-level listing sees every tenant's unfinished runs in submission order.
-    let unfinished: Vec<String> = store
-        .list_unfinished_runs(100)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.id)
-        .collect();
-    assert_eq!(
-        unfinished,
-        vec![first.id.clone(), second.id.clone(), elsewhere.id.clone()]
-    );
-
-    let second_id = RunId::from_string(second.id.clone());
-    assert!(
-        store
-            .cancel_queued_run(&tenant, &session, &second_id)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .cancel_queued_run(&tenant, &session, &second_id)
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .claim_run(&tenant, &second_id, "replica-a", long, RunCaps::UNLIMITED)
-            .await
-            .unwrap()
-            .is_none(),
-        "a cancelled run is not claimable"
-    );
-    let claimed = store
-        .claim_run(
-            &tenant,
-            &RunId::from_string(first.id.clone()),
-            "replica-a",
-            long,
-            RunCaps::UNLIMITED,
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((claimed.status, claimed.fence), (RunStatus::Running, 1));
-    assert!(
-        !store
-            .cancel_queued_run(&tenant, &session, &RunId::from_string(first.id.clone()))
-            .await
-            .unwrap(),
-        "a running run is cancelled through the runtime, not the queue"
-    );
-
-    let listed = store.list_runs(&tenant, &session, None, 10).await.unwrap();
-    let statuses: Vec<RunStatus> = listed.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, vec![RunStatus::Running, RunStatus::Cancelled]);
-    let page = store
-        .list_runs(
-            &tenant,
-            &session,
-            Some(&RunId::from_string(first.id.clone())),
-            10,
-        )
-        .await
-        .unwrap();
-    assert_eq!(page.len(), 1);
-    assert_eq!(page[0].id, second.id);
-    assert!(
-        store
-            .list_runs(&TenantId::new("t2"), &session, None, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-}
-
 async fn unlocked_tools_are_kept_per_session(store: Arc<dyn Store>) {
     let tenant = TenantId::new("t1");
     let session = new_session(&store, "t1").await;
@@ -1065,48 +692,6 @@ async fn a_retried_batch_whose_commit_answer_was_lost_is_not_stored_twice(store:
     assert_eq!(
         store.list_events(&tenant, &id, 0, 100).await.unwrap().len(),
         3
-    );
-}
-
-/// A cancel of a running run is recorded for its owner (who reconciles it when the signal is
-/// lost); another tenant cannot record one, and a queued run is not "requested".
-async fn cancels_are_recorded_for_the_replica_holding_the_run(store: Arc<dyn Store>) {
-    let tenant = TenantId::new("t1");
-    let id = new_session(&store, "t1").await;
-    let owner = format!("replica-{}", RunId::generate());
-    let run = store
-        .create_run(
-            &tenant,
-            NewRun {
-                id: RunId::generate(),
-                session: id.clone(),
-                prompt: "go".into(),
-            },
-            Some((owner.as_str(), Duration::from_secs(60))),
-            RunCaps::UNLIMITED,
-        )
-        .await
-        .unwrap();
-    let run_id = RunId::from_string(run.id.clone());
-    assert!(store.requested_cancels(&owner).await.unwrap().is_empty());
-    assert!(
-        !store
-            .request_cancel(&TenantId::new("t2"), &id, &run_id)
-            .await
-            .unwrap(),
-        "another tenant's cancel records nothing"
-    );
-    assert!(store.request_cancel(&tenant, &id, &run_id).await.unwrap());
-    assert_eq!(
-        store.requested_cancels(&owner).await.unwrap(),
-        vec![(id.clone(), run_id)]
-    );
-    assert!(
-        store
-            .requested_cancels("someone-else")
-            .await
-            .unwrap()
-            .is_empty()
     );
 }
 
