@@ -559,11 +559,18 @@ async fn model_stream_abandoned(backend: Backend) {
 
     let status = replicas.first.terminate(EXIT_WITHIN).await;
     assert!(status.success(), "graceful shutdown exit status: {status}");
-    assert_eq!(
-        fake.request_count(),
-        1,
-        "one model request before the shutdown"
-    );
+    // One model request before the shutdown. On Postgres the surviving replica is already
+    // running: it may claim the released run and issue the call again before the first
+    // process has finished exiting, so its request can be counted here too (the total below
+    // stays exact).
+    let before = fake.request_count();
+    match backend {
+        Backend::Sqlite => assert_eq!(before, 1, "one model request before the shutdown"),
+        Backend::Postgres => assert!(
+            (1..=2).contains(&before),
+            "one model request before the shutdown (and perhaps the survivor's): {before}"
+        ),
+    }
 
     let next = replicas.next().await;
     let events = finished_normally(&next, &token, &id, "terminal on the next replica").await;
