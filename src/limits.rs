@@ -249,6 +249,16 @@ impl RunCaps {
         queued_per_session: u32::MAX,
         queued_per_tenant: u32::MAX,
     };
+
+    /// Whether a running run's admission has a cap to check.
+    pub fn caps_running(&self) -> bool {
+        self.concurrent_runs != u32::MAX
+    }
+
+    /// Whether a queued run's admission has a cap to check.
+    pub fn caps_queued(&self) -> bool {
+        self.queued_per_session != u32::MAX || self.queued_per_tenant != u32::MAX
+    }
 }
 
 /// What a replica holds open for a tenant, counted across replicas through leased rows.

@@ -161,11 +161,7 @@ impl TenantConns {
             conn: Some((conn, current)),
             permit: Some(permit),
             shared: self.shared.clone(),
-            in_transaction: mode != Mode::Autocommit,
-            locked: match mode {
-                Mode::Transaction { lock } => lock,
-                Mode::Autocommit => None,
-            },
+            mode,
         })
     }
 }
@@ -239,20 +235,23 @@ pub struct TenantTx {
     conn: Option<(PgConnection, Option<String>)>,
     permit: Option<OwnedSemaphorePermit>,
     shared: Arc<Shared>,
-    in_transaction: bool,
-    /// The space of the advisory lock the transaction took at its start, if any.
-    locked: Option<i32>,
+    /// A transaction (with the advisory lock it took at its start, if any), or one statement.
+    mode: Mode,
 }
 
 impl TenantTx {
     /// Whether the transaction holds the advisory lock of `space` since its start.
     pub(in crate::store) fn holds_lock(&self, space: i32) -> bool {
-        self.locked == Some(space)
+        self.mode == Mode::Transaction { lock: Some(space) }
+    }
+
+    fn in_transaction(&self) -> bool {
+        self.mode != Mode::Autocommit
     }
 
     /// Commits (when in a transaction) and gives the connection back.
     pub async fn commit(mut self) -> StoreResult<()> {
-        if self.in_transaction {
+        if self.in_transaction() {
             // A failed or cancelled commit leaves the connection to `Drop`.
             let conn: &mut PgConnection = &mut self;
             conn.execute("COMMIT").await?;
@@ -263,7 +262,7 @@ impl TenantTx {
 
     /// Rolls back (when in a transaction) and gives the connection back.
     pub async fn rollback(mut self) -> StoreResult<()> {
-        if self.in_transaction {
+        if self.in_transaction() {
             let conn: &mut PgConnection = &mut self;
             conn.execute("ROLLBACK").await?;
         }
@@ -302,7 +301,7 @@ impl Drop for TenantTx {
         // connection keeps its slot until it is known to be usable again.
         let permit = self.permit.take();
         let shared = self.shared.clone();
-        let in_transaction = self.in_transaction;
+        let in_transaction = self.in_transaction();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };

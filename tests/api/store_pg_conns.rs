@@ -204,18 +204,21 @@ async fn the_limits_lock_taken_with_begin_serializes_one_tenant_only() {
         return;
     };
     let (alpha, beta) = (TenantId::new("alpha"), TenantId::new("beta"));
-    let first = store.tenant_tx_limited(&alpha).await.unwrap();
+    let first = store.tenant_tx_admitting(&alpha, true).await.unwrap();
     // Another tenant's limits are not held up.
-    let other = tokio::time::timeout(Duration::from_secs(2), store.tenant_tx_limited(&beta))
-        .await
-        .expect("another tenant's lock is free")
-        .unwrap();
+    let other = tokio::time::timeout(
+        Duration::from_secs(2),
+        store.tenant_tx_admitting(&beta, true),
+    )
+    .await
+    .expect("another tenant's lock is free")
+    .unwrap();
     other.commit().await.unwrap();
     // The same tenant's next limited transaction waits for the first to end.
     let waiting = {
         let store = store.clone();
         let alpha = alpha.clone();
-        tokio::spawn(async move { store.tenant_tx_limited(&alpha).await })
+        tokio::spawn(async move { store.tenant_tx_admitting(&alpha, true).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(

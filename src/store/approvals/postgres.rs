@@ -17,12 +17,9 @@ pub(in crate::store) async fn create_approval(
     max_pending: u32,
 ) -> StoreResult<ApprovalRecord> {
     crate::store::storable::approval(&mut approval);
-    // The admission's lock is taken with the BEGIN when there is a cap to check.
-    let mut tx = if max_pending == u32::MAX {
-        store.tenant_tx(tenant).await?
-    } else {
-        store.tenant_tx_limited(tenant).await?
-    };
+    let mut tx = store
+        .tenant_tx_admitting(tenant, max_pending != u32::MAX)
+        .await?;
     crate::store::limits::postgres::admit_approval(&mut tx, tenant, max_pending, now()).await?;
     let row = sqlx::query(&format!(
         "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \

@@ -17,9 +17,17 @@ impl PgStore {
         self.tenants.transaction(tenant).await
     }
 
-    /// [`PgStore::tenant_tx`] holding the tenant's limits lock (see `limits::postgres`) from
-    /// its start, taken in the round trip of its `BEGIN`.
-    pub async fn tenant_tx_limited(&self, tenant: &TenantId) -> StoreResult<TenantTx> {
+    /// [`PgStore::tenant_tx`] for a write whose admission checks a cap: when `capped`, it
+    /// holds the tenant's limits lock (see `limits::postgres`) from its start, taken in the
+    /// round trip of its `BEGIN`.
+    pub async fn tenant_tx_admitting(
+        &self,
+        tenant: &TenantId,
+        capped: bool,
+    ) -> StoreResult<TenantTx> {
+        if !capped {
+            return self.tenant_tx(tenant).await;
+        }
         self.tenants
             .transaction_locked(tenant, crate::store::limits::postgres::LIMITS_LOCK_SPACE)
             .await

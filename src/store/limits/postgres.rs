@@ -14,7 +14,7 @@ use sqlx::PgConnection;
 pub(in crate::store) const LIMITS_LOCK_SPACE: i32 = 0x4e4c_4d54; // "NLMT"
 
 /// Serializes the tenant's limit checks until the transaction ends (nothing to do in a
-/// transaction opened with the lock: `PgStore::tenant_tx_limited`).
+/// transaction opened with the lock: `PgStore::tenant_tx_admitting`).
 pub(in crate::store) async fn lock_tenant(tx: &mut TenantTx, tenant: &TenantId) -> StoreResult<()> {
     if tx.holds_lock(LIMITS_LOCK_SPACE) {
         return Ok(());
@@ -48,7 +48,7 @@ pub(in crate::store) async fn admit_running(
     except: Option<&RunId>,
     at: DateTime<Utc>,
 ) -> StoreResult<()> {
-    if caps.concurrent_runs == u32::MAX {
+    if !caps.caps_running() {
         return Ok(());
     }
     lock_tenant(tx, tenant).await?;
@@ -72,7 +72,7 @@ pub(in crate::store) async fn admit_queued(
     session: &SessionId,
     caps: RunCaps,
 ) -> StoreResult<()> {
-    if caps.queued_per_session == u32::MAX && caps.queued_per_tenant == u32::MAX {
+    if !caps.caps_queued() {
         return Ok(());
     }
     lock_tenant(tx, tenant).await?;
@@ -127,8 +127,7 @@ impl PgStore {
         // Under the tenant's limits lock (taken with BEGIN), one statement counts the live
         // holds, sweeps the expired ones and inserts the hold when the counts allow it (the
         // count reads the snapshot before the sweep, so it skips expired holds itself).
-        let mut tx = self.tenant_tx_limited(tenant).await?;
-        lock_tenant(&mut tx, tenant).await?;
+        let mut tx = self.tenant_tx_admitting(tenant, true).await?;
         let per_session = caps.per_session.map(|(_, max)| i64::from(max));
         let (in_session, in_tenant, inserted): (i64, i64, i64) = sqlx::query_as(
             "WITH live AS ( \

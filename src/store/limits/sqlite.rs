@@ -44,7 +44,7 @@ pub(in crate::store) fn admit_running(
     except: Option<&RunId>,
     at: DateTime<Utc>,
 ) -> StoreResult<()> {
-    if caps.concurrent_runs == u32::MAX {
+    if !caps.caps_running() {
         return Ok(());
     }
     let running: i64 = db.prepare_cached(COUNT_RUNNING)?.query_row(
@@ -62,7 +62,7 @@ pub(in crate::store) fn admit_queued(
     session: &SessionId,
     caps: RunCaps,
 ) -> StoreResult<()> {
-    if caps.queued_per_session == u32::MAX && caps.queued_per_tenant == u32::MAX {
+    if !caps.caps_queued() {
         return Ok(());
     }
     let (in_session, in_tenant): (i64, i64) = db.prepare_cached(COUNT_QUEUED)?.query_row(

@@ -17,16 +17,11 @@ pub(in crate::store) async fn create_run_keyed(
 ) -> StoreResult<RunRecord> {
     let created_at = now();
     let start = RunStart::new(claim, created_at);
-    // The admission's lock is taken with the BEGIN when there is a cap to check.
     let capped = match claim {
-        Some(_) => caps.concurrent_runs != u32::MAX,
-        None => caps.queued_per_session != u32::MAX || caps.queued_per_tenant != u32::MAX,
+        Some(_) => caps.caps_running(),
+        None => caps.caps_queued(),
     };
-    let mut tx = if capped {
-        store.tenant_tx_limited(tenant).await?
-    } else {
-        store.tenant_tx(tenant).await?
-    };
+    let mut tx = store.tenant_tx_admitting(tenant, capped).await?;
     if let Some(key) = key {
         crate::store::idempotency::postgres::insert(
             &mut tx,
@@ -104,11 +99,9 @@ pub(in crate::store) async fn claim_run(
     caps: RunCaps,
 ) -> StoreResult<Option<RunRecord>> {
     let at = now();
-    let mut tx = if caps.concurrent_runs == u32::MAX {
-        store.tenant_tx(tenant).await?
-    } else {
-        store.tenant_tx_limited(tenant).await?
-    };
+    let mut tx = store
+        .tenant_tx_admitting(tenant, caps.caps_running())
+        .await?;
     let claimable: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND (status = 'queued' OR \
              (status = 'running' AND (owner = $2 OR lease_expires_at IS NULL \
