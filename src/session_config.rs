@@ -167,7 +167,8 @@ pub struct ModelConfig {
     #[schema(minimum = 1, maximum = 128_000)]
     pub max_tokens: Option<u32>,
     /// A script for the scripted provider (offline demos and tests): `{"turns": [{"text",
-    /// "tool_calls": [{"name", "input"}], "when_last_tool_result_contains"}], "per_prompt"}`
+    /// "tool_calls": [{"name", "input"}], "when_last_tool_result_contains", "delay_ms"}],
+    /// "per_prompt"}` (`delay_ms` at most 10000)
     /// (README "Configuration, development mode and scripted turns"), checked at creation.
     /// Only where the server allows scripts (development mode or `allow_session_scripts`);
     /// elsewhere `422 INVALID_REQUEST` with `details.field` = `model.script`.

@@ -39,6 +39,10 @@
 //! newest). An index with no ref resolves to `none`. So a scripted turn can call a
 //! compression tool on ranges that really exist in the request it answers.
 //!
+//! **Delays.** `"delay_ms": N` on a turn makes the model wait `N` ms (at most
+//! [`MAX_DELAY_MS`]) before its first output, like a slow provider; a cancelled run stops
+//! waiting at once. Tests use it to hold one run while another proceeds.
+//!
 //! Without a script, every request is answered with one end_turn text turn echoing the last
 //! user text. Output streams as the same [`StreamItem`]s as the HTTP providers (several text
 //! deltas, tool input in fragments), with usage estimated at 4 characters per token.
@@ -62,6 +66,8 @@ pub const MAX_PLACEHOLDER_BYTES: usize = 64 * 1024;
 pub const MAX_EXPANDED_BYTES: usize = 512 * 1024;
 const LAST_TOOL_RESULT: &str = "{{last_tool_result}}";
 const LAST_USER_TEXT: &str = "{{last_user_text}}";
+/// Longest wait a turn's `delay_ms` may ask for; more is a malformed script.
+pub const MAX_DELAY_MS: u64 = 10_000;
 /// Characters per estimated token.
 const CHARS_PER_TOKEN: u64 = 4;
 
@@ -98,6 +104,9 @@ pub struct ScriptTurn {
     /// Stop reason in Anthropic spelling (`end_turn`, `tool_use`, `max_tokens`, …).
     #[serde(default)]
     pub stop: Option<String>,
+    /// Wait before the first output, in milliseconds (at most [`MAX_DELAY_MS`]).
+    #[serde(default)]
+    pub delay_ms: u64,
 }
 
 /// One scripted tool call.
@@ -131,6 +140,16 @@ impl ScriptedProvider {
                     .map_err(|error| ProviderError::Config(format!("invalid script: {error}")))
             })
             .transpose()?;
+        if let Some(turn) = script
+            .iter()
+            .flat_map(|script| &script.turns)
+            .find(|turn| turn.delay_ms > MAX_DELAY_MS)
+        {
+            return Err(ProviderError::Config(format!(
+                "invalid script: delay_ms {} is over the {MAX_DELAY_MS} ms limit",
+                turn.delay_ms
+            )));
+        }
         Ok(Self { script })
     }
 
@@ -144,6 +163,7 @@ impl ScriptedProvider {
                 text: Some(context.last_user_text.clone()),
                 tool_calls: vec![],
                 stop: Some("end_turn".into()),
+                delay_ms: 0,
             };
         };
         if let Some(result) = &context.trailing_tool_result {
@@ -176,6 +196,7 @@ impl ScriptedProvider {
                 )),
                 tool_calls: vec![],
                 stop: Some("end_turn".into()),
+                delay_ms: 0,
             },
         }
     }
@@ -530,9 +551,20 @@ impl Provider for ScriptedProvider {
                 )));
             }
         }
-        let items = play(&self.choose(request), request)?;
+        let turn = self.choose(request);
+        let delay = std::time::Duration::from_millis(turn.delay_ms);
+        let items = play(&turn, request)?;
         let cancel = cancel.clone();
         let stream = async_stream::stream! {
+            if !delay.is_zero() {
+                tokio::select! {
+                    () = cancel.cancelled() => {
+                        yield Err(ProviderError::Cancelled);
+                        return;
+                    }
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
             for item in items {
                 if cancel.is_cancelled() {
                     yield Err(ProviderError::Cancelled);
@@ -546,61 +578,5 @@ impl Provider for ScriptedProvider {
 }
 
 #[cfg(test)]
-mod noa_tests {
-    use super::*;
-    use crate::message::{Message, ToolResultBlock};
-    use serde_json::json;
-
-    fn request(messages: Vec<Message>) -> ModelRequest {
-        ModelRequest {
-            model: "scripted".into(),
-            system: None,
-            messages: messages.into_iter().map(std::sync::Arc::new).collect(),
-            tools: Default::default(),
-            max_tokens: 100,
-            temperature: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn a_request_over_the_window_is_a_context_overflow() {
-        let provider = ScriptedProvider::new(Some(&json!({
-            "context_window": 50, "turns": [{"text": "ok"}]
-        })))
-        .unwrap();
-        let cancel = CancellationToken::new();
-        assert!(
-            provider
-                .stream(&request(vec![Message::user_text("hi")]), &cancel)
-                .await
-                .is_ok()
-        );
-        let big = request(vec![Message::user_text("x".repeat(400))]);
-        assert!(matches!(
-            provider.stream(&big, &cancel).await,
-            Err(ProviderError::ContextOverflow(_))
-        ));
-    }
-
-    #[test]
-    fn ref_placeholders_resolve_to_the_refs_in_the_request() {
-        let mut results = Message {
-            role: Role::User,
-            content: vec![ContentBlock::ToolResult(ToolResultBlock::ok(
-                "t",
-                "[ref m7] done",
-            ))],
-        };
-        results.content.push(ContentBlock::Text {
-            text: "[ref m8]".into(),
-        });
-        let request = request(vec![Message::user_text("[ref m2]"), results]);
-        let refs = visible_refs(&request);
-        assert_eq!(refs, ["m2", "m7", "m8"]);
-        let input = json!({"a": "{{ref:0}}", "b": ["{{ref:-1}}..{{ref:-2}}"], "c": "{{ref:9}}"});
-        assert_eq!(
-            fill_refs(&input, &refs),
-            json!({"a": "m2", "b": ["m8..m7"], "c": "none"})
-        );
-    }
-}
+#[path = "scripted_tests.rs"]
+mod tests;

@@ -115,6 +115,29 @@ async fn session_scripts_are_refused_unless_allowed() {
         .await;
 }
 
+/// A scripted turn may wait at most `MAX_DELAY_MS` before it answers: a longer wait is refused
+/// at creation (it would hold a run slot), and the server goes on serving the next tenant.
+#[tokio::test]
+async fn a_script_delay_over_the_limit_is_refused_at_creation() {
+    let app = TestApp::spawn(Backend::Sqlite).await.unwrap();
+    let token = app.token("mallory");
+    let slow = json!({"model": {"script": {"turns": [
+        {"text": "late", "delay_ms": norma::llm::scripted::MAX_DELAY_MS + 1}
+    ]}}});
+    let (status, body) = body_of(app.post_json("/v1/sessions", &token, &slow).await).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("INVALID_REQUEST")),
+        "{body}"
+    );
+    assert_eq!(body["details"]["field"], "model.script", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("delay_ms"),
+        "{body}"
+    );
+    app.create_session("acme", &scripted("still served")).await;
+}
+
 /// A session stored by a server that allowed scripts, run by one that does not (a second
 /// application on the same store): the run fails with `SCRIPTS_NOT_ALLOWED` instead of
 /// playing the script; forking it is refused.

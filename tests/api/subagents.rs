@@ -55,8 +55,10 @@ pub async fn wait_terminal(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
 
 async fn two_in_parallel(app: TestApp) {
     let token = app.token("acme");
+    // The first turn takes a second (a slow model), so that the two running side by side
+    // overlap whatever the machine's load: the second starts long before the first can end.
     let explorer_script = json!({"turns": [
-        {"tool_calls": [{"name": "Glob", "input": {"pattern": "*.txt"}}]},
+        {"tool_calls": [{"name": "Glob", "input": {"pattern": "*.txt"}}], "delay_ms": 1000},
         {"text": "explored"}
     ]});
     let id = app
