@@ -309,9 +309,43 @@ pub async fn workspace_bytes_sum_open_sessions_of_the_tenant(store: Arc<dyn Stor
         store.record_workspace_bytes(&tenant, &other, 1).await,
         Err(StoreError::NotFound)
     ));
-    // A closed session no longer counts.
+    // The same measurement again changes nothing; a smaller one gives the difference back.
+    store.record_workspace_bytes(&tenant, &b, 24).await.unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 2024);
+    store
+        .record_workspace_bytes(&tenant, &a, 1500)
+        .await
+        .unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 1524);
+    store
+        .record_workspace_bytes(&tenant, &a, 2000)
+        .await
+        .unwrap();
+    // A closed session no longer counts (closing it again takes nothing more), nor does a
+    // measurement recorded after it closed; a session measured for the first time counts.
     store.close_session(&tenant, &a).await.unwrap();
     assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 24);
+    let _ = store.close_session(&tenant, &a).await;
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 24);
+    store
+        .record_workspace_bytes(&tenant, &a, 9000)
+        .await
+        .unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 24);
+    let c = session(&store, "acme").await;
+    store
+        .record_workspace_bytes(&tenant, &c, 100)
+        .await
+        .unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 124);
+    // A session that does not exist is not found, and counts nothing.
+    assert!(matches!(
+        store
+            .record_workspace_bytes(&tenant, &norma::ids::SessionId::generate(), 7)
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 124);
     assert_eq!(
         store
             .workspace_bytes(&TenantId::new("other"))

@@ -195,14 +195,10 @@ impl PgStore {
 
     pub(in crate::store) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
         let mut tx = self.tenant_tx(tenant).await?;
-        let bytes: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(u.bytes), 0)::BIGINT FROM workspace_usage u \
-             JOIN sessions s ON s.id = u.session_id \
-             WHERE u.tenant_id = $1 AND s.status = 'active'",
-        )
-        .bind(tenant.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
+        let bytes: i64 = sqlx::query_scalar(super::TENANT_WORKSPACE_BYTES)
+            .bind(tenant.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(bytes.max(0) as u64)
     }

@@ -157,33 +157,45 @@ impl SqliteStore {
         session: &SessionId,
         bytes: u64,
     ) -> StoreResult<()> {
-        let done = sqlx::query(
-            "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
-             SELECT id, tenant_id, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
-             ON CONFLICT (session_id) DO UPDATE SET bytes = excluded.bytes, \
-                 updated_at = excluded.updated_at",
-        )
-        .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
-        .bind(ts(Utc::now()))
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .execute(&mut *self.writer().sqlx().await?)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound);
-        }
-        Ok(())
+        let (tenant, session) = (tenant.clone(), session.clone());
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        self.group
+            .write(move |db| {
+                // An unchanged measurement writes nothing (most mutating calls leave the
+                // size as it was); the session must still exist.
+                let changed = db
+                    .prepare_cached(
+                        "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
+                         SELECT id, tenant_id, ?1, ?2 FROM sessions \
+                             WHERE id = ?3 AND tenant_id = ?4 \
+                         ON CONFLICT (session_id) DO UPDATE SET bytes = excluded.bytes, \
+                             updated_at = excluded.updated_at \
+                             WHERE workspace_usage.bytes <> excluded.bytes",
+                    )?
+                    .execute(rusqlite::params![
+                        bytes,
+                        ts(Utc::now()),
+                        session.as_str(),
+                        tenant.as_str()
+                    ])?;
+                if changed == 0
+                    && !db
+                        .prepare_cached("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")?
+                        .exists([session.as_str(), tenant.as_str()])?
+                {
+                    return Err(StoreError::NotFound);
+                }
+                Ok(())
+            })
+            .await
     }
 
     pub(in crate::store) async fn workspace_bytes_tx(&self, tenant: &TenantId) -> StoreResult<u64> {
-        let bytes: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(u.bytes), 0) FROM workspace_usage u \
-             JOIN sessions s ON s.id = u.session_id \
-             WHERE u.tenant_id = ? AND s.status = 'active'",
-        )
-        .bind(tenant.as_str())
-        .fetch_one(self.reader())
-        .await?;
+        let bytes: i64 = self.reads.read(|db| {
+            Ok(db
+                .prepare_cached(super::TENANT_WORKSPACE_BYTES)?
+                .query_row([tenant.as_str()], |row| row.get(0))?)
+        })?;
         Ok(bytes.max(0) as u64)
     }
 
