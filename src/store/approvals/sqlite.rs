@@ -3,12 +3,18 @@
 use super::*;
 use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::{opt_ts_column, ts, ts_column};
+use crate::store::dialect::sqlite::{opt_ts_column, parse_json, ts, ts_column};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
+use rusqlite::OptionalExtension;
 use serde_json::Value;
 
 // --- approvals and grants ---
+//
+// A request, its reads and its decision go through the group writer and the synchronous
+// reads on the caller's thread (rusqlite): no hop to a sqlx worker thread on the approval
+// round trip.
+
 pub(in crate::store) async fn create_approval(
     store: &SqliteStore,
     tenant: &TenantId,
@@ -16,32 +22,42 @@ pub(in crate::store) async fn create_approval(
     max_pending: u32,
 ) -> StoreResult<ApprovalRecord> {
     crate::store::storable::approval(&mut approval);
-    let mut turn = store.writer.sqlx().await?;
-    let mut tx = turn.begin().await?;
-    crate::store::limits::sqlite::admit_approval(&mut tx, tenant, max_pending, now()).await?;
-    let row = sqlx::query(&format!(
-        "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \
-             input_sha256, reason, expires_at, created_at) \
-         SELECT ?, id, tenant_id, ?, ?, ?, ?, ?, ?, ?, ? FROM sessions WHERE id = ? AND tenant_id = ? \
-         RETURNING {APPROVAL_COLUMNS}"
-    ))
-    .bind(approval.id.as_str())
-    .bind(approval.run_id.as_deref())
-    .bind(&approval.tool_use_id)
-    .bind(&approval.tool_name)
-    .bind(approval.input.to_string())
-    .bind(&approval.input_sha256)
-    .bind(&approval.reason)
-    .bind(ts(approval.expires_at))
-    .bind(ts(now()))
-    .bind(approval.session.as_str())
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or(StoreError::NotFound)?;
-    let record = approval_from_row(&row)?;
-    tx.commit().await?;
-    Ok(record)
+    let tenant = tenant.clone();
+    let input = approval.input.to_string();
+    let row = store
+        .group
+        .write(move |db| {
+            let at = now();
+            // Admission first (a read): a refusal writes nothing and fails alone.
+            crate::store::limits::sqlite::admit_approval(db, &tenant, max_pending, at)?;
+            db.prepare_cached(&format!(
+                "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, \
+                     tool_name, input, input_sha256, reason, expires_at, created_at) \
+                 SELECT ?1, id, tenant_id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM sessions \
+                     WHERE id = ?10 AND tenant_id = ?11 \
+                 RETURNING {APPROVAL_COLUMNS}"
+            ))?
+            .query_row(
+                rusqlite::params![
+                    approval.id.as_str(),
+                    approval.run_id.as_deref(),
+                    approval.tool_use_id,
+                    approval.tool_name,
+                    input,
+                    approval.input_sha256,
+                    approval.reason,
+                    ts(approval.expires_at),
+                    ts(at),
+                    approval.session.as_str(),
+                    tenant.as_str(),
+                ],
+                |row| Ok(approval_row(row)),
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound)?
+        })
+        .await?;
+    row.try_into()
 }
 
 pub(in crate::store) async fn decide_approval(
@@ -51,43 +67,54 @@ pub(in crate::store) async fn decide_approval(
     id: &ApprovalId,
     decision: ApprovalDecision,
 ) -> StoreResult<Option<ApprovalRecord>> {
-    let at = ts(now());
+    let (tenant, session, id) = (tenant.clone(), session.clone(), id.clone());
     let must_be_live = decision.status != ApprovalStatus::Expired;
-    let mut turn = store.writer.sqlx().await?;
-    let mut tx = turn.begin().await?;
-    let row = sqlx::query(DECIDE_APPROVAL)
-        .bind(id.as_str())
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .bind(decision.status.as_str())
-        .bind(&decision.decided_by)
-        .bind(&at)
-        .bind(decision.reason.as_deref())
-        .bind(decision.updated_input.as_ref().map(Value::to_string))
-        .bind(decision.grant.as_ref().map(|g| g.id.as_str()))
-        .bind(must_be_live)
-        .fetch_optional(&mut *tx)
+    let updated_input = decision.updated_input.as_ref().map(Value::to_string);
+    let row = store
+        .group
+        .write(move |db| {
+            let at = ts(now());
+            // The conditional update first: when it finds nothing pending, nothing is written.
+            let Some(row) = db
+                .prepare_cached(DECIDE_APPROVAL)?
+                .query_row(
+                    rusqlite::named_params! {
+                        "$1": id.as_str(),
+                        "$2": session.as_str(),
+                        "$3": tenant.as_str(),
+                        "$4": decision.status.as_str(),
+                        "$5": decision.decided_by,
+                        "$6": at,
+                        "$7": decision.reason.as_deref(),
+                        "$8": updated_input.as_deref(),
+                        "$9": decision.grant.as_ref().map(|g| g.id.as_str()),
+                        "$10": must_be_live,
+                    },
+                    |row| Ok(approval_row(row)),
+                )
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            let row = row?;
+            if let Some(grant) = &decision.grant {
+                db.prepare_cached(INSERT_GRANT)?
+                    .execute(rusqlite::named_params! {
+                        "$1": grant.id.as_str(),
+                        "$2": tenant.as_str(),
+                        "$3": grant.session.as_str(),
+                        "$4": grant.scope.as_str(),
+                        "$5": grant.rule,
+                        "$6": grant.created_by,
+                        "$7": grant.approval_id.as_deref(),
+                        "$8": grant.expires_at.map(ts),
+                        "$9": at,
+                    })?;
+            }
+            Ok(Some(row))
+        })
         .await?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    if let Some(grant) = &decision.grant {
-        sqlx::query(INSERT_GRANT)
-            .bind(grant.id.as_str())
-            .bind(tenant.as_str())
-            .bind(grant.session.as_str())
-            .bind(grant.scope.as_str())
-            .bind(&grant.rule)
-            .bind(&grant.created_by)
-            .bind(grant.approval_id.as_deref())
-            .bind(grant.expires_at.map(ts))
-            .bind(&at)
-            .execute(&mut *tx)
-            .await?;
-    }
-    let record = approval_from_row(&row)?;
-    tx.commit().await?;
-    Ok(Some(record))
+    row.map(TryInto::try_into).transpose()
 }
 
 pub(in crate::store) async fn get_approval(
@@ -96,13 +123,43 @@ pub(in crate::store) async fn get_approval(
     session: &SessionId,
     id: &ApprovalId,
 ) -> StoreResult<Option<ApprovalRecord>> {
-    let row = sqlx::query(GET_APPROVAL)
-        .bind(id.as_str())
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .fetch_optional(&store.pool)
-        .await?;
-    row.as_ref().map(approval_from_row).transpose()
+    let row = store.reads.read(|db| {
+        db.prepare_cached(GET_APPROVAL)?
+            .query_row(
+                rusqlite::params![id.as_str(), session.as_str(), tenant.as_str()],
+                |row| Ok(approval_row(row)),
+            )
+            .optional()?
+            .transpose()
+    })?;
+    row.map(TryInto::try_into).transpose()
+}
+
+/// An [`ApprovalRow`] of [`APPROVAL_COLUMNS`], in order, read by `rusqlite`.
+fn approval_row(row: &rusqlite::Row<'_>) -> StoreResult<ApprovalRow> {
+    let json = |index: usize| -> StoreResult<Option<Json<Value>>> {
+        row.get::<_, Option<String>>(index)?
+            .map(|text| Ok(Json(parse_json(&text)?)))
+            .transpose()
+    };
+    Ok(ApprovalRow {
+        id: row.get(0)?,
+        session_id: row.get(1)?,
+        run_id: row.get(2)?,
+        tool_use_id: row.get(3)?,
+        tool_name: row.get(4)?,
+        input: json(5)?.unwrap_or(Json(Value::Null)),
+        input_sha256: row.get(6)?,
+        reason: row.get(7)?,
+        status: row.get(8)?,
+        decided_by: row.get(9)?,
+        decided_at: opt_ts_column(row, 10)?,
+        decision_reason: row.get(11)?,
+        updated_input: json(12)?,
+        grant_id: row.get(13)?,
+        expires_at: ts_column(row, 14)?,
+        created_at: ts_column(row, 15)?,
+    })
 }
 
 pub(in crate::store) async fn list_approvals(

@@ -7,7 +7,6 @@ use crate::store::dialect::lease_span;
 use crate::store::sqlite::{SqliteStore, ts};
 use crate::store::*;
 use chrono::{DateTime, Utc};
-use sqlx::SqliteConnection;
 
 /// The tenant's running runs with a live lease, but one: `?1` tenant, `?2` now, `?3` the run
 /// being claimed (or NULL). Served by the partial index `runs_tenant_running`.
@@ -77,9 +76,10 @@ pub(in crate::store) fn admit_queued(
     over(Limit::QueuedPrompts, caps.queued_per_tenant, in_tenant)
 }
 
-/// Checks that one more pending approval request fits the tenant's cap.
-pub(in crate::store) async fn admit_approval(
-    conn: &mut SqliteConnection,
+/// Checks that one more pending approval request fits the tenant's cap (a read: a refusal
+/// writes nothing).
+pub(in crate::store) fn admit_approval(
+    db: &rusqlite::Connection,
     tenant: &TenantId,
     max_pending: u32,
     at: DateTime<Utc>,
@@ -87,11 +87,9 @@ pub(in crate::store) async fn admit_approval(
     if max_pending == u32::MAX {
         return Ok(());
     }
-    let pending: i64 = sqlx::query_scalar(COUNT_PENDING_APPROVALS)
-        .bind(tenant.as_str())
-        .bind(ts(at))
-        .fetch_one(conn)
-        .await?;
+    let pending: i64 = db
+        .prepare_cached(COUNT_PENDING_APPROVALS)?
+        .query_row(rusqlite::params![tenant.as_str(), ts(at)], |row| row.get(0))?;
     over(Limit::PendingApprovals, max_pending, pending)
 }
 
