@@ -73,6 +73,7 @@ store_suite!(
     a_retried_batch_whose_commit_answer_was_lost_is_not_stored_twice,
     cancels_are_recorded_for_the_replica_holding_the_run,
     append_numbers_events_and_messages_contiguously,
+    a_long_history_reads_whole_in_order_and_in_pages,
     concurrent_appends_never_duplicate_a_seq,
     appends_are_tenant_scoped_and_atomic,
     outputs_keep_digest_and_provenance,
@@ -236,6 +237,75 @@ async fn append_numbers_events_and_messages_contiguously(store: Arc<dyn Store>) 
             .unwrap()
             .last_event_seq,
         3
+    );
+}
+
+/// A history longer than what SQLite reads on the caller's thread (64 messages; the rest
+/// through sqlx from where that read ended) comes back whole, in order, and cut at `limit`.
+async fn a_long_history_reads_whole_in_order_and_in_pages(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    for chunk in 0..5 {
+        let messages = (0..40)
+            .map(|i| NewMessage {
+                message: Message::user_text(format!("m{}", chunk * 40 + i + 1)),
+                run_id: None,
+                compaction_boundary: false,
+            })
+            .collect();
+        store
+            .append(
+                &tenant,
+                &id,
+                AppendBatch {
+                    messages,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let text = |record: &norma::store::MessageRecord| match &record.to_message().content[0] {
+        ContentBlock::Text { text } => text.clone(),
+        other => panic!("{other:?}"),
+    };
+    let all = store
+        .list_messages(&tenant, &id, 0, u32::MAX)
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 200);
+    for (i, record) in all.iter().enumerate() {
+        assert_eq!(record.seq, i as i64 + 1);
+        assert_eq!(text(record), format!("m{}", i + 1));
+    }
+    for (after, limit, expected) in [
+        (0, 64, 64),
+        (0, 65, 65),
+        (0, 100, 100),
+        (150, 1000, 50),
+        (10, 64, 64),
+        (199, 10, 1),
+        (200, 10, 0),
+    ] {
+        let page = store
+            .list_messages(&tenant, &id, after, limit)
+            .await
+            .unwrap();
+        assert_eq!(page.len(), expected, "after {after}, limit {limit}");
+        assert!(
+            page.iter()
+                .zip(after + 1..)
+                .all(|(record, seq)| record.seq == seq),
+            "after {after}, limit {limit}"
+        );
+    }
+    // Another tenant reads nothing of it.
+    assert!(
+        store
+            .list_messages(&TenantId::new("t2"), &id, 0, u32::MAX)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
 

@@ -94,6 +94,15 @@ pub(in crate::store) async fn list_session_events(
     rows.iter().map(event_from_row).collect()
 }
 
+/// Messages read on the caller's thread before the rest of a longer history goes to sqlx's
+/// worker: a run's start reads its session's whole history, which is short for most sessions
+/// (no hop to a worker thread) and can be thousands of messages for a long one (read on the
+/// worker, not on the caller's thread).
+const MESSAGES_ON_CALLER: u32 = 64;
+
+/// Up to `limit` messages after `after`: the first [`MESSAGES_ON_CALLER`] on the caller's
+/// thread (see `sqlite_reads`), the rest, if any, through sqlx from where they ended. The
+/// history is append-only, so the two reads give the same rows as one.
 pub(in crate::store) async fn list_messages(
     store: &SqliteStore,
     tenant: &TenantId,
@@ -101,14 +110,44 @@ pub(in crate::store) async fn list_messages(
     after: i64,
     limit: u32,
 ) -> StoreResult<Vec<MessageRecord>> {
+    let first = limit.min(MESSAGES_ON_CALLER);
+    let mut records = store.reads.read(|db| {
+        db.prepare_cached(LIST_MESSAGES)?
+            .query_and_then(
+                rusqlite::params![session.as_str(), tenant.as_str(), after, i64::from(first)],
+                message_record,
+            )?
+            .collect::<StoreResult<Vec<MessageRecord>>>()
+    })?;
+    let Some(last) = records.last().map(|record| record.seq) else {
+        return Ok(records);
+    };
+    if records.len() < first as usize || limit == first {
+        return Ok(records);
+    }
     let rows: Vec<MessageRow> = sqlx::query_as(LIST_MESSAGES)
         .bind(session.as_str())
         .bind(tenant.as_str())
-        .bind(after)
-        .bind(i64::from(limit))
+        .bind(last)
+        .bind(i64::from(limit - first))
         .fetch_all(&store.pool)
         .await?;
-    messages(rows)
+    records.extend(messages(rows)?);
+    Ok(records)
+}
+
+/// A [`MessageRow`] of `seq, role, content, run_id, compaction_boundary, created_at`, read by
+/// `rusqlite`.
+fn message_record(row: &rusqlite::Row<'_>) -> StoreResult<MessageRecord> {
+    MessageRow {
+        seq: row.get(0)?,
+        role: row.get(1)?,
+        content: sqlx::types::Json(parse_json(&row.get::<_, String>(2)?)?),
+        run_id: row.get(3)?,
+        compaction_boundary: row.get(4)?,
+        created_at: ts_column(row, 5)?,
+    }
+    .try_into()
 }
 
 pub(in crate::store) async fn get_output(
