@@ -284,6 +284,20 @@ pub async fn pending_approvals_are_capped_per_tenant(store: Arc<dyn Store>) {
         .unwrap();
 }
 
+/// Records `bytes` as `session`'s measurement and answers the tenant's total after it.
+async fn record_then_total(
+    store: &Arc<dyn Store>,
+    tenant: &TenantId,
+    session: &SessionId,
+    bytes: u64,
+) -> u64 {
+    store
+        .record_workspace_bytes(tenant, session, bytes)
+        .await
+        .unwrap();
+    store.workspace_bytes(tenant).await.unwrap()
+}
+
 pub async fn workspace_bytes_sum_open_sessions_of_the_tenant(store: Arc<dyn Store>) {
     let tenant = TenantId::new("acme");
     let (a, b) = (session(&store, "acme").await, session(&store, "acme").await);
@@ -310,34 +324,18 @@ pub async fn workspace_bytes_sum_open_sessions_of_the_tenant(store: Arc<dyn Stor
         Err(StoreError::NotFound)
     ));
     // The same measurement again changes nothing; a smaller one gives the difference back.
-    store.record_workspace_bytes(&tenant, &b, 24).await.unwrap();
-    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 2024);
-    store
-        .record_workspace_bytes(&tenant, &a, 1500)
-        .await
-        .unwrap();
-    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 1524);
-    store
-        .record_workspace_bytes(&tenant, &a, 2000)
-        .await
-        .unwrap();
+    assert_eq!(record_then_total(&store, &tenant, &b, 24).await, 2024);
+    assert_eq!(record_then_total(&store, &tenant, &a, 1500).await, 1524);
+    assert_eq!(record_then_total(&store, &tenant, &a, 2000).await, 2024);
     // A closed session no longer counts (closing it again takes nothing more), nor does a
     // measurement recorded after it closed; a session measured for the first time counts.
     store.close_session(&tenant, &a).await.unwrap();
     assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 24);
     let _ = store.close_session(&tenant, &a).await;
     assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 24);
-    store
-        .record_workspace_bytes(&tenant, &a, 9000)
-        .await
-        .unwrap();
-    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 24);
+    assert_eq!(record_then_total(&store, &tenant, &a, 9000).await, 24);
     let c = session(&store, "acme").await;
-    store
-        .record_workspace_bytes(&tenant, &c, 100)
-        .await
-        .unwrap();
-    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 124);
+    assert_eq!(record_then_total(&store, &tenant, &c, 100).await, 124);
     // A session that does not exist is not found, and counts nothing.
     assert!(matches!(
         store

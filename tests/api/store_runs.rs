@@ -5,7 +5,9 @@ use crate::store::{event, new_session};
 use norma::ids::RunId;
 use norma::ids::{SessionId, TenantId};
 use norma::limits::RunCaps;
-use norma::store::{AppendBatch, NewRun, RunEnd, RunStatus, Store, StoreError};
+use norma::store::{
+    AppendBatch, AppendResult, NewRun, RunEnd, RunLease, RunStatus, Store, StoreError,
+};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,26 @@ fn new_run(session: &SessionId, prompt: &str) -> NewRun {
         session: session.clone(),
         prompt: prompt.into(),
     }
+}
+
+/// One event appended under `lease`, as a writer that may have lost it would.
+async fn late_append(
+    store: &Arc<dyn Store>,
+    tenant: &TenantId,
+    session: &SessionId,
+    lease: RunLease,
+) -> Result<AppendResult, StoreError> {
+    store
+        .append(
+            tenant,
+            session,
+            AppendBatch {
+                events: vec![event("late", 1)],
+                lease: Some(lease),
+                ..Default::default()
+            },
+        )
+        .await
 }
 
 pub async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Store>) {
@@ -53,17 +75,7 @@ pub async fn run_leases_are_exclusive_and_fence_stale_writers(store: Arc<dyn Sto
     assert_eq!(reclaimed.fence, 2);
 
     // The first claim's writer is fenced off; nothing of its batch is written.
-    let stale = store
-        .append(
-            &tenant,
-            &session,
-            AppendBatch {
-                events: vec![event("late", 1)],
-                lease: Some(a_lease),
-                ..Default::default()
-            },
-        )
-        .await;
+    let stale = late_append(&store, &tenant, &session, a_lease).await;
     assert!(matches!(stale, Err(StoreError::LeaseLost)), "{stale:?}");
     assert!(
         store
@@ -242,17 +254,7 @@ pub async fn released_leases_are_claimable_at_once_and_fence_the_releaser(store:
     assert_eq!(released[0].fence, run.fence, "the release does not claim");
     // Its heartbeat no longer extends it, and its writes are refused.
     assert_eq!(store.renew_leases(&stopping, long).await.unwrap(), 0);
-    let late = store
-        .append(
-            &tenant,
-            &session,
-            AppendBatch {
-                events: vec![event("late", 1)],
-                lease: Some(old_lease),
-                ..Default::default()
-            },
-        )
-        .await;
+    let late = late_append(&store, &tenant, &session, old_lease).await;
     assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
     // Any replica claims it at once (no lease period to wait).
     let taken = store

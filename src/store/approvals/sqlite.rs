@@ -3,7 +3,7 @@
 use super::*;
 use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::{opt_ts_column, parse_json, ts, ts_column};
+use crate::store::dialect::sqlite::{json_column, opt_json_column, opt_ts_column, ts, ts_column};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
 use rusqlite::OptionalExtension;
@@ -137,25 +137,20 @@ pub(in crate::store) async fn get_approval(
 
 /// An [`ApprovalRow`] of [`APPROVAL_COLUMNS`], in order, read by `rusqlite`.
 fn approval_row(row: &rusqlite::Row<'_>) -> StoreResult<ApprovalRow> {
-    let json = |index: usize| -> StoreResult<Option<Json<Value>>> {
-        row.get::<_, Option<String>>(index)?
-            .map(|text| Ok(Json(parse_json(&text)?)))
-            .transpose()
-    };
     Ok(ApprovalRow {
         id: row.get(0)?,
         session_id: row.get(1)?,
         run_id: row.get(2)?,
         tool_use_id: row.get(3)?,
         tool_name: row.get(4)?,
-        input: json(5)?.unwrap_or(Json(Value::Null)),
+        input: json_column(row, 5)?,
         input_sha256: row.get(6)?,
         reason: row.get(7)?,
         status: row.get(8)?,
         decided_by: row.get(9)?,
         decided_at: opt_ts_column(row, 10)?,
         decision_reason: row.get(11)?,
-        updated_input: json(12)?,
+        updated_input: opt_json_column(row, 12)?,
         grant_id: row.get(13)?,
         expires_at: ts_column(row, 14)?,
         created_at: ts_column(row, 15)?,

@@ -37,3 +37,22 @@ pub(in crate::store) fn opt_ts_column(
 pub(in crate::store) fn parse_json<T: serde::de::DeserializeOwned>(value: &str) -> StoreResult<T> {
     serde_json::from_str(value).map_err(|error| StoreError::Internal(format!("bad json: {error}")))
 }
+
+/// JSON text column `index` of a row read by `rusqlite`.
+pub(in crate::store) fn json_column<T: serde::de::DeserializeOwned>(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+) -> StoreResult<sqlx::types::Json<T>> {
+    parse_json(&row.get::<_, String>(index)?).map(sqlx::types::Json)
+}
+
+/// Nullable JSON text column `index` of a row read by `rusqlite`.
+pub(in crate::store) fn opt_json_column<T: serde::de::DeserializeOwned>(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+) -> StoreResult<Option<sqlx::types::Json<T>>> {
+    row.get::<_, Option<String>>(index)?
+        .as_deref()
+        .map(|text| parse_json(text).map(sqlx::types::Json))
+        .transpose()
+}

@@ -3,7 +3,7 @@
 use super::*;
 use crate::ids::{OutputId, RunId, SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::{parse_json, ts, ts_column};
+use crate::store::dialect::sqlite::{json_column, ts, ts_column};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
 
@@ -43,7 +43,7 @@ fn event_record(row: &rusqlite::Row<'_>) -> StoreResult<EventRecord> {
     Ok(EventRow {
         seq: row.get(0)?,
         kind: row.get(1)?,
-        payload: sqlx::types::Json(parse_json(&row.get::<_, String>(2)?)?),
+        payload: json_column(row, 2)?,
         run_id: row.get(3)?,
         created_at: ts_column(row, 4)?,
     }
@@ -142,7 +142,7 @@ fn message_record(row: &rusqlite::Row<'_>) -> StoreResult<MessageRecord> {
     MessageRow {
         seq: row.get(0)?,
         role: row.get(1)?,
-        content: sqlx::types::Json(parse_json(&row.get::<_, String>(2)?)?),
+        content: json_column(row, 2)?,
         run_id: row.get(3)?,
         compaction_boundary: row.get(4)?,
         created_at: ts_column(row, 5)?,

@@ -2,13 +2,12 @@
 
 use super::*;
 use crate::ids::{RunId, SessionId, TenantId};
-use crate::store::dialect::sqlite::{opt_ts_column, parse_json, ts, ts_column};
+use crate::store::dialect::sqlite::{opt_json_column, opt_ts_column, ts, ts_column};
 use crate::store::dialect::{lease_span, now};
 use crate::store::limits::sqlite::{admit_queued, admit_running};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
 use rusqlite::params;
-use sqlx::types::Json;
 
 // --- runs ---
 pub(in crate::store) async fn create_run_keyed(
@@ -182,12 +181,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> StoreResult<RunRecord> {
         owner: row.get(5)?,
         lease_expires_at: opt_ts_column(row, 6)?,
         fence: row.get(7)?,
-        terminal: row
-            .get::<_, Option<String>>(8)?
-            .as_deref()
-            .map(parse_json)
-            .transpose()?
-            .map(Json),
+        terminal: opt_json_column(row, 8)?,
         created_at: ts_column(row, 9)?,
         started_at: opt_ts_column(row, 10)?,
         ended_at: opt_ts_column(row, 11)?,

@@ -3,7 +3,7 @@
 use super::*;
 use crate::ids::{SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::sqlite::{opt_ts_column, parse_json, ts, ts_column};
+use crate::store::dialect::sqlite::{json_column, opt_ts_column, ts, ts_column};
 use crate::store::sqlite::SqliteStore;
 use crate::store::sqlite_writer::append_in;
 use crate::store::webhooks::sqlite::Outbox;
@@ -124,7 +124,7 @@ fn session_record(row: &rusqlite::Row<'_>) -> StoreResult<SessionRecord> {
     SessionRow {
         id: row.get(0)?,
         tenant_id: row.get(1)?,
-        config: Json(parse_json(&row.get::<_, String>(2)?)?),
+        config: json_column(row, 2)?,
         status: row.get(3)?,
         created_at: ts_column(row, 4)?,
         updated_at: ts_column(row, 5)?,
