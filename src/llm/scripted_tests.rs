@@ -1,22 +1,24 @@
 //! Tests of the scripted provider: the context window, ref placeholders and delays.
 
 use super::*;
+use crate::message::Message;
+
+/// A request of `messages` to the scripted model.
+fn request(messages: Vec<Message>) -> ModelRequest {
+    ModelRequest {
+        model: "scripted".into(),
+        system: None,
+        messages: messages.into_iter().map(std::sync::Arc::new).collect(),
+        tools: Default::default(),
+        max_tokens: 100,
+        temperature: None,
+    }
+}
 
 mod noa_tests {
     use super::*;
-    use crate::message::{Message, ToolResultBlock};
+    use crate::message::ToolResultBlock;
     use serde_json::json;
-
-    fn request(messages: Vec<Message>) -> ModelRequest {
-        ModelRequest {
-            model: "scripted".into(),
-            system: None,
-            messages: messages.into_iter().map(std::sync::Arc::new).collect(),
-            tools: Default::default(),
-            max_tokens: 100,
-            temperature: None,
-        }
-    }
 
     #[tokio::test]
     async fn a_request_over_the_window_is_a_context_overflow() {
@@ -63,20 +65,8 @@ mod noa_tests {
 
 mod delay_tests {
     use super::*;
-    use crate::message::Message;
     use serde_json::json;
     use std::time::Duration;
-
-    fn request() -> ModelRequest {
-        ModelRequest {
-            model: "scripted".into(),
-            system: None,
-            messages: vec![std::sync::Arc::new(Message::user_text("hi"))],
-            tools: Default::default(),
-            max_tokens: 100,
-            temperature: None,
-        }
-    }
 
     #[test]
     fn a_delay_over_the_limit_is_a_malformed_script() {
@@ -97,7 +87,10 @@ mod delay_tests {
                 .unwrap();
         let started = tokio::time::Instant::now();
         let mut stream = provider
-            .stream(&request(), &CancellationToken::new())
+            .stream(
+                &request(vec![Message::user_text("hi")]),
+                &CancellationToken::new(),
+            )
             .await
             .unwrap();
         assert!(stream.next().await.unwrap().is_ok());
@@ -111,7 +104,10 @@ mod delay_tests {
         ))
         .unwrap();
         let cancel = CancellationToken::new();
-        let mut stream = provider.stream(&request(), &cancel).await.unwrap();
+        let mut stream = provider
+            .stream(&request(vec![Message::user_text("hi")]), &cancel)
+            .await
+            .unwrap();
         let started = tokio::time::Instant::now();
         let canceller = cancel.clone();
         tokio::spawn(async move {

@@ -319,6 +319,17 @@ fn in_transaction<T>(
     Ok(value)
 }
 
+/// Whether `session` of `tenant` exists (a write that changed nothing: gone, or fenced off?).
+pub(super) fn session_exists(
+    db: &rusqlite::Connection,
+    tenant: &TenantId,
+    session: &SessionId,
+) -> StoreResult<bool> {
+    Ok(db
+        .prepare_cached("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")?
+        .exists(params![session.as_str(), tenant.as_str()])?)
+}
+
 /// One append inside an open transaction.
 pub(super) fn append_in(
     db: &rusqlite::Connection,
@@ -415,10 +426,7 @@ pub(super) fn append_in(
         if fenced_in_update.is_none() {
             return Err(StoreError::NotFound);
         }
-        let exists = db
-            .prepare_cached("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")?
-            .exists(params![session.as_str(), tenant.as_str()])?;
-        return Err(if exists {
+        return Err(if session_exists(db, tenant, session)? {
             StoreError::LeaseLost
         } else {
             StoreError::NotFound

@@ -177,9 +177,7 @@ impl SqliteStore {
                         tenant.as_str()
                     ])?;
                 if changed == 0
-                    && !db
-                        .prepare_cached("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")?
-                        .exists([session.as_str(), tenant.as_str()])?
+                    && !crate::store::sqlite_writer::session_exists(db, &tenant, &session)?
                 {
                     return Err(StoreError::NotFound);
                 }
