@@ -111,17 +111,26 @@ impl<'a> WireRequest<'a> {
 /// The tool list of the latest request, serialised: every request of a run offers the same
 /// shared list (one per tool registry), so its JSON — the tools' schemas are most of a short
 /// request — is written once per run, not once per model call. The list is kept (not only
-/// its address), so a new list can never be mistaken for it.
+/// its address), so a new list can never be mistaken for it. A list not seen by this provider
+/// is looked up among the lists the process serialised last ([`SHARED_LISTS`]): runs of
+/// sessions with the same tools (most of a server's runs) share one serialisation.
 #[derive(Default)]
 pub struct ToolsJson {
     last: Mutex<Option<SerialisedTools>>,
 }
 
 /// A tool list and its JSON.
+#[derive(Clone)]
 struct SerialisedTools {
     list: Arc<[ToolSpec]>,
     json: Arc<RawValue>,
 }
+
+/// Tool lists the process keeps serialised at most (the most recently used first).
+const SHARED_LISTS: usize = 8;
+
+/// The process's recently serialised tool lists (see [`ToolsJson`]).
+static SHARED: Mutex<Vec<SerialisedTools>> = Mutex::new(Vec::new());
 
 impl ToolsJson {
     /// `tools` as a JSON array (the specs have the wire's own shape: `name`, `description`,
@@ -136,13 +145,39 @@ impl ToolsJson {
         {
             return Ok(Some(kept.json.clone()));
         }
-        let json: Arc<RawValue> = serde_json::value::to_raw_value(&**tools)?.into();
+        let json = shared_json(tools)?;
         *last = Some(SerialisedTools {
             list: tools.clone(),
             json: json.clone(),
         });
         Ok(Some(json))
     }
+}
+
+/// The JSON of `tools`: from the process's recent lists when an equal one is there (built-in
+/// tools share their schemas, so comparing is mostly comparing names and descriptions),
+/// serialised and kept otherwise.
+fn shared_json(tools: &Arc<[ToolSpec]>) -> Result<Arc<RawValue>, serde_json::Error> {
+    {
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = shared.iter().position(|kept| *kept.list == **tools) {
+            let kept = shared.remove(at);
+            let json = kept.json.clone();
+            shared.insert(0, kept);
+            return Ok(json);
+        }
+    }
+    let json: Arc<RawValue> = serde_json::value::to_raw_value(&**tools)?.into();
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared.truncate(SHARED_LISTS - 1);
+    shared.insert(
+        0,
+        SerialisedTools {
+            list: tools.clone(),
+            json: json.clone(),
+        },
+    );
+    Ok(json)
 }
 
 impl<'a> WireMessage<'a> {
@@ -310,5 +345,31 @@ mod tests {
         let b = cache.of(&second).unwrap().unwrap();
         assert!(b.get().contains("\"B\"") && !b.get().contains("\"A\""));
         assert!(cache.of(&Arc::from(Vec::new())).unwrap().is_none());
+    }
+
+    #[test]
+    fn equal_lists_of_different_runs_share_one_serialisation_and_a_changed_one_does_not() {
+        let spec = |name: &str, description: &str| ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            input_schema: json!({"type": "object", "title": "shared_json test"}).into(),
+        };
+        // Two runs' providers, each with its own list of equal content.
+        let run_one: Arc<[ToolSpec]> = vec![spec("SharedA", "reads"), spec("SharedB", "x")].into();
+        let run_two: Arc<[ToolSpec]> = vec![spec("SharedA", "reads"), spec("SharedB", "x")].into();
+        let one = ToolsJson::default().of(&run_one).unwrap().unwrap();
+        let two = ToolsJson::default().of(&run_two).unwrap().unwrap();
+        assert!(
+            Arc::ptr_eq(&one, &two),
+            "equal lists share one serialisation"
+        );
+        // A description changed: serialised anew, never the other list's JSON.
+        let changed: Arc<[ToolSpec]> =
+            vec![spec("SharedA", "reads files"), spec("SharedB", "x")].into();
+        let three = ToolsJson::default().of(&changed).unwrap().unwrap();
+        assert!(!Arc::ptr_eq(&one, &three));
+        assert!(three.get().contains("reads files"));
+        let parsed: Value = serde_json::from_str(three.get()).unwrap();
+        assert_eq!(parsed, serde_json::to_value(&*changed).unwrap());
     }
 }
