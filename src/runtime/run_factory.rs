@@ -350,10 +350,11 @@ impl SessionRuntime {
         };
         // A claimed run that never wrote its prompt (the crash came first) starts afresh.
         let resuming = resume::started(&trail);
+        let mut prompt_records = None;
         if !resuming {
             let prompt = Message::user_text(text.clone());
-            writer
-                .write(
+            let stored = writer
+                .write_returning(
                     vec![NewMessage {
                         message: prompt,
                         run_id: Some(run_id.to_string()),
@@ -366,6 +367,7 @@ impl SessionRuntime {
                 )
                 .await
                 .map_err(|error| RuntimeError::from_write(&writer, error))?;
+            prompt_records = Some(stored);
         }
 
         let env = self.env_for(tenant, session, &config)?;
@@ -662,10 +664,16 @@ impl SessionRuntime {
                     as Arc<dyn crate::harness::context::ContextPolicy>
             }),
         };
-        let records = self
-            .store
-            .list_messages(tenant, session, 0, u32::MAX)
-            .await?;
+        // A session's first run: its prompt was stored as the first message (`seq` 1, in the
+        // run's own transaction, and the run holds the session), so that is the history.
+        let records = match prompt_records {
+            Some(stored) if stored.first().is_some_and(|record| record.seq == 1) => stored,
+            _ => {
+                self.store
+                    .list_messages(tenant, session, 0, u32::MAX)
+                    .await?
+            }
+        };
         let (messages, boundary) = history_of(&records);
         let mut history = RunHistory { messages, boundary };
         let mut ledger = RunLedger::new(tenant.clone(), session.clone(), run_id.clone());

@@ -10,8 +10,8 @@ use crate::harness::engine::HostError;
 use crate::ids::{SessionId, TenantId};
 use crate::run_event::{RunEvent, TerminalReason};
 use crate::store::{
-    AppendBatch, NewEvent, NewMessage, NewOutput, RunEnd, RunLease, RunStatus, StorableBatch,
-    Store, TRANSIENT_RETRY_WINDOW,
+    AppendBatch, MessageRecord, NewEvent, NewMessage, NewOutput, RunEnd, RunLease, RunStatus,
+    StorableBatch, Store, TRANSIENT_RETRY_WINDOW,
 };
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -174,6 +174,16 @@ impl SessionWriter {
         messages: Vec<NewMessage>,
         events: Vec<RunEvent>,
     ) -> Result<(), HostError> {
+        self.write_returning(messages, events).await.map(drop)
+    }
+
+    /// [`SessionWriter::write`], answering the history records it stored (with the `seq`s
+    /// they were committed under).
+    pub async fn write_returning(
+        &self,
+        messages: Vec<NewMessage>,
+        events: Vec<RunEvent>,
+    ) -> Result<Vec<MessageRecord>, HostError> {
         let _guard = self.write_lock.lock().await;
         let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
         let terminal = self.lease.as_ref().and_then(|_| {
@@ -207,7 +217,7 @@ impl SessionWriter {
             usage,
         };
         if batch.events.is_empty() && batch.messages.is_empty() && batch.outputs.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let ends_run = batch.run_end.is_some();
         let began = std::time::Instant::now();
@@ -230,9 +240,9 @@ impl SessionWriter {
             // A client that sees `terminal` may prompt at once: the session is free by then.
             self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        self.bus
-            .publish(&self.session, written.records(batch.into_inner()).events);
-        Ok(())
+        let stored = written.records(batch.into_inner());
+        self.bus.publish(&self.session, stored.events);
+        Ok(stored.messages)
     }
 
     /// Appends `batch`, retrying a transient store error with backoff for up to
