@@ -120,7 +120,6 @@ pub struct ToolsJson {
 }
 
 /// A tool list and its JSON.
-#[derive(Clone)]
 struct SerialisedTools {
     list: Arc<[ToolSpec]>,
     json: Arc<RawValue>,
@@ -156,28 +155,24 @@ impl ToolsJson {
 
 /// The JSON of `tools`: from the process's recent lists when an equal one is there (built-in
 /// tools share their schemas, so comparing is mostly comparing names and descriptions),
-/// serialised and kept otherwise.
+/// serialised and kept otherwise (under the lock, so that two runs meeting a new list at once
+/// serialise and keep it once).
 fn shared_json(tools: &Arc<[ToolSpec]>) -> Result<Arc<RawValue>, serde_json::Error> {
-    {
-        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(at) = shared.iter().position(|kept| *kept.list == **tools) {
-            let kept = shared.remove(at);
-            let json = kept.json.clone();
-            shared.insert(0, kept);
-            return Ok(json);
-        }
-    }
-    let json: Arc<RawValue> = serde_json::value::to_raw_value(&**tools)?.into();
     let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    shared.truncate(SHARED_LISTS - 1);
-    shared.insert(
-        0,
-        SerialisedTools {
-            list: tools.clone(),
-            json: json.clone(),
-        },
-    );
-    Ok(json)
+    if let Some(at) = shared.iter().position(|kept| *kept.list == **tools) {
+        shared[..=at].rotate_right(1);
+    } else {
+        let json: Arc<RawValue> = serde_json::value::to_raw_value(&**tools)?.into();
+        shared.truncate(SHARED_LISTS - 1);
+        shared.insert(
+            0,
+            SerialisedTools {
+                list: tools.clone(),
+                json,
+            },
+        );
+    }
+    Ok(shared[0].json.clone())
 }
 
 impl<'a> WireMessage<'a> {

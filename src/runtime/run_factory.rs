@@ -350,8 +350,9 @@ impl SessionRuntime {
         };
         // A claimed run that never wrote its prompt (the crash came first) starts afresh.
         let resuming = resume::started(&trail);
-        let mut prompt_records = None;
-        if !resuming {
+        let prompt_records = if resuming {
+            None
+        } else {
             let prompt = Message::user_text(text.clone());
             let stored = writer
                 .write_returning(
@@ -367,8 +368,8 @@ impl SessionRuntime {
                 )
                 .await
                 .map_err(|error| RuntimeError::from_write(&writer, error))?;
-            prompt_records = Some(stored);
-        }
+            Some(stored)
+        };
 
         let env = self.env_for(tenant, session, &config)?;
         self.restore_workspace(tenant, session, &env).await?;

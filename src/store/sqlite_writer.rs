@@ -15,12 +15,12 @@
 //! Under load the appends of concurrent runs queue here: the task takes every job waiting (at
 //! most [`MAX_GROUP`]) — after yielding to the tasks ready on its worker, again while more
 //! keep arriving (at most [`GATHER_YIELDS`] times), so that the writes they are about to
-//! submit share the commit — writes them one after the other in one `BEGIN IMMEDIATE` transaction,
-//! commits once and answers each job through its oneshot. One job's error is never another
-//! job's: a job whose fence check (its first write) fails — a lost lease, a closed session —
-//! has written nothing and fails alone; a job that fails after writing part of itself, or a
-//! failed commit, rolls the whole group back and every job is written again alone, each in
-//! its own transaction. Sequence numbers come from the session row as left by the jobs
+//! submit share the commit — writes them one after the other in one `BEGIN IMMEDIATE`
+//! transaction, commits once and answers each job through its oneshot. One job's error is
+//! never another job's: a job whose fence check (its first write) fails — a lost lease, a
+//! closed session — has written nothing and fails alone; a job that fails after writing part
+//! of itself, or a failed commit, rolls the whole group back and every job is written again
+//! alone, each in its own transaction. Sequence numbers come from the session row as left by the jobs
 //! before it, and results are answered only after the commit.
 //!
 //! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait
