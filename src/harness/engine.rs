@@ -60,6 +60,12 @@ pub trait LoopHost: Send + Sync + 'static {
     async fn stop_hooks(&self, _last: &Message) -> StopHookOutcome {
         StopHookOutcome::None
     }
+    /// Whether the session has Stop hooks: only then is a final turn committed on its own
+    /// (a hook sees it durable) before the run's end; without them it is committed with the
+    /// run's `usage` and `terminal` in one transaction.
+    fn has_stop_hooks(&self) -> bool {
+        false
+    }
     /// Whether the run parked (a call waits on an approval): the engine then stops without
     /// committing the turn in flight.
     fn parked(&self) -> bool {
@@ -330,6 +336,7 @@ impl Engine {
                 (ledger.usage().total_tokens()).saturating_add(self.host.delegated_tokens());
             state.pending_task_notifications = self.host.pending_task_notifications();
             if stop_hooks_needed(&state, &self.config.limits)
+                && self.host.has_stop_hooks()
                 && let Some(last) = &last_assistant
             {
                 // A hook sees the turn durable.

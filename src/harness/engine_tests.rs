@@ -72,6 +72,10 @@ struct TestHost {
     executed: Mutex<Vec<String>>,
     stop_answers: Mutex<VecDeque<StopHookOutcome>>,
     stop_hook_calls: Mutex<u32>,
+    /// The session has no Stop hooks (`has_stop_hooks` answers false).
+    without_stop_hooks: bool,
+    /// Each commit's event kinds, one entry per transaction.
+    commits: Mutex<Vec<Vec<&'static str>>>,
     notifications: Mutex<Vec<String>>,
     /// Tenant budget checks answered "not spent" before the budget is spent (`None`: never).
     tenant_budget_after: Option<Mutex<u32>>,
@@ -167,10 +171,12 @@ impl LoopHost for TestHost {
         events: Vec<RunEvent>,
     ) -> Result<(), HostError> {
         self.history.lock().unwrap().extend(messages);
-        self.events
+        let seen: Vec<Seen> = events.iter().map(|event| Seen::of(event, true)).collect();
+        self.commits
             .lock()
             .unwrap()
-            .extend(events.iter().map(|event| Seen::of(event, true)));
+            .push(seen.iter().map(|event| event.kind).collect());
+        self.events.lock().unwrap().extend(seen);
         Ok(())
     }
 
@@ -205,6 +211,10 @@ impl LoopHost for TestHost {
             Ok(text) => ToolResultBlock::ok(call.tool_use_id, text),
             Err((code, text)) => ToolResultBlock::error(call.tool_use_id, code, text),
         }
+    }
+
+    fn has_stop_hooks(&self) -> bool {
+        !self.without_stop_hooks
     }
 
     async fn stop_hooks(&self, _last: &Message) -> StopHookOutcome {
@@ -791,6 +801,43 @@ async fn end_turn_after_one_text_answer() {
     );
     assert_eq!(run.host.messages(), vec![Message::assistant_text("hi")]);
     assert_eq!(*run.host.stop_hook_calls.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_final_turn_commits_once_with_the_end_unless_stop_hooks_must_see_it_durable() {
+    let turns = || {
+        Turns::new(vec![
+            tools(&[("t1", "Read")]),
+            text("done", StopReason::EndTurn),
+        ])
+    };
+    let host = || TestHost::new().tool("Read", ToolBehavior::ok("data"));
+    let without = TestHost {
+        without_stop_hooks: true,
+        ..host()
+    };
+    let run_without = run(turns(), without, config()).await;
+    assert_eq!(
+        *run_without.host.commits.lock().unwrap(),
+        vec![
+            vec!["assistant_message", "tool_results", "continue"],
+            vec!["assistant_message", "usage", "terminal"],
+        ],
+        "one transaction per turn"
+    );
+    assert_eq!(*run_without.host.stop_hook_calls.lock().unwrap(), 0);
+
+    let run_with_hooks = run(turns(), host(), config()).await;
+    assert_eq!(
+        *run_with_hooks.host.commits.lock().unwrap(),
+        vec![
+            vec!["assistant_message", "tool_results", "continue"],
+            vec!["assistant_message"],
+            vec!["usage", "terminal"],
+        ],
+        "the final turn is durable before the Stop hooks see it"
+    );
+    assert_eq!(*run_with_hooks.host.stop_hook_calls.lock().unwrap(), 1);
 }
 
 #[tokio::test]

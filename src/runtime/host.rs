@@ -208,6 +208,12 @@ impl LoopHost for StoreHost {
         self.stop_hooks_inner().await
     }
 
+    fn has_stop_hooks(&self) -> bool {
+        self.pipeline
+            .hooks()
+            .has_hooks(crate::hooks::HookEventName::Stop, None)
+    }
+
     fn pending_task_notifications(&self) -> u32 {
         self.pending_task_notifications_inner()
     }
@@ -400,9 +406,6 @@ impl StoreHost {
         use crate::harness::turn::StopHookOutcome;
         use crate::hooks::runner::StopOutcome;
         let hooks = self.pipeline.hooks();
-        if !hooks.has_hooks(crate::hooks::HookEventName::Stop, None) {
-            return StopHookOutcome::None;
-        }
         let outcome = hooks
             .run(crate::hooks::HookEvent {
                 session_id: self.session.clone(),
