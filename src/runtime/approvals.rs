@@ -490,6 +490,12 @@ impl RunApprover {
 
     /// Applies a decided request: its grant goes live, the decision is recorded as an event
     /// (unless `recorded`: the transcript tells it already).
+    ///
+    /// The event joins the run's next write (the call's `tool_executing` journal entry, or the
+    /// turn's commit; the flusher's within [`super::session_writer::FLUSH_LINGER`] otherwise)
+    /// instead of costing a transaction of its own: the decision itself is already durable in
+    /// the approval's row, and a run resumed before the event was written finds it missing
+    /// there and records it then (see `decision_recorded`).
     async fn conclude(&self, record: ApprovalRecord, recorded: bool) -> ApprovalAnswer {
         if let Some(grant) = &record.grant_id
             && let Ok(grants) = self.store.list_grants(&self.tenant, &self.session).await
@@ -498,10 +504,10 @@ impl RunApprover {
             self.grants.add(&found.id, &found.rule, found.scope);
         }
         if !recorded {
-            self.record_event(RunEvent::ApprovalDecided(run_event::ApprovalEvent {
-                approval: record.clone(),
-            }))
-            .await;
+            self.writer
+                .push_event(RunEvent::ApprovalDecided(run_event::ApprovalEvent {
+                    approval: record.clone(),
+                }));
         }
         self.answer_of(&record)
     }

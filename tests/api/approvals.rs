@@ -143,6 +143,16 @@ async fn concurrent_answers_decide_once(app: TestApp) {
             "{results:?}"
         );
         {
+            // The decision's event is written with the allowed call's journal entry (one
+            // transaction: the decision itself was already durable in the approval's row).
+            let at = |kind: &str| {
+                all.iter()
+                    .find(|e| e["type"] == kind)
+                    .map(|e| e["created_at"].clone())
+                    .unwrap()
+            };
+            assert!(at("approval_decided").is_string());
+            assert_eq!(at("approval_decided"), at("tool_executing"), "{all:?}");
             // The session grant allowed the second echo without a new approval.
             assert!(record["grant_id"].is_string());
             assert_eq!(count(&all, "approval_requested"), 1);
