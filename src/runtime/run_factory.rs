@@ -581,6 +581,7 @@ impl SessionRuntime {
                     .join("tasks")
                     .join(session.as_str()),
                 limits: self.settings.limits.clone(),
+                writer: writer.clone(),
             }))
             .with_output_policy(crate::tools::output::OutputPolicy {
                 head_chars: self.settings.output_head_chars,

@@ -3,7 +3,8 @@
 //! Transient events (text deltas, tool progress) are buffered and written by a flusher task;
 //! while one write is in flight the next ones accumulate, so a burst of deltas costs one
 //! transaction, not one per delta. `write` drains the buffer first, so order is kept.
-//! Spilled outputs are written in the transaction that carries the first event pointing at them.
+//! Spilled outputs are written in the transaction that carries the first event pointing at them,
+//! and the session's workspace measurement after a mutating call with the next write.
 
 use super::bus::EventBus;
 use crate::harness::engine::HostError;
@@ -27,6 +28,8 @@ pub const FLUSH_LINGER: std::time::Duration = std::time::Duration::from_millis(1
 struct Pending {
     events: Vec<RunEvent>,
     outputs: Vec<NewOutput>,
+    /// The session's latest workspace measurement not yet written.
+    workspace_bytes: Option<u64>,
 }
 
 /// Writes one session's events and history in order.
@@ -145,6 +148,26 @@ impl SessionWriter {
         self.wake.notify_one();
     }
 
+    /// The session's workspace bytes measured after a mutating call: written with the next
+    /// write (the turn's commit, as a rule; the flusher's within [`FLUSH_LINGER`] otherwise),
+    /// the latest measurement winning.
+    pub(super) fn push_workspace_bytes(&self, bytes: u64) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .workspace_bytes = Some(bytes);
+        self.wake.notify_one();
+    }
+
+    /// Whether a workspace measurement waits for the next write.
+    pub(super) fn workspace_bytes_pending(&self) -> bool {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .workspace_bytes
+            .is_some()
+    }
+
     pub(super) fn push_output(&self, output: NewOutput) {
         self.pending
             .lock()
@@ -215,8 +238,13 @@ impl SessionWriter {
             retry: false,
             workspace_snapshot,
             usage,
+            workspace_bytes: pending.workspace_bytes,
         };
-        if batch.events.is_empty() && batch.messages.is_empty() && batch.outputs.is_empty() {
+        if batch.events.is_empty()
+            && batch.messages.is_empty()
+            && batch.outputs.is_empty()
+            && batch.workspace_bytes.is_none()
+        {
             return Ok(Vec::new());
         }
         let ends_run = batch.run_end.is_some();

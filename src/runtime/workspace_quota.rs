@@ -1,11 +1,18 @@
 //! The tenant's workspace quota (`limits.workspace_bytes`): per-file limits cannot cap a
 //! directory, so after every mutating tool call (Bash, file writes, task and shell starts …)
 //! the session's workspace and its background-task logs are measured by a bounded walk and
-//! the bytes are stored per session (task logs count inside the quota); the tenant's usage is the sum over its open sessions. At or over the quota every
-//! further mutating call answers `WORKSPACE_QUOTA_EXCEEDED` (read-only calls still run); the
-//! tenant gets room back by closing sessions. One call may overshoot by what it writes
-//! itself, and background tasks are measured at the session's next mutating call.
+//! the bytes are stored per session (task logs count inside the quota); the tenant's usage is
+//! the sum over its open sessions. At or over the quota every further mutating call answers
+//! `WORKSPACE_QUOTA_EXCEEDED` (read-only calls still run); the tenant gets room back by
+//! closing sessions. One call may overshoot by what it writes itself, and background tasks
+//! are measured at the session's next mutating call.
+//!
+//! A measurement is stored with the run's next write (the turn's commit that carries the
+//! call's result, or the flusher's), not in a transaction of its own; the session's next
+//! mutating call writes a measurement still waiting before it reads the tenant's usage, so it
+//! is judged on every byte its session's earlier calls left.
 
+use super::session_writer::SessionWriter;
 use crate::ids::{SessionId, TenantId};
 use crate::limits::{Limit, TenantLimits};
 use crate::store::Store;
@@ -27,6 +34,8 @@ pub struct WorkspaceQuota {
     /// The session's background-task logs (server-owned, outside the workspace).
     pub task_logs: PathBuf,
     pub limits: TenantLimits,
+    /// The run's writer: measurements go with its next write.
+    pub writer: Arc<SessionWriter>,
 }
 
 /// Bytes of regular files under `root`, symlinks not followed; `None` past `max_entries`.
@@ -59,14 +68,21 @@ pub fn measure(root: &Path, max_entries: usize) -> Option<u64> {
 #[async_trait]
 impl MutationQuota for WorkspaceQuota {
     async fn admit(&self, _tool_name: &str) -> Result<(), ToolError> {
+        let unavailable = |error: &dyn std::fmt::Display| {
+            tracing::warn!(%error, "cannot read workspace usage");
+            ToolError::new(codes::TOOL_FAILED, "the store is unavailable; try again")
+        };
+        if self.writer.workspace_bytes_pending() {
+            self.writer
+                .write(vec![], vec![])
+                .await
+                .map_err(|error| unavailable(&error.0))?;
+        }
         let used = self
             .store
             .workspace_bytes(&self.tenant)
             .await
-            .map_err(|error| {
-                tracing::warn!(%error, "cannot read workspace usage");
-                ToolError::new(codes::TOOL_FAILED, "the store is unavailable; try again")
-            })?;
+            .map_err(|error| unavailable(&error))?;
         self.limits
             .check(Limit::WorkspaceBytes, used)
             .map_err(|exceeded| {
@@ -99,13 +115,7 @@ impl MutationQuota for WorkspaceQuota {
                 return;
             }
         };
-        if let Err(error) = self
-            .store
-            .record_workspace_bytes(&self.tenant, &self.session, bytes)
-            .await
-        {
-            tracing::warn!(%error, "cannot record workspace usage");
-        }
+        self.writer.push_workspace_bytes(bytes);
     }
 }
 

@@ -222,6 +222,9 @@ pub struct AppendBatch {
     /// Usage ledger rows of the model calls whose events this batch commits (same
     /// transaction).
     pub usage: Vec<crate::usage::NewUsageRecord>,
+    /// The session's workspace bytes measured after the batch's mutating tool calls
+    /// (`Store::record_workspace_bytes`, in the same transaction).
+    pub workspace_bytes: Option<u64>,
 }
 
 /// A run's lifecycle state.

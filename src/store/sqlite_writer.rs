@@ -462,6 +462,11 @@ pub(super) fn append_in(
         created_at,
     };
     insert_usage(db, tenant, session, batch, created_at, &created)?;
+    if let Some(bytes) = batch.workspace_bytes {
+        crate::store::limits::sqlite::record_workspace_bytes_in(
+            db, tenant, session, bytes, &created,
+        )?;
+    }
     if !batch.events.is_empty() {
         let mut insert = db.prepare_cached(
             "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, \

@@ -3,7 +3,7 @@
 
 use norma::ids::{ApprovalId, RunId, SessionId, TenantId};
 use norma::limits::{HoldCaps, HoldKind, Limit, LimitExceeded, NewHold, RunCaps};
-use norma::store::{NewApproval, NewRun, NewSession, Store, StoreError};
+use norma::store::{AppendBatch, NewApproval, NewEvent, NewRun, NewSession, Store, StoreError};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -344,6 +344,29 @@ pub async fn workspace_bytes_sum_open_sessions_of_the_tenant(store: Arc<dyn Stor
         Err(StoreError::NotFound)
     ));
     assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 124);
+    // A run's append carries its session's latest measurement in the same transaction (on
+    // Postgres the one-statement append and, for a retried batch, the transaction's path).
+    let measured = |bytes: u64, retry: bool| AppendBatch {
+        events: vec![NewEvent {
+            kind: "tool_result".into(),
+            payload: json!({"tool_use_id": "t1"}),
+            run_id: None,
+        }],
+        id: Some(format!("measured-{bytes}")),
+        retry,
+        workspace_bytes: Some(bytes),
+        ..Default::default()
+    };
+    store
+        .append(&tenant, &c, measured(300, false))
+        .await
+        .unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 324);
+    store
+        .append(&tenant, &c, measured(200, true))
+        .await
+        .unwrap();
+    assert_eq!(store.workspace_bytes(&tenant).await.unwrap(), 224);
     assert_eq!(
         store
             .workspace_bytes(&TenantId::new("other"))

@@ -211,6 +211,12 @@ pub(in crate::store) async fn append_in(
         created_at,
     };
     crate::store::usage::postgres::insert(tx, tenant, session, &batch.usage, created_at).await?;
+    if let Some(bytes) = batch.workspace_bytes {
+        crate::store::limits::postgres::record_workspace_bytes_in(
+            tx, tenant, session, bytes, created_at,
+        )
+        .await?;
+    }
 
     let mut notified = 0;
     if !batch.events.is_empty() {

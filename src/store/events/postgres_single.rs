@@ -1,6 +1,6 @@
 //! An append in ONE statement on Postgres: the session's sequence `UPDATE` (with the run's
 //! fence check), the run's end, the events, the history, the usage rows and the tenant's spend
-//! totals, and the replicas' signal, as data-modifying `WITH`s of one statement that is its own
+//! totals, the session's workspace measurement, and the replicas' signal, as data-modifying `WITH`s of one statement that is its own
 //! transaction — one round trip where `BEGIN`, four to seven statements and `COMMIT` were as
 //! many. Every `WITH` that writes reads the sequence `UPDATE`'s row, and that `UPDATE` checks
 //! the run's fence — for a run's end, by the run's own `UPDATE` (a `CASE`, not an `OR`: the
@@ -41,7 +41,8 @@ pub(in crate::store) enum Written {
 /// compaction boundaries, `$18`–`$26` the usage rows (run, provider, model, four token
 /// counts, cost; their UTC day), `$27`–`$30` the spend deltas (period, key, tokens, cost),
 /// `$31` the signal channel, `$32` the sending store's origin, `$33`/`$34` the run's end
-/// (status and terminal reason) or nulls, `$35` whether the events notify webhooks.
+/// (status and terminal reason) or nulls, `$35` whether the events notify webhooks, `$36` the
+/// session's workspace bytes or null.
 const APPEND: &str = "WITH w AS ( \
          SELECT $35::bool AND EXISTS (SELECT 1 FROM webhook_subscriptions \
              WHERE tenant_id = $2 AND (session_id IS NULL OR session_id = $1)) AS subscribed), \
@@ -92,7 +93,12 @@ const APPEND: &str = "WITH w AS ( \
              tokens = LEAST(tenant_spend.tokens::numeric + EXCLUDED.tokens, \
                  9223372036854775807)::bigint, \
              cost_pico = LEAST(tenant_spend.cost_pico::numeric + EXCLUDED.cost_pico, \
-                 9223372036854775807)::bigint) \
+                 9223372036854775807)::bigint), \
+     b AS ( \
+         INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
+         SELECT $1, $2, $36::bigint, $5 FROM s WHERE $36::bigint IS NOT NULL \
+         ON CONFLICT (session_id) DO UPDATE SET bytes = EXCLUDED.bytes, \
+             updated_at = EXCLUDED.updated_at) \
      SELECT s.last_event_seq, s.last_message_seq, \
          (SELECT count(*) FROM (SELECT pg_notify($31, json_build_object('signal', 'events', \
              'tenant', $2::text, 'session', $1::text, \
@@ -169,6 +175,11 @@ pub(in crate::store) async fn append(
         .bind(end.map(|end| end.status.as_str()))
         .bind(end.map(|end| end.terminal.to_string()))
         .bind(notifies)
+        .bind(
+            batch
+                .workspace_bytes
+                .map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)),
+        )
         .fetch_one(conn)
         .await?;
     Ok(match row {

@@ -174,21 +174,7 @@ impl PgStore {
         bytes: u64,
     ) -> StoreResult<()> {
         let mut tx = self.tenant_tx(tenant).await?;
-        let done = sqlx::query(
-            "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
-             SELECT id, tenant_id, $3, $4 FROM sessions WHERE id = $1 AND tenant_id = $2 \
-             ON CONFLICT (session_id) DO UPDATE SET bytes = EXCLUDED.bytes, \
-                 updated_at = EXCLUDED.updated_at",
-        )
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
-        .bind(Utc::now())
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound);
-        }
+        record_workspace_bytes_in(&mut tx, tenant, session, bytes, Utc::now()).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -251,4 +237,31 @@ impl PgStore {
             .await?;
         Ok(())
     }
+}
+
+/// Records a session's workspace measurement in the caller's tenant-scoped transaction
+/// (`NotFound` when the session is gone).
+pub(in crate::store) async fn record_workspace_bytes_in(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    session: &SessionId,
+    bytes: u64,
+    now: DateTime<Utc>,
+) -> StoreResult<()> {
+    let done = sqlx::query(
+        "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
+         SELECT id, tenant_id, $3, $4 FROM sessions WHERE id = $1 AND tenant_id = $2 \
+         ON CONFLICT (session_id) DO UPDATE SET bytes = EXCLUDED.bytes, \
+             updated_at = EXCLUDED.updated_at",
+    )
+    .bind(session.as_str())
+    .bind(tenant.as_str())
+    .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
+    .bind(now)
+    .execute(conn)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound);
+    }
+    Ok(())
 }

@@ -156,33 +156,9 @@ impl SqliteStore {
         bytes: u64,
     ) -> StoreResult<()> {
         let (tenant, session) = (tenant.clone(), session.clone());
-        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        let now = ts(Utc::now());
         self.group
-            .write(move |db| {
-                // An unchanged measurement writes nothing (most mutating calls leave the
-                // size as it was); the session must still exist.
-                let changed = db
-                    .prepare_cached(
-                        "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
-                         SELECT id, tenant_id, ?1, ?2 FROM sessions \
-                             WHERE id = ?3 AND tenant_id = ?4 \
-                         ON CONFLICT (session_id) DO UPDATE SET bytes = excluded.bytes, \
-                             updated_at = excluded.updated_at \
-                             WHERE workspace_usage.bytes <> excluded.bytes",
-                    )?
-                    .execute(rusqlite::params![
-                        bytes,
-                        ts(Utc::now()),
-                        session.as_str(),
-                        tenant.as_str()
-                    ])?;
-                if changed == 0
-                    && !crate::store::sqlite_writer::session_exists(db, &tenant, &session)?
-                {
-                    return Err(StoreError::NotFound);
-                }
-                Ok(())
-            })
+            .write(move |db| record_workspace_bytes_in(db, &tenant, &session, bytes, &now))
             .await
     }
 
@@ -243,4 +219,34 @@ impl SqliteStore {
             .await?;
         Ok(())
     }
+}
+
+/// Records a session's workspace measurement in the caller's transaction (`NotFound` when the
+/// session is gone); an unchanged measurement writes nothing (most mutating calls leave the
+/// size as it was).
+pub(in crate::store) fn record_workspace_bytes_in(
+    db: &rusqlite::Connection,
+    tenant: &TenantId,
+    session: &SessionId,
+    bytes: u64,
+    now: &str,
+) -> StoreResult<()> {
+    let changed = db
+        .prepare_cached(
+            "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
+             SELECT id, tenant_id, ?1, ?2 FROM sessions WHERE id = ?3 AND tenant_id = ?4 \
+             ON CONFLICT (session_id) DO UPDATE SET bytes = excluded.bytes, \
+                 updated_at = excluded.updated_at \
+                 WHERE workspace_usage.bytes <> excluded.bytes",
+        )?
+        .execute(rusqlite::params![
+            i64::try_from(bytes).unwrap_or(i64::MAX),
+            now,
+            session.as_str(),
+            tenant.as_str()
+        ])?;
+    if changed == 0 && !crate::store::sqlite_writer::session_exists(db, tenant, session)? {
+        return Err(StoreError::NotFound);
+    }
+    Ok(())
 }
