@@ -2,9 +2,11 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, OpenTelemetry span export over OTLP/HTTP (the other
 //! `OTEL_*` variables of the exporter and batch processor apply, e.g.
 //! `OTEL_BSP_SCHEDULE_DELAY`). Runs, model calls and tool calls are spans following the
-//! OpenTelemetry GenAI conventions ([`genai`]).
+//! OpenTelemetry GenAI conventions ([`genai`]); text log lines leave out the attributes only
+//! OpenTelemetry needs ([`text_fields`]).
 
 pub mod genai;
+pub mod text_fields;
 
 use crate::config::LogSettings;
 use opentelemetry::trace::TracerProvider as _;
@@ -48,7 +50,9 @@ pub fn init(settings: &LogSettings) -> TelemetryGuard {
             )
             .try_init()
     } else {
-        registry.with(tracing_subscriber::fmt::layer()).try_init()
+        registry
+            .with(tracing_subscriber::fmt::layer().fmt_fields(text_fields::TextFields))
+            .try_init()
     };
     if let Err(error) = result {
         eprintln!("tracing already initialised: {error}");
