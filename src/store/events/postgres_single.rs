@@ -1,8 +1,8 @@
 //! An append in ONE statement on Postgres: the session's sequence `UPDATE` (with the run's
 //! fence check), the run's end, the events, the history, the usage rows and the tenant's spend
-//! totals, the session's workspace measurement, and the replicas' signal, as data-modifying `WITH`s of one statement that is its own
-//! transaction — one round trip where `BEGIN`, four to seven statements and `COMMIT` were as
-//! many. Every `WITH` that writes reads the sequence `UPDATE`'s row, and that `UPDATE` checks
+//! totals, the session's workspace measurement, and the replicas' signal, as data-modifying
+//! `WITH`s of one statement that is its own transaction — one round trip where `BEGIN`, four
+//! to seven statements and `COMMIT` were as many. Every `WITH` that writes reads the sequence `UPDATE`'s row, and that `UPDATE` checks
 //! the run's fence — for a run's end, by the run's own `UPDATE` (a `CASE`, not an `OR`: the
 //! planner may order a qualification's terms, and a `FOR SHARE` read of the row the end
 //! `UPDATE` changed in the same statement finds nothing) — so when it matches nothing (a lost
