@@ -60,21 +60,26 @@ impl Default for ReadTool {
 /// Formats `text` like `cat -n` from line `offset` (1-based), at most `limit` lines and about
 /// [`MAX_OUTPUT_BYTES`] bytes; returns the text and the number of the last line included.
 pub fn number_lines(text: &str, offset: usize, limit: usize) -> (String, usize) {
-    let mut out = String::new();
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(text.len().min(MAX_OUTPUT_BYTES) + 64);
     let mut last = offset.saturating_sub(1);
     for (idx, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
         if out.len() >= MAX_OUTPUT_BYTES {
             break;
         }
-        let line: String = if line.chars().count() > MAX_LINE_CHARS {
-            line.chars()
-                .take(MAX_LINE_CHARS)
-                .chain("…".chars())
-                .collect()
-        } else {
-            line.to_string()
-        };
-        out.push_str(&format!("{:>6}\t{line}\n", idx + 1));
+        let _ = write!(out, "{:>6}\t", idx + 1);
+        // A line of at most MAX_LINE_CHARS bytes has at most as many characters.
+        let cut = (line.len() > MAX_LINE_CHARS)
+            .then(|| line.char_indices().nth(MAX_LINE_CHARS))
+            .flatten();
+        match cut {
+            Some((end, _)) => {
+                out.push_str(&line[..end]);
+                out.push('…');
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
         last = idx + 1;
     }
     (out, last)
@@ -133,5 +138,41 @@ impl Tool for ReadTool {
             Ok(ToolOutput::text(out))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_numbered_from_the_offset_and_long_ones_cut_on_a_character() {
+        let (out, last) = number_lines("a\nb\nc\nd", 2, 2);
+        assert_eq!(out, "     2\tb\n     3\tc\n");
+        assert_eq!(last, 3);
+        let exact = "é".repeat(MAX_LINE_CHARS);
+        let long = format!("{exact}é");
+        let (out, _) = number_lines(&format!("{exact}\n{long}"), 1, 10);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!("     1\t{exact}"),
+            "at the limit: kept whole"
+        );
+        assert_eq!(
+            lines[1],
+            format!("     2\t{exact}…"),
+            "past it: cut, marked"
+        );
+        let (out, last) = number_lines("x\n", 5, 10);
+        assert_eq!((out.as_str(), last), ("", 4), "past the end");
+    }
+
+    #[test]
+    fn the_numbered_text_stops_at_the_output_cap() {
+        let text = "\n".repeat(MAX_OUTPUT_BYTES);
+        let (out, last) = number_lines(&text, 1, usize::MAX);
+        assert!(out.len() >= MAX_OUTPUT_BYTES && out.len() < MAX_OUTPUT_BYTES + 16);
+        assert_eq!(out.lines().count(), last);
     }
 }
