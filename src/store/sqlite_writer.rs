@@ -20,8 +20,8 @@
 //! never another job's: a job whose fence check (its first write) fails — a lost lease, a
 //! closed session — has written nothing and fails alone; a job that fails after writing part
 //! of itself, or a failed commit, rolls the whole group back and every job is written again
-//! alone, each in its own transaction. Sequence numbers come from the session row as left by the jobs
-//! before it, and results are answered only after the commit.
+//! alone, each in its own transaction. Sequence numbers come from the session row as left by
+//! the jobs before it, and results are answered only after the commit.
 //!
 //! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait
 //! (back-pressure), it never grows without bound. Reads keep using the read connections.
