@@ -137,10 +137,7 @@ async fn one_run(provider: Arc<dyn Provider>) -> Duration {
         SessionId::generate(),
         RunId::generate(),
     );
-    let history = RunHistory {
-        messages: vec![Message::user_text("Look up three keys.")],
-        boundary: 0,
-    };
+    let history = RunHistory::new(vec![Message::user_text("Look up three keys.")], 0);
     let outcome = engine
         .run(history, &mut ledger, CancellationToken::new())
         .await

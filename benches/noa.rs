@@ -98,12 +98,18 @@ fn measure_later_runs(
     settings: &NoaSettings,
     read_only: &ToolNames,
     state: &NoaState,
-    history: &[Message],
+    history: &[Arc<Message>],
 ) {
     if !wanted(name) {
         return;
     }
-    let copies = [history.to_vec(), history.to_vec()];
+    let copy = || -> Vec<Arc<Message>> {
+        history
+            .iter()
+            .map(|message| Arc::new(Message::clone(message)))
+            .collect()
+    };
+    let copies = [copy(), copy()];
     let views = Arc::new(KeptViews::default());
     session_kept(settings, read_only, state, Some(&views)).build_view(&copies[1], None);
     let mut times = Vec::with_capacity(iterations);
@@ -126,7 +132,7 @@ fn measure_after_start(
     settings: &NoaSettings,
     read_only: &ToolNames,
     state: &NoaState,
-    history: &[Message],
+    history: &[Arc<Message>],
 ) {
     if !wanted(name) {
         return;
@@ -141,7 +147,7 @@ fn measure_after_start(
     });
 }
 
-fn history(messages: usize) -> Vec<Message> {
+fn history(messages: usize) -> Vec<Arc<Message>> {
     let mut history = vec![Message::user_text("start the long task")];
     while history.len() < messages {
         let id = format!("toolu_{}", history.len());
@@ -166,7 +172,7 @@ fn history(messages: usize) -> Vec<Message> {
             ))],
         });
     }
-    history
+    history.into_iter().map(Arc::new).collect()
 }
 
 fn settings() -> NoaSettings {
@@ -178,7 +184,7 @@ fn settings() -> NoaSettings {
 }
 
 /// A state with every range of 40 messages compressed but the last 10% of history.
-fn compressed(settings: &NoaSettings, read_only: &ToolNames, history: &[Message]) -> NoaState {
+fn compressed(settings: &NoaSettings, read_only: &ToolNames, history: &[Arc<Message>]) -> NoaState {
     let mut state = NoaState::default();
     let mut turn = Turn::new(settings, read_only, history, &mut state);
     turn.run(&STEPS);

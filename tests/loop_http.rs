@@ -95,10 +95,7 @@ async fn run_loop(config: &ProviderConfig) -> (Arc<Host>, norma::harness::engine
         policy: None,
     };
     let mut ledger = RunLedger::new(TenantId::new("t"), SessionId::generate(), RunId::generate());
-    let history = RunHistory {
-        messages: vec![Message::user_text("find a, b and c")],
-        boundary: 0,
-    };
+    let history = RunHistory::new(vec![Message::user_text("find a, b and c")], 0);
     let outcome = tokio::time::timeout(
         Duration::from_secs(30),
         engine.run(history, &mut ledger, CancellationToken::new()),

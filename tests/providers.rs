@@ -15,7 +15,7 @@ use norma::llm::{
     AssistantTurn, ModelRequest, Provider, ProviderConfig, ProviderError, ProviderKind, StopReason,
     StreamItem, ToolSpec, Usage, build_provider, collect,
 };
-use norma::message::{ContentBlock, Message, Role, ToolResultBlock};
+use norma::message::{ContentBlock, Message, Role, ToolResultBlock, ViewMessage};
 use pretty_assertions::assert_eq;
 use secrecy::SecretString;
 use serde_json::{Value, json};
@@ -51,7 +51,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
     ModelRequest {
         model: "test-model".into(),
         system: Some("You are a test.".into()),
-        messages: messages.into_iter().map(std::sync::Arc::new).collect(),
+        messages: messages.into_iter().map(ViewMessage::from).collect(),
         tools: vec![ToolSpec {
             name: "Read".into(),
             description: "Read a file".into(),

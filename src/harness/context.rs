@@ -12,7 +12,7 @@
 //! changed in `after_view` — which also hands the engine the events to record — and learns
 //! the provider's exact input tokens through `observe_usage`.
 
-use crate::message::{ContentBlock, Message, Role};
+use crate::message::{ContentBlock, Message, Role, ViewMessage};
 use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -21,13 +21,13 @@ use std::sync::Arc;
 #[async_trait::async_trait]
 pub trait ContextPolicy: Send + Sync {
     /// May rewrite the in-memory history before a request.
-    fn pre(&self, _history: &mut Vec<Message>) {}
+    fn pre(&self, _history: &mut Vec<Arc<Message>>) {}
     /// The full request view, when this policy decides it.
-    fn view(&self, _history: &[Message]) -> Option<Vec<Arc<Message>>> {
+    fn view(&self, _history: &[Arc<Message>]) -> Option<Vec<ViewMessage>> {
         None
     }
     /// A view for the single retry after a context overflow.
-    fn reactive(&self, _history: &[Message]) -> Option<Vec<Arc<Message>>> {
+    fn reactive(&self, _history: &[Arc<Message>]) -> Option<Vec<ViewMessage>> {
         None
     }
     /// Called once the view of a request is built, before it is sent: persists the policy's
@@ -103,32 +103,33 @@ fn unpaired_blocks<M: Borrow<Message>>(messages: &[M]) -> Vec<(usize, usize)> {
 /// the view, and tool_use blocks with no result in a later message — except in the last
 /// assistant message, whose calls are being answered. Messages left empty are removed. A
 /// shared message is copied only if a block of it is dropped.
-pub fn pair_tool_blocks(mut messages: Vec<Arc<Message>>) -> Vec<Arc<Message>> {
-    let unpaired = unpaired_blocks(&messages);
+pub fn pair_tool_blocks(mut messages: Vec<ViewMessage>) -> Vec<ViewMessage> {
+    let originals: Vec<&Message> = messages.iter().map(|m| &**m.original()).collect();
+    let unpaired = unpaired_blocks(&originals);
     // Last first, so that the positions still to remove stay valid.
     for &(index, at) in unpaired.iter().rev() {
-        Arc::make_mut(&mut messages[index]).content.remove(at);
+        messages[index].remove_block(at);
     }
     if !unpaired.is_empty() {
-        messages.retain(|message| !message.content.is_empty());
+        messages.retain(|message| !message.is_empty());
     }
     messages
 }
 
 /// The default request view: messages from the last compaction boundary on (the boundary
-/// index is into `history`), pairs whole.
-pub fn default_view(history: &[Message], boundary: usize) -> Vec<Arc<Message>> {
+/// index is into `history`), shared with history, pairs whole.
+pub fn default_view(history: &[Arc<Message>], boundary: usize) -> Vec<ViewMessage> {
     pair_tool_blocks(
         history[boundary.min(history.len())..]
             .iter()
             .cloned()
-            .map(Arc::new)
+            .map(ViewMessage::new)
             .collect(),
     )
 }
 
 /// [`estimate_tokens`] of [`default_view`], without building the view.
-pub fn default_view_tokens(history: &[Message], boundary: usize) -> u64 {
+pub fn default_view_tokens(history: &[Arc<Message>], boundary: usize) -> u64 {
     let view = &history[boundary.min(history.len())..];
     let unpaired = unpaired_blocks(view);
     let dropped: usize = unpaired
@@ -142,7 +143,7 @@ pub fn default_view_tokens(history: &[Message], boundary: usize) -> u64 {
 /// Where the current run's messages start: the last user message that carries text and no
 /// tool results (the prompt, or an injected continuation). Everything before it can be
 /// summarised without splitting a pair.
-pub fn last_safe_cut(history: &[Message]) -> usize {
+pub fn last_safe_cut(history: &[Arc<Message>]) -> usize {
     history
         .iter()
         .rposition(|m| {
@@ -211,15 +212,19 @@ mod tests {
             use_msg("b"),
             result_msg("b"),
         ];
+        let history: Vec<Arc<Message>> = history.into_iter().map(Arc::new).collect();
+        let tokens = |view: &[ViewMessage]| {
+            estimate_tokens(&view.iter().map(|m| m.rendered()).collect::<Vec<_>>())
+        };
         let view = default_view(&history, 3);
         assert_eq!(view.len(), 3);
-        assert_eq!(*view[0], Message::user_text("summary"));
-        assert_eq!(default_view_tokens(&history, 3), estimate_tokens(&view));
+        assert_eq!(view[0], Message::user_text("summary").into());
+        assert_eq!(default_view_tokens(&history, 3), tokens(&view));
         // A boundary that would split a pair drops the orphan result instead of sending it.
         let split = default_view(&history, 2);
-        assert_eq!(*split[0], Message::user_text("summary"));
+        assert_eq!(split[0], Message::user_text("summary").into());
         assert_eq!(split.len(), 3);
-        assert_eq!(default_view_tokens(&history, 2), estimate_tokens(&split));
+        assert_eq!(default_view_tokens(&history, 2), tokens(&split));
         assert!(default_view_tokens(&history, 2) < estimate_tokens(&history[2..]));
     }
 
@@ -232,11 +237,11 @@ mod tests {
             use_msg("b"),
         ];
         let shared: Vec<Arc<Message>> = history.into_iter().map(Arc::new).collect();
-        let view = pair_tool_blocks(shared.clone());
+        let view = pair_tool_blocks(shared.iter().cloned().map(ViewMessage::new).collect());
         assert_eq!(view.len(), 3, "the stale unanswered call is gone");
-        assert_eq!(*view[2], use_msg("b"));
+        assert_eq!(view[2], use_msg("b").into());
         assert!(
-            Arc::ptr_eq(&view[2], &shared[3]),
+            Arc::ptr_eq(view[2].original(), &shared[3]),
             "a whole message is not copied"
         );
         assert_eq!(
@@ -255,7 +260,10 @@ mod tests {
             Message::user_text("p2"),
             use_msg("b"),
             result_msg("b"),
-        ];
+        ]
+        .into_iter()
+        .map(Arc::new)
+        .collect::<Vec<_>>();
         assert_eq!(last_safe_cut(&history), 3);
         assert!(estimate_tokens(&history) > 0);
     }

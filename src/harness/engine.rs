@@ -17,7 +17,7 @@ use crate::harness::turn::{
 use crate::llm::{
     self, AssistantTurn, ModelRequest, Provider, ProviderError, StopReason, StreamItem, ToolSpec,
 };
-use crate::message::{ContentBlock, Message, Role, ToolResultBlock};
+use crate::message::{ContentBlock, Message, Role, ToolResultBlock, ViewMessage};
 use crate::run_event::{self, RunEvent};
 use async_trait::async_trait;
 use serde_json::Value;
@@ -152,10 +152,21 @@ pub struct Engine {
     pub policy: Option<Arc<dyn ContextPolicy>>,
 }
 
-/// The loop's view of history: messages and the index of the last compaction boundary.
+/// The loop's view of history: messages (shared with the request views built from them) and
+/// the index of the last compaction boundary.
 pub struct RunHistory {
-    pub messages: Vec<Message>,
+    pub messages: Vec<Arc<Message>>,
     pub boundary: usize,
+}
+
+impl RunHistory {
+    /// `messages` (each shared from now on) with the boundary at `boundary`.
+    pub fn new(messages: Vec<Message>, boundary: usize) -> Self {
+        Self {
+            messages: messages.into_iter().map(Arc::new).collect(),
+            boundary,
+        }
+    }
 }
 
 impl Engine {
@@ -185,7 +196,7 @@ impl Engine {
             ..AfterResponse::default()
         };
         let mut reason: Option<ContinueReason> = None;
-        let mut reactive_view: Option<Vec<Arc<Message>>> = None;
+        let mut reactive_view: Option<Vec<ViewMessage>> = None;
         let mut request_index: u32 = 0;
         loop {
             request_index += 1;
@@ -289,7 +300,7 @@ impl Engine {
                             stop_reason: turn.stop_reason.clone(),
                             usage: turn.usage,
                         })];
-                    history.messages.push(turn.message.clone());
+                    history.messages.push(Arc::new(turn.message.clone()));
                     if state.had_tool_use {
                         let paired = pair_results(&turn.message, results, state.cancelled);
                         for result in &paired {
@@ -302,7 +313,7 @@ impl Engine {
                             role: Role::User,
                             content: paired.into_iter().map(ContentBlock::ToolResult).collect(),
                         };
-                        history.messages.push(results_message.clone());
+                        history.messages.push(Arc::new(results_message.clone()));
                         appends.push(HistoryAppend {
                             message: results_message,
                             compaction_boundary: false,
@@ -386,7 +397,7 @@ impl Engine {
                     let (mut appends, mut events) = turn_write.unwrap_or_default();
                     if let Some(text) = injected {
                         let message = Message::user_text(text);
-                        history.messages.push(message.clone());
+                        history.messages.push(Arc::new(message.clone()));
                         appends.push(HistoryAppend {
                             message,
                             compaction_boundary: false,
@@ -406,7 +417,7 @@ impl Engine {
         next: &ContinueReason,
         state: &mut AfterResponse,
         history: &mut RunHistory,
-        reactive_view: &mut Option<Vec<Arc<Message>>>,
+        reactive_view: &mut Option<Vec<ViewMessage>>,
         ledger: &mut RunLedger,
         cancel: &CancellationToken,
     ) -> Result<Option<String>, HostError> {
@@ -482,7 +493,7 @@ impl Engine {
         })
     }
 
-    fn request_view(&self, history: &mut RunHistory) -> Vec<Arc<Message>> {
+    fn request_view(&self, history: &mut RunHistory) -> Vec<ViewMessage> {
         if let Some(policy) = &self.policy {
             policy.pre(&mut history.messages);
             if let Some(view) = policy.view(&history.messages) {
@@ -521,7 +532,7 @@ impl Engine {
             return Ok(()); // nothing before the current run to summarise
         }
         let mut older = context::default_view(&history.messages[..cut], history.boundary);
-        older.push(Arc::new(Message::user_text(SUMMARY_INSTRUCTION)));
+        older.push(Message::user_text(SUMMARY_INSTRUCTION).into());
         let request = ModelRequest {
             model: self.config.model.clone(),
             system: None,
@@ -554,19 +565,19 @@ impl Engine {
                 return Ok(());
             }
         };
-        let kept: Vec<Message> = history.messages[cut..].to_vec();
+        let kept: Vec<Arc<Message>> = history.messages[cut..].to_vec();
         let mut appends = vec![HistoryAppend {
             message: summary_message(&summary),
             compaction_boundary: true,
         }];
         appends.extend(kept.iter().map(|message| HistoryAppend {
-            message: message.clone(),
+            message: Message::clone(message),
             compaction_boundary: false,
         }));
         let new_boundary = history.messages.len();
         history
             .messages
-            .extend(appends.iter().map(|a| a.message.clone()));
+            .extend(appends.iter().map(|a| Arc::new(a.message.clone())));
         history.boundary = new_boundary;
         let tokens_after = context::default_view_tokens(&history.messages, history.boundary);
         self.host

@@ -309,7 +309,11 @@ impl Provider for Turns {
         cancel: &CancellationToken,
     ) -> Result<ItemStream, ProviderError> {
         self.requests.lock().unwrap().push(Recorded {
-            messages: request.messages.iter().map(|m| Message::clone(m)).collect(),
+            messages: request
+                .messages
+                .iter()
+                .map(|m| m.rendered().into_owned())
+                .collect(),
             tools: request.tools.clone(),
             max_tokens: request.max_tokens,
         });
@@ -403,10 +407,7 @@ fn ledger() -> RunLedger {
 }
 
 fn prompt(text: &str) -> RunHistory {
-    RunHistory {
-        messages: vec![Message::user_text(text)],
-        boundary: 0,
-    }
+    RunHistory::new(vec![Message::user_text(text)], 0)
 }
 
 struct Run {
@@ -568,14 +569,14 @@ async fn reactive_compact_retry_compacts_and_retries_once() {
         text("SUMMARY OF OLD", StopReason::EndTurn), // the summary request
         text("answered", StopReason::EndTurn),
     ]);
-    let history = RunHistory {
-        messages: vec![
+    let history = RunHistory::new(
+        vec![
             Message::user_text("old question"),
             Message::assistant_text("old answer"),
             Message::user_text("new question"),
         ],
-        boundary: 0,
-    };
+        0,
+    );
     let run = run_with(
         provider.clone(),
         TestHost::new(),
@@ -1091,9 +1092,14 @@ async fn error_when_the_request_is_rejected() {
 // Context: compaction and policies
 // ---------------------------------------------------------------------------------------------
 
+/// The messages of `history`, as a request recorded them.
+fn owned(history: RunHistory) -> Vec<Message> {
+    history.messages.iter().map(|m| Message::clone(m)).collect()
+}
+
 fn long_history() -> RunHistory {
-    RunHistory {
-        messages: vec![
+    RunHistory::new(
+        vec![
             Message::user_text("old question ".repeat(40)),
             Message {
                 role: Role::Assistant,
@@ -1113,8 +1119,8 @@ fn long_history() -> RunHistory {
             Message::assistant_text("old answer"),
             Message::user_text("new question"),
         ],
-        boundary: 0,
-    }
+        0,
+    )
 }
 
 #[tokio::test]
@@ -1189,21 +1195,21 @@ async fn below_the_threshold_nothing_is_compacted() {
     )
     .await;
     assert!(run.host.payloads("compaction").is_empty());
-    assert_eq!(provider.requests()[0].messages, long_history().messages);
+    assert_eq!(provider.requests()[0].messages, owned(long_history()));
 }
 
 /// A policy that sends only the last message, after a marker.
 struct LastOnly;
 
 impl ContextPolicy for LastOnly {
-    fn view(&self, history: &[Message]) -> Option<Vec<Arc<Message>>> {
-        let last = Arc::new(history.last()?.clone());
-        Some(vec![Arc::new(Message::user_text("[custom view]")), last])
+    fn view(&self, history: &[Arc<Message>]) -> Option<Vec<ViewMessage>> {
+        let last = history.last()?.clone().into();
+        Some(vec![Message::user_text("[custom view]").into(), last])
     }
 
-    fn reactive(&self, history: &[Message]) -> Option<Vec<Arc<Message>>> {
-        let last = Arc::new(history.last()?.clone());
-        Some(vec![Arc::new(Message::user_text("[reactive view]")), last])
+    fn reactive(&self, history: &[Arc<Message>]) -> Option<Vec<ViewMessage>> {
+        let last = history.last()?.clone().into();
+        Some(vec![Message::user_text("[reactive view]").into(), last])
     }
 }
 
@@ -1418,7 +1424,7 @@ async fn a_run_larger_than_the_threshold_is_not_recompacted_every_request() {
     // The view still starts at the summary.
     assert_eq!(
         provider.requests()[3].messages[0],
-        summary_message("THE SUMMARY")
+        summary_message("THE SUMMARY").into()
     );
 }
 
@@ -1486,7 +1492,7 @@ async fn a_failed_summary_request_sends_the_request_uncompacted() {
             "terminal"
         ]
     );
-    assert_eq!(provider.requests()[1].messages, long_history().messages);
+    assert_eq!(provider.requests()[1].messages, owned(long_history()));
     assert!(run.host.boundaries().is_empty());
 }
 
@@ -1494,7 +1500,7 @@ async fn a_failed_summary_request_sends_the_request_uncompacted() {
 struct KeepLast;
 
 impl ContextPolicy for KeepLast {
-    fn pre(&self, history: &mut Vec<Message>) {
+    fn pre(&self, history: &mut Vec<Arc<Message>>) {
         let keep = history.len().saturating_sub(1);
         history.drain(..keep);
     }

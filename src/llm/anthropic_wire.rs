@@ -8,7 +8,9 @@ use serde_json::value::RawValue;
 use std::sync::{Arc, Mutex};
 
 use super::{ModelRequest, ToolSpec};
-use crate::message::{ContentBlock, Message, Role, ToolImage};
+use crate::message::{
+    ContentBlock, MarkerText, MessageRef, ResultText, Role, ToolImage, ViewBlock, ViewMessage,
+};
 
 /// The streaming request body (`POST /v1/messages`).
 #[derive(Serialize)]
@@ -38,7 +40,7 @@ struct WireMessage<'a> {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum WireBlock<'a> {
     Text {
-        text: &'a str,
+        text: WireText<'a>,
     },
     Thinking {
         thinking: &'a str,
@@ -60,18 +62,37 @@ enum WireBlock<'a> {
     },
 }
 
+/// A text as the view shows it: borrowed from the message, or written with the view's mark
+/// (a ref marker, a marked or pruned result) straight into the body, never copied first.
+#[derive(Clone, Copy)]
+enum WireText<'a> {
+    Plain(&'a str),
+    Marker(MessageRef),
+    Result(ResultText<'a>),
+}
+
+impl Serialize for WireText<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Plain(text) => serializer.serialize_str(text),
+            Self::Marker(reference) => serializer.collect_str(&MarkerText(*reference)),
+            Self::Result(text) => serializer.collect_str(text),
+        }
+    }
+}
+
 /// A tool result's content: its text alone, or text and images as parts.
 #[derive(Serialize)]
 #[serde(untagged)]
 enum ResultContent<'a> {
-    Text(&'a str),
+    Text(WireText<'a>),
     Parts(Vec<ResultPart<'a>>),
 }
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ResultPart<'a> {
-    Text { text: &'a str },
+    Text { text: WireText<'a> },
     Image { source: ImageSource<'a> },
 }
 
@@ -176,16 +197,15 @@ fn shared_json(tools: &Arc<[ToolSpec]>) -> Result<Arc<RawValue>, serde_json::Err
 }
 
 impl<'a> WireMessage<'a> {
-    fn of(message: &'a Message) -> Self {
-        let role = match message.role {
+    fn of(message: &'a ViewMessage) -> Self {
+        let role = match message.role() {
             Role::User => "user",
             Role::Assistant => "assistant",
         };
-        let mut content: Vec<WireBlock<'a>> =
-            message.content.iter().filter_map(WireBlock::of).collect();
+        let mut content: Vec<WireBlock<'a>> = message.blocks().filter_map(WireBlock::of).collect();
         if content.is_empty() {
             content.push(WireBlock::Text {
-                text: "(no content)",
+                text: WireText::Plain("(no content)"),
             });
         }
         Self { role, content }
@@ -193,10 +213,23 @@ impl<'a> WireMessage<'a> {
 }
 
 impl<'a> WireBlock<'a> {
-    fn of(block: &'a ContentBlock) -> Option<Self> {
+    fn of(block: ViewBlock<'a>) -> Option<Self> {
+        let block = match block {
+            ViewBlock::Block(block) => block,
+            ViewBlock::Marker(reference) => {
+                return Some(Self::Text {
+                    text: WireText::Marker(reference),
+                });
+            }
+            ViewBlock::Result { result, text } => {
+                return Some(Self::result(result, WireText::Result(text)));
+            }
+        };
         Some(match block {
             ContentBlock::Text { text } if text.trim().is_empty() => return None,
-            ContentBlock::Text { text } => Self::Text { text },
+            ContentBlock::Text { text } => Self::Text {
+                text: WireText::Plain(text),
+            },
             ContentBlock::Thinking {
                 thinking,
                 signature,
@@ -206,22 +239,27 @@ impl<'a> WireBlock<'a> {
             },
             ContentBlock::RedactedThinking { data } => Self::RedactedThinking { data },
             ContentBlock::ToolUse { id, name, input } => Self::ToolUse { id, name, input },
-            ContentBlock::ToolResult(result) => Self::ToolResult {
-                tool_use_id: &result.tool_use_id,
-                content: if result.images.is_empty() {
-                    ResultContent::Text(&result.content)
-                } else {
-                    ResultContent::Parts(
-                        std::iter::once(ResultPart::Text {
-                            text: &result.content,
-                        })
+            ContentBlock::ToolResult(result) => {
+                Self::result(result, WireText::Plain(&result.content))
+            }
+        })
+    }
+
+    /// A tool result showing `text`, with its images as parts.
+    fn result(result: &'a crate::message::ToolResultBlock, text: WireText<'a>) -> Self {
+        Self::ToolResult {
+            tool_use_id: &result.tool_use_id,
+            content: if result.images.is_empty() {
+                ResultContent::Text(text)
+            } else {
+                ResultContent::Parts(
+                    std::iter::once(ResultPart::Text { text })
                         .chain(result.images.iter().map(ResultPart::image))
                         .collect(),
-                    )
-                },
-                is_error: result.is_error,
+                )
             },
-        })
+            is_error: result.is_error,
+        }
     }
 }
 
@@ -240,8 +278,70 @@ impl<'a> ResultPart<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolResultBlock;
+    use crate::message::{Mark, Message, ToolResultBlock};
     use serde_json::json;
+
+    fn body(messages: Vec<ViewMessage>) -> Value {
+        let request = ModelRequest {
+            model: String::new(),
+            system: None,
+            messages,
+            tools: Vec::new().into(),
+            max_tokens: 0,
+            temperature: None,
+        };
+        serde_json::to_value(WireRequest::new(&request, "m", 1, None)).unwrap()
+    }
+
+    #[test]
+    fn a_marked_message_is_written_as_its_rendering_without_being_copied() {
+        let mut with_image = ToolResultBlock::ok("t2", "second \"quoted\"");
+        with_image.images.push(ToolImage {
+            media_type: "image/png".into(),
+            data: "AAAA".into(),
+        });
+        let results = Arc::new(Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::ToolResult(ToolResultBlock::ok("t1", "first\nline")),
+                ContentBlock::ToolResult(with_image),
+            ],
+        });
+        let text = Arc::new(Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "hm".into(),
+                    signature: Some("sig".into()),
+                },
+                ContentBlock::Text { text: "ok".into() },
+            ],
+        });
+        let mark = |position, pruned| Mark { position, pruned };
+        let views = vec![
+            ViewMessage::marked(text, mark(4, None)),
+            ViewMessage::marked(results.clone(), mark(5, None)),
+            ViewMessage::marked(results, mark(5, Some(99))),
+        ];
+        let copies = views
+            .iter()
+            .map(|view| ViewMessage::from(view.rendered().into_owned()))
+            .collect();
+        let written = body(views);
+        assert_eq!(written, body(copies));
+        assert_eq!(
+            written["messages"][0]["content"][1],
+            json!({"type": "text", "text": "[ref m4]"})
+        );
+        assert_eq!(
+            written["messages"][1]["content"][0]["content"],
+            json!("[ref m5] first\nline")
+        );
+        assert_eq!(
+            written["messages"][2]["content"][1]["content"][0],
+            json!({"type": "text", "text": "[result pruned]"})
+        );
+    }
 
     #[test]
     fn the_body_has_the_messages_api_shape() {
@@ -283,7 +383,7 @@ mod tests {
                 },
             ]
             .into_iter()
-            .map(std::sync::Arc::new)
+            .map(ViewMessage::from)
             .collect(),
             tools: vec![ToolSpec {
                 name: "Read".into(),

@@ -163,7 +163,8 @@ impl<'a> WireRequest<'a> {
             messages.push(json!({"role": "system", "content": system}));
         }
         for message in &request.messages {
-            wire_messages(message, &mut messages);
+            // The JSON tree copies every text anyway; a marked message is rendered first.
+            wire_messages(&message.rendered(), &mut messages);
         }
         Self {
             model: request.model_or(model),

@@ -54,7 +54,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{ItemStream, ModelRequest, Provider, ProviderError, StopReason, StreamItem, Usage};
-use crate::message::{ContentBlock, Role};
+use crate::message::{ContentBlock, Message, Role, ViewMessage};
+use std::borrow::Cow;
 
 /// Characters per text delta (at least; long blocks use bigger deltas).
 const DELTA_CHARS: usize = 12;
@@ -215,13 +216,14 @@ struct Context {
 
 impl Context {
     fn of(request: &ModelRequest) -> Self {
-        let assistant_turns = request
-            .messages
+        // What the model would read: every message as shown (marks applied).
+        let messages: Vec<Cow<'_, Message>> =
+            request.messages.iter().map(ViewMessage::rendered).collect();
+        let assistant_turns = messages
             .iter()
             .filter(|message| message.role == Role::Assistant)
             .count();
-        let turns_since_prompt = request
-            .messages
+        let turns_since_prompt = messages
             .iter()
             .rev()
             .take_while(|message| {
@@ -239,19 +241,16 @@ impl Context {
                 _ => None,
             })
         };
-        let trailing_tool_result = request
-            .messages
+        let trailing_tool_result = messages
             .last()
             .filter(|message| message.role == Role::User)
             .and_then(|message| last_result_of(&message.content));
-        let last_tool_result = request
-            .messages
+        let last_tool_result = messages
             .iter()
             .rev()
             .find_map(|message| last_result_of(&message.content))
             .unwrap_or_default();
-        let last_user_text = request
-            .messages
+        let last_user_text = messages
             .iter()
             .rev()
             .filter(|message| message.role == Role::User)
@@ -346,7 +345,7 @@ const REF_MARKER: &str = "[ref ";
 fn visible_refs(request: &ModelRequest) -> Vec<String> {
     let mut refs = Vec::new();
     for message in &request.messages {
-        for block in &message.content {
+        for block in &message.rendered().content {
             let text = match block {
                 ContentBlock::Text { text } => text.as_str(),
                 ContentBlock::ToolResult(result) => result.content.as_str(),

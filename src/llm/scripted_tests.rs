@@ -1,14 +1,14 @@
 //! Tests of the scripted provider: the context window, ref placeholders and delays.
 
 use super::*;
-use crate::message::Message;
+use crate::message::{Message, ViewMessage};
 
 /// A request of `messages` to the scripted model.
 fn request(messages: Vec<Message>) -> ModelRequest {
     ModelRequest {
         model: "scripted".into(),
         system: None,
-        messages: messages.into_iter().map(std::sync::Arc::new).collect(),
+        messages: messages.into_iter().map(ViewMessage::from).collect(),
         tools: Default::default(),
         max_tokens: 100,
         temperature: None,

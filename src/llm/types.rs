@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::message::Message;
+use crate::message::{Message, ViewMessage};
 
 /// A tool as the model sees it: name, description and JSON Schema of its input.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -19,16 +19,16 @@ pub struct ToolSpec {
 }
 
 /// One logical model request: the provider-visible view of a session.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelRequest {
     /// Model identifier sent on the wire.
     pub model: String,
     /// System prompt, travelling beside the messages.
     pub system: Option<String>,
-    /// History after the last compaction boundary, tool_use/tool_result pairs intact. Shared:
-    /// a context policy hands out the messages it rendered for an earlier request again
-    /// instead of copying them per request.
-    pub messages: Vec<std::sync::Arc<Message>>,
+    /// History after the last compaction boundary, tool_use/tool_result pairs intact, each
+    /// message shared with history (and marked by a context policy such as Noa), never copied
+    /// per request.
+    pub messages: Vec<ViewMessage>,
     /// Tools offered to the model: shared with the registry that built them (one list per
     /// registry, not a copy per request).
     pub tools: std::sync::Arc<[ToolSpec]>,

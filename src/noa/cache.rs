@@ -42,6 +42,7 @@ use super::rendered::RenderedMessages;
 use super::state::{Block, NoaState, Tier, cut_block};
 use crate::message::{Message, Role};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The identity of one history message (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +127,7 @@ impl ViewCache {
     /// (its memory reused).
     pub fn blocks(
         &mut self,
-        history: &[Message],
+        history: &[Arc<Message>],
         state: &NoaState,
         rendered: usize,
         protected_tail: u32,
@@ -162,7 +163,7 @@ impl ViewCache {
     /// Takes the covered messages of a run's history read again from the store as the ones
     /// covered, when they match in count, role and number of content blocks (see the module
     /// doc); otherwise the cache stays as it was and is found invalid.
-    fn rebind(&mut self, history: &[Message]) {
+    fn rebind(&mut self, history: &[Arc<Message>]) {
         let covered = self.identity.len();
         let same = history.len() >= covered
             && history[..covered]
@@ -181,7 +182,7 @@ impl ViewCache {
     /// Whether everything the cache covers is unchanged (see the module doc).
     fn valid(
         &self,
-        history: &[Message],
+        history: &[Arc<Message>],
         state: &NoaState,
         rendered: usize,
         read_only: &ToolNames,
@@ -227,7 +228,7 @@ impl ViewCache {
     /// Cuts the messages of `history[covered..rendered]` into blocks.
     fn extend(
         &mut self,
-        history: &[Message],
+        history: &[Arc<Message>],
         state: &NoaState,
         rendered: usize,
         read_only: &ToolNames,
@@ -269,7 +270,7 @@ impl ViewCache {
             self.blocks.push(block);
         }
         self.identity
-            .extend(history[covered..rendered].iter().map(Identity::of));
+            .extend(history[covered..rendered].iter().map(|m| Identity::of(m)));
         self.snapshots
             .extend_from_slice(&state.snapshots[covered..rendered]);
     }

@@ -24,15 +24,15 @@ fn settings() -> NoaSettings {
 
 /// m0 prompt · m1-m2 Read · m3-m4 Write (hard) · m5-m6 Read · m7-m8 Read (tail) · m9-m10 Read
 /// (tail). Results of 400 characters (about 100 tokens).
-fn history() -> Vec<Message> {
+fn history() -> Vec<Arc<Message>> {
     let mut history = vec![prompt("go")];
     for name in ["Read", "Write", "Read", "Read", "Read"] {
         pair(&mut history, name, 400);
     }
-    history
+    shared(&history)
 }
 
-fn blocks(history: &[Message], state: &mut NoaState) -> Vec<Block> {
+fn blocks(history: &[Arc<Message>], state: &mut NoaState) -> Vec<Block> {
     let settings = settings();
     let read_only = read_only();
     let mut turn = super::pipeline::Turn::new(&settings, &read_only, history, state);
@@ -126,9 +126,9 @@ fn the_floor_applies_to_the_whole_batch_except_against_protected_blocks() {
     assert!(compress::validate(&blocks, &[], &settings(), &[range("m5", "m6")]).is_ok());
 }
 
-async fn session_over(history: &[Message]) -> (Arc<NoaSession>, Arc<MemoryBackend>) {
+async fn session_over(history: &[Arc<Message>]) -> (Arc<NoaSession>, Arc<MemoryBackend>) {
     let backend = Arc::new(MemoryBackend::default());
-    *backend.history.lock().unwrap() = history.to_vec();
+    *backend.history.lock().unwrap() = owned(history);
     let session = NoaSession::load(settings(), read_only(), backend.clone())
         .await
         .unwrap();
@@ -165,7 +165,7 @@ async fn a_batch_archives_the_originals_and_shows_summaries() {
         .iter()
         .map(|m| serde_json::from_value(m["message"].clone()).unwrap())
         .collect();
-    assert_eq!(originals, [&history[0..3], &history[5..7]].concat());
+    assert_eq!(originals, owned(&[&history[0..3], &history[5..7]].concat()));
     let view = serde_json::to_string(&session.build_view(&history, None)).unwrap();
     assert!(view.contains("read and wrote x") && view.contains("[ref m3]"));
     assert!(!view.contains("[ref m1]") && !view.contains("[ref m5]"));
@@ -230,6 +230,7 @@ async fn expand_pages_long_archives() {
     pair(&mut history, "Read", 10);
     pair(&mut history, "Read", 10);
     pair(&mut history, "Read", 10);
+    let history = shared(&history);
     let (session, _backend) = session_over(&history).await;
     session.build_view(&history, None);
     session.compress(&[range("m0", "m2")]).await.unwrap();

@@ -73,16 +73,7 @@ pub fn is_noa_tool(name: &str) -> bool {
     name == COMPRESS_TOOL || name == EXPAND_TOOL
 }
 
-/// The model-visible ref of the message at a position in the session's history, written
-/// where it is shown without a `String` of its own ([`message_ref`] makes one).
-#[derive(Clone, Copy, Debug)]
-pub struct MessageRef(pub u32);
-
-impl std::fmt::Display for MessageRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "m{}", self.0)
-    }
-}
+pub use crate::message::MessageRef;
 
 /// The model-visible ref of the message at `position` in the session's history.
 pub fn message_ref(position: u32) -> String {

@@ -18,18 +18,18 @@
 
 use super::ToolNames;
 use super::cache::ViewCache;
+use super::render::{live, prune_message, pruned_tokens, render_live};
 pub use super::render::{marked, summary_message, summary_tokens};
-use super::render::{prune_message, pruned_tokens, render_live};
 use super::rendered::Renderer;
 use super::settings::NoaSettings;
 use super::state::{Block, Calibration, NoaState, Tier, blocks_of, message_tokens};
-use crate::message::{ContentBlock, Message, Role};
+use crate::message::{ContentBlock, Message, Role, ViewMessage};
 use crate::run_event::{self, RunEvent};
 use std::sync::Arc;
 
-/// How an item's message is made. Messages are rendered only when the view is sent
-/// ([`Turn::messages`]), so what the steps drop (truncation above all) is never copied; the
-/// token count of every item is known without rendering it.
+/// How an item's message is made when the view is sent ([`Turn::messages`]): a live message
+/// is shared with history and marked, never copied; the token count of every item is known
+/// without rendering it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Render {
     /// The history message at this position with its ref marker ([`marked`]).
@@ -57,7 +57,7 @@ pub struct Item {
 pub struct Turn<'a> {
     pub settings: &'a NoaSettings,
     pub read_only: &'a ToolNames,
-    pub history: &'a [Message],
+    pub history: &'a [Arc<Message>],
     pub state: &'a mut NoaState,
     /// The hard limit in force (lower for the retry after a context overflow).
     pub hard_limit: u64,
@@ -88,7 +88,7 @@ impl<'a> Turn<'a> {
     pub fn new(
         settings: &'a NoaSettings,
         read_only: &'a ToolNames,
-        history: &'a [Message],
+        history: &'a [Arc<Message>],
         state: &'a mut NoaState,
     ) -> Self {
         Self {
@@ -148,9 +148,9 @@ impl<'a> Turn<'a> {
         }
     }
 
-    /// The view's messages. With a cache, the messages the last view sent are shared, not
-    /// rendered again ([`super::rendered`]).
-    pub fn messages(&mut self) -> Vec<Arc<Message>> {
+    /// The view's messages: live ones shared with history and marked, summaries shared with
+    /// the last view when there is a cache ([`super::rendered`]).
+    pub fn messages(&mut self) -> Vec<ViewMessage> {
         let previous = self
             .cache
             .as_deref_mut()
@@ -161,16 +161,14 @@ impl<'a> Turn<'a> {
             .items
             .iter()
             .map(|item| match &item.render {
-                Render::Live(position) => {
-                    renderer.live(*position, None, item.tokens, || self.message(item))
-                }
+                Render::Live(position) => live(&self.history[*position as usize], *position, None),
                 Render::Pruned { position, about } => {
-                    renderer.live(*position, Some(*about), item.tokens, || self.message(item))
+                    live(&self.history[*position as usize], *position, Some(*about))
                 }
-                Render::Summary(index) => {
-                    renderer.summary(*index, item.tokens, || self.message(item))
-                }
-                Render::Owned(message) => Arc::new(message.clone()),
+                Render::Summary(index) => renderer
+                    .summary(*index, item.tokens, || self.message(item))
+                    .into(),
+                Render::Owned(message) => message.clone().into(),
             })
             .collect();
         if let Some(cache) = self.cache.as_deref_mut() {
@@ -209,7 +207,7 @@ pub fn assign_refs(turn: &mut Turn<'_>) {
     let known = turn.state.snapshots.len();
     turn.state
         .snapshots
-        .extend(turn.history.iter().skip(known).map(message_tokens));
+        .extend(turn.history.iter().skip(known).map(|m| message_tokens(m)));
 }
 
 /// Step 2 (N25): blocks and tiers of the rendered messages, and the projected view.

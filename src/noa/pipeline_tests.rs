@@ -4,9 +4,8 @@ use super::pipeline::{self, STEPS, Step, Turn};
 use super::settings::NoaSettings;
 use super::state::{Compression, NoaState, Tier};
 use super::test_support::*;
-use crate::message::{ContentBlock, Message};
+use crate::message::{ContentBlock, Message, ViewMessage};
 use crate::run_event::RunEvent;
-use std::sync::Arc;
 
 fn settings() -> NoaSettings {
     NoaSettings {
@@ -21,7 +20,7 @@ fn settings() -> NoaSettings {
 }
 
 struct Outcome {
-    view: Vec<Arc<Message>>,
+    view: Vec<ViewMessage>,
     events: Vec<RunEvent>,
     state: NoaState,
 }
@@ -33,7 +32,8 @@ fn run_with(
     steps: &[Step],
 ) -> Outcome {
     let read_only = read_only();
-    let mut turn = Turn::new(settings, &read_only, history, &mut state);
+    let history = shared(history);
+    let mut turn = Turn::new(settings, &read_only, &history, &mut state);
     turn.run(steps);
     let view = turn.messages();
     let events = std::mem::take(&mut turn.events);
@@ -44,7 +44,7 @@ fn run_with(
     }
 }
 
-fn text_of(view: &[Arc<Message>]) -> String {
+fn text_of(view: &[ViewMessage]) -> String {
     serde_json::to_string(view).unwrap()
 }
 
@@ -74,6 +74,7 @@ fn sync_blocks_pairs_calls_with_results_and_sets_tiers() {
     let read_only = read_only();
     let mut state = NoaState::default();
     let settings = settings();
+    let history = shared(&history);
     let mut turn = Turn::new(&settings, &read_only, &history, &mut state);
     pipeline::assign_refs(&mut turn);
     pipeline::sync_blocks(&mut turn);
@@ -202,7 +203,7 @@ fn nudge_is_appended_to_the_last_result_over_the_soft_limit() {
         ..settings()
     };
     let outcome = run_with(&settings, &history, NoaState::default(), &STEPS);
-    let last = outcome.view.last().unwrap();
+    let last = outcome.view.last().unwrap().rendered();
     let ContentBlock::ToolResult(result) = &last.content[0] else {
         panic!("the last message carries the result")
     };
@@ -250,6 +251,7 @@ fn order_fixture() -> (Vec<Message>, NoaSettings) {
     let canonical_size = {
         let read_only = read_only();
         let mut state = NoaState::default();
+        let history = shared(&history);
         let mut turn = Turn::new(&base, &read_only, &history, &mut state);
         turn.run(&STEPS[..4]);
         turn.estimated()
@@ -295,6 +297,7 @@ fn the_steps_run_in_the_order_n23_fixes() {
         without_nudge.pop();
         let read_only = read_only();
         let mut state = NoaState::default();
+        let history = shared(&history);
         let mut turn = Turn::new(&settings, &read_only, &history, &mut state);
         turn.run(&without_nudge);
         turn.projected()

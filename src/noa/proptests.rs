@@ -9,7 +9,7 @@ use super::session::NoaSession;
 use super::settings::NoaSettings;
 use super::state::{NoaState, Tier, blocks_of, message_tokens};
 use super::test_support::*;
-use crate::message::{ContentBlock, Message};
+use crate::message::{ContentBlock, Message, ViewMessage};
 use crate::run_event::RunEvent;
 use proptest::prelude::*;
 use std::collections::HashSet;
@@ -35,7 +35,7 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn build(steps: &[Step], pending: bool) -> Vec<Message> {
+fn build(steps: &[Step], pending: bool) -> Vec<Arc<Message>> {
     let mut history = vec![prompt("start")];
     for step in steps {
         match step {
@@ -49,7 +49,7 @@ fn build(steps: &[Step], pending: bool) -> Vec<Message> {
     if pending {
         history.push(call("toolu_pending", "Bash"));
     }
-    history
+    shared(&history)
 }
 
 fn settings() -> NoaSettings {
@@ -75,11 +75,11 @@ fn batch_of(raw: &[(u8, u8, u8)], len: usize) -> Vec<RangeRequest> {
 }
 
 /// Tool_use ids and tool_result ids of a view pair up (the last assistant message may wait).
-fn pairs_whole(view: &[Arc<Message>]) -> bool {
+fn pairs_whole(view: &[ViewMessage]) -> bool {
     let mut uses = HashSet::new();
     let mut results = HashSet::new();
     for message in view {
-        for block in &message.content {
+        for block in &message.rendered().content {
             match block {
                 ContentBlock::ToolUse { id, .. } => {
                     uses.insert(id.clone());
@@ -168,14 +168,14 @@ fn cache_settings() -> NoaSettings {
 
 /// One request's outcome: the view, the events, the blocks and the estimate.
 type Outcome = (
-    Vec<Arc<Message>>,
+    Vec<ViewMessage>,
     Vec<RunEvent>,
     Vec<super::state::Block>,
     u64,
 );
 
 fn request(
-    history: &[Message],
+    history: &[Arc<Message>],
     state: &mut NoaState,
     cache: Option<&mut ViewCache>,
     hard_limit: Option<u64>,
@@ -186,7 +186,7 @@ fn request(
     if let Some(cache) = cache {
         turn = turn.with_cache(cache);
         // As a session does: the vectors of an earlier turn handed in, holding stale entries.
-        let snapshots: Vec<u32> = history.iter().map(message_tokens).collect();
+        let snapshots: Vec<u32> = history.iter().map(|m| message_tokens(m)).collect();
         turn.blocks = blocks_of(history, &snapshots, 0, &read_only, &[]);
         turn.blocks.reverse();
         turn.items = vec![super::pipeline::Item {
@@ -341,7 +341,7 @@ proptest! {
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         runtime.block_on(async {
             let backend = Arc::new(MemoryBackend::default());
-            *backend.history.lock().unwrap() = history.clone();
+            *backend.history.lock().unwrap() = owned(&history);
             let session = NoaSession::load(settings(), read_only(), backend.clone()).await.unwrap();
             let view = session.build_view(&history, None);
             session.settle().await.unwrap();
@@ -361,7 +361,7 @@ proptest! {
             // session loaded from the store again renders the same view.
             let mut longer = history.clone();
             longer.extend(build(&more, false).into_iter().skip(1));
-            *backend.history.lock().unwrap() = longer.clone();
+            *backend.history.lock().unwrap() = owned(&longer);
             let before = session.state().snapshots;
             let view = session.build_view(&longer, None);
             session.settle().await.unwrap();
@@ -377,7 +377,7 @@ proptest! {
 
 /// One request from scratch and through `cache`: both must give the same outcome and state.
 fn both_ways(
-    history: &[Message],
+    history: &[Arc<Message>],
     state: &mut NoaState,
     cache: &mut ViewCache,
     hard_limit: Option<u64>,
@@ -416,7 +416,7 @@ proptest! {
         let mut last = both_ways(&history, &mut state, &mut cache, None)?;
         for between in &script {
             if let Some(result) = answer.take() {
-                history.push(result);
+                history.push(Arc::new(result));
             }
             let mut hard_limit = None;
             match between {
@@ -425,12 +425,12 @@ proptest! {
                 }
                 Between::Split(read, size) => {
                     let id = format!("toolu_{}", history.len());
-                    history.push(call(&id, if *read { "Read" } else { "Write" }));
+                    history.push(Arc::new(call(&id, if *read { "Read" } else { "Write" })));
                     answer = Some(result(&id, *size));
                 }
                 Between::Dangling => {
-                    history.push(call(&format!("toolu_{}", history.len()), "Bash"));
-                    history.push(prompt("never mind"));
+                    history.push(Arc::new(call(&format!("toolu_{}", history.len()), "Bash")));
+                    history.push(Arc::new(prompt("never mind")));
                 }
                 Between::Compress(raw) => {
                     let blocks = &last.2;
@@ -450,11 +450,11 @@ proptest! {
                 Between::Overflow => hard_limit = Some(cache_settings().soft_limit_tokens),
                 Between::Rewrite(at) => {
                     let at = *at as usize % history.len();
-                    history[at] = if history[at].role == crate::message::Role::User {
+                    history[at] = Arc::new(if history[at].role == crate::message::Role::User {
                         prompt("rewritten")
                     } else {
                         call(&format!("toolu_rewritten_{at}"), "Write")
-                    };
+                    });
                     changed_under += 1;
                 }
                 Between::Shrink(by) => {
@@ -508,8 +508,8 @@ fn run_script() -> impl Strategy<Value = RunScript> {
 /// state: the view and the state after it must be equal.
 fn checked_view(
     session: &NoaSession,
-    history: &[Message],
-) -> Result<Vec<Arc<Message>>, TestCaseError> {
+    history: &[Arc<Message>],
+) -> Result<Vec<ViewMessage>, TestCaseError> {
     let mut scratch_state = session.state();
     let scratch = request(history, &mut scratch_state, None, None);
     let view = session.build_view(history, None);
@@ -545,8 +545,8 @@ proptest! {
             for run in &runs {
                 history.extend(build(&run.append, false).into_iter().skip(1));
                 // Read again from the store: every message a new allocation.
-                let read: Vec<Message> = history.clone();
-                *backend.history.lock().unwrap() = read.clone();
+                let read: Vec<Arc<Message>> = shared(&owned(&history));
+                *backend.history.lock().unwrap() = owned(&read);
                 let keep = super::session::Keep {
                     views: views.clone(),
                     session: crate::ids::SessionId::from_string("ses_kept"),
@@ -557,7 +557,11 @@ proptest! {
                 let first = checked_view(&session, &read)?;
                 session.settle().await.unwrap();
                 let again = checked_view(&session, &read)?;
-                let shared = first.iter().zip(&again).filter(|(a, b)| Arc::ptr_eq(a, b)).count();
+                let shared = first
+                    .iter()
+                    .zip(&again)
+                    .filter(|(a, b)| Arc::ptr_eq(a.original(), b.original()) && a.mark() == b.mark())
+                    .count();
                 // The truncation marker and the nudged last message are made per request.
                 prop_assert!(shared + 2 >= again.len(), "{} of {} shared", shared, again.len());
                 if let Some(raw) = &run.compress {
@@ -596,7 +600,7 @@ async fn a_kept_cache_is_not_adopted_by_a_history_of_another_shape() {
     assert_eq!(views.usage().0, 1, "handed back when the run ends");
     // The same count of messages, one of them with another number of blocks.
     let mut other = history.clone();
-    other[1].content.pop();
+    Arc::make_mut(&mut other[1]).content.pop();
     let session =
         NoaSession::load_kept(cache_settings(), read_only(), backend.clone(), Some(keep()))
             .await

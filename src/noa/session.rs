@@ -12,7 +12,7 @@ use super::state::{Block, Calibration, NoaState};
 use super::{message_ref, parse_archive_id, parse_message_ref};
 use crate::harness::context::ContextPolicy;
 use crate::ids::{SessionId, TenantId};
-use crate::message::Message;
+use crate::message::{Message, ViewMessage};
 use crate::run_event::{self, RunEvent};
 use crate::store::{NewNoaArchive, NoaArchiveRecord, Store, StoreError};
 use async_trait::async_trait;
@@ -209,7 +209,11 @@ impl NoaSession {
     }
 
     /// Runs the pipeline over `history` (N23) and returns the view.
-    pub fn build_view(&self, history: &[Message], hard_limit: Option<u64>) -> Vec<Arc<Message>> {
+    pub fn build_view(
+        &self,
+        history: &[Arc<Message>],
+        hard_limit: Option<u64>,
+    ) -> Vec<ViewMessage> {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let before = (
@@ -542,12 +546,12 @@ pub struct NoaPolicy(pub Arc<NoaSession>);
 
 #[async_trait]
 impl ContextPolicy for NoaPolicy {
-    fn view(&self, history: &[Message]) -> Option<Vec<Arc<Message>>> {
+    fn view(&self, history: &[Arc<Message>]) -> Option<Vec<ViewMessage>> {
         Some(self.0.build_view(history, None))
     }
 
     /// After a context overflow: the same pipeline, truncating down to the soft limit.
-    fn reactive(&self, history: &[Message]) -> Option<Vec<Arc<Message>>> {
+    fn reactive(&self, history: &[Arc<Message>]) -> Option<Vec<ViewMessage>> {
         Some(
             self.0
                 .build_view(history, Some(self.0.settings.soft_limit_tokens)),

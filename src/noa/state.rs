@@ -4,6 +4,7 @@ use super::ToolNames;
 use crate::message::{ContentBlock, Message, Role};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// What a Noa session stores (one `noa_states` row, JSON): the first-render token snapshot of
 /// every message that has been rendered (its index is the message's position, so the ref of
@@ -105,7 +106,7 @@ fn results_of(message: &Message) -> bool {
 /// still wait for their results) and no compression. One pass over the message's tool calls
 /// classifies them and hands each mutating one (see [`mutating_calls`]) to `mutating`.
 pub(super) fn cut_block<'m>(
-    history: &'m [Message],
+    history: &'m [Arc<Message>],
     snapshots: &[u32],
     i: usize,
     len: usize,
@@ -157,7 +158,7 @@ pub(super) fn mutating_calls<'m>(
 /// from-scratch computation; [`super::cache::ViewCache`] keeps the same blocks between the
 /// requests of a session and must always agree with it.
 pub fn blocks_of(
-    history: &[Message],
+    history: &[Arc<Message>],
     snapshots: &[u32],
     protected_tail: u32,
     read_only: &ToolNames,

@@ -6,8 +6,8 @@ use crate::message::{ContentBlock, Message, Role, ToolResultBlock};
 use crate::store::{NewNoaArchive, NoaArchiveRecord, StoreError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 pub fn prompt(text: &str) -> Message {
     Message::user_text(text)
@@ -46,6 +46,16 @@ pub fn pair(history: &mut Vec<Message>, name: &str, chars: usize) {
     let id = format!("toolu_{}", history.len());
     history.push(call(&id, name));
     history.push(result(&id, chars));
+}
+
+/// `history` as the loop holds it (shared messages).
+pub fn shared(history: &[Message]) -> Vec<Arc<Message>> {
+    history.iter().cloned().map(Arc::new).collect()
+}
+
+/// Copies of the messages of `history` (as a store holds them).
+pub fn owned(history: &[Arc<Message>]) -> Vec<Message> {
+    history.iter().map(|m| Message::clone(m)).collect()
 }
 
 pub fn read_only() -> ToolNames {

@@ -453,10 +453,13 @@ impl StoreHost {
 }
 
 /// Builds the history message list and the index of the last compaction boundary.
-pub fn history_of(records: &[crate::store::MessageRecord]) -> (Vec<Message>, usize) {
+pub fn history_of(records: &[crate::store::MessageRecord]) -> (Vec<Arc<Message>>, usize) {
     let boundary = records
         .iter()
         .rposition(|r| r.compaction_boundary)
         .unwrap_or(0);
-    (records.iter().map(|r| r.to_message()).collect(), boundary)
+    (
+        records.iter().map(|r| Arc::new(r.to_message())).collect(),
+        boundary,
+    )
 }

@@ -8,7 +8,7 @@ use super::session_writer::SessionWriter;
 use crate::ids::TenantId;
 use crate::llm::{self, ModelRequest, Provider};
 use crate::mcp::sampling::{Sampler, SamplingAnswer, SamplingRequest};
-use crate::message::ContentBlock;
+use crate::message::{ContentBlock, ViewMessage};
 use crate::run_event::{self, RunEvent};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -43,7 +43,11 @@ impl Sampler for RunSampler {
         let model_request = ModelRequest {
             model: self.model.clone(),
             system: request.system,
-            messages: request.messages.into_iter().map(Arc::new).collect(),
+            messages: request
+                .messages
+                .into_iter()
+                .map(ViewMessage::from)
+                .collect(),
             tools: Default::default(),
             max_tokens: request.max_tokens,
             temperature: request.temperature,

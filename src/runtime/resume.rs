@@ -25,6 +25,7 @@ use crate::store::{EventRecord, MessageRecord, Store};
 use crate::tools::codes;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// What the resumed run needs.
@@ -230,8 +231,8 @@ pub async fn recover(
     events.push(RunEvent::ToolResults(run_event::ToolResults {
         count: answers.content.len(),
     }));
-    history.messages.push(assistant.clone());
-    history.messages.push(answers.clone());
+    history.messages.push(Arc::new(assistant.clone()));
+    history.messages.push(Arc::new(answers.clone()));
     run.host
         .commit(
             vec![

@@ -3,6 +3,10 @@
 //! History (stored, durable) is a list of [`Message`]s. Providers translate these to and from
 //! their wire formats; the loop never sees wire formats.
 
+mod view;
+
+pub use view::{MORE_PRUNED, Mark, MarkerText, MessageRef, ResultText, ViewBlock, ViewMessage};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
