@@ -21,8 +21,9 @@
 //! [`blocks_of`](super::state::blocks_of) over the same history and state, which the property
 //! tests check over random histories, batches and appends.
 //!
-//! It also keeps the messages the last view sent ([`RenderedMessages`]), dropped with the
-//! rest whenever the cache starts over.
+//! It also keeps the summary messages the last view sent ([`RenderedMessages`]), dropped
+//! with the rest whenever the cache starts over (live messages are shared with history, not
+//! kept).
 //!
 //! **Across runs.** A run's Noa session hands its cache to the runtime's
 //! [`KeptViews`](super::kept::KeptViews) when the run ends, and the session's next run takes
@@ -35,7 +36,7 @@
 //! changes with every write of the state.
 //!
 //! Memory: a few words per message and per block, one entry per mutating tool name, and the
-//! messages of one view ([`ViewCache::bytes`] estimates it).
+//! summaries of one view ([`ViewCache::bytes`] estimates it).
 
 use super::ToolNames;
 use super::rendered::RenderedMessages;

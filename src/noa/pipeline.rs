@@ -38,8 +38,9 @@ pub enum Render {
     Pruned { position: u32, about: u64 },
     /// The summary of the compression at this index ([`summary_message`]).
     Summary(usize),
-    /// A message a step built or changed (the truncation marker, the nudged message).
-    Owned(Message),
+    /// A message a step built or changed (the truncation marker, the nudged message): shared,
+    /// so that an item stays small (a view holds one per history message until truncation).
+    Owned(Arc<Message>),
 }
 
 /// One message of the projected view.
@@ -48,10 +49,13 @@ pub struct Item {
     /// History position (`None` for a summary or a marker).
     pub position: Option<u32>,
     /// Index into [`Turn::blocks`] (`None` for a summary or a marker).
-    pub block: Option<usize>,
+    pub block: Option<u32>,
     pub render: Render,
     pub tokens: u64,
 }
+
+// A cold view writes one item per history message before truncation drops most of them.
+const _: () = assert!(std::mem::size_of::<Item>() <= 48);
 
 /// Everything one turn of the pipeline reads and builds.
 pub struct Turn<'a> {
@@ -144,7 +148,7 @@ impl<'a> Turn<'a> {
                 message
             }
             Render::Summary(index) => summary_message(&self.state.compressions[*index]),
-            Render::Owned(message) => message.clone(),
+            Render::Owned(message) => Message::clone(message),
         }
     }
 
@@ -181,10 +185,10 @@ impl<'a> Turn<'a> {
     fn owned(&mut self, index: usize) -> &mut Message {
         if !matches!(self.items[index].render, Render::Owned(_)) {
             let message = self.message(&self.items[index]);
-            self.items[index].render = Render::Owned(message);
+            self.items[index].render = Render::Owned(Arc::new(message));
         }
         match &mut self.items[index].render {
-            Render::Owned(message) => message,
+            Render::Owned(message) => Arc::make_mut(message),
             _ => unreachable!("rendered just above"),
         }
     }
@@ -252,7 +256,7 @@ pub fn sync_blocks(turn: &mut Turn<'_>) {
         for position in block.start..=block.end {
             items.push(Item {
                 position: Some(position),
-                block: Some(index),
+                block: Some(index as u32),
                 render: Render::Live(position),
                 tokens: u64::from(turn.state.snapshots[position as usize]),
             });
@@ -271,8 +275,8 @@ pub fn prune(turn: &mut Turn<'_>) {
         let (Some(block_index), Some(position)) = (item.block, item.position) else {
             continue;
         };
-        let block = &turn.blocks[block_index];
-        if block_index == last_block
+        let block = &turn.blocks[block_index as usize];
+        if block_index as usize == last_block
             || block.tier != Tier::Normal
             || !block.read_only_calls
             || position != block.end
@@ -318,8 +322,8 @@ pub fn hide_consumed_calls(turn: &mut Turn<'_>) {
     let mut hidden = 0u32;
     turn.items.retain(|item| {
         let hide = item.block.is_some_and(|index| {
-            let block = &blocks[index];
-            index != last_block
+            let block = &blocks[index as usize];
+            index as usize != last_block
                 && block.noa_only
                 && block.tier == Tier::Normal
                 && block.start != block.end
@@ -352,7 +356,7 @@ pub fn emergency_truncate(turn: &mut Turn<'_>) {
         let item = &turn.items[i];
         let droppable = match item.block {
             None => item.position.is_none(),
-            Some(index) => turn.blocks[index].tier == Tier::Normal,
+            Some(index) => turn.blocks[index as usize].tier == Tier::Normal,
         };
         if !droppable {
             i += 1;
@@ -389,7 +393,7 @@ pub fn emergency_truncate(turn: &mut Turn<'_>) {
             position: None,
             block: None,
             tokens: u64::from(message_tokens(&marker)),
-            render: Render::Owned(marker),
+            render: Render::Owned(Arc::new(marker)),
         },
     );
     turn.events

@@ -192,7 +192,7 @@ fn request(
         turn.items = vec![super::pipeline::Item {
             position: Some(0),
             block: Some(0),
-            render: super::pipeline::Render::Owned(Message::user_text("stale")),
+            render: super::pipeline::Render::Owned(Arc::new(Message::user_text("stale"))),
             tokens: 7,
         }];
     }
