@@ -1424,7 +1424,7 @@ async fn a_run_larger_than_the_threshold_is_not_recompacted_every_request() {
     // The view still starts at the summary.
     assert_eq!(
         provider.requests()[3].messages[0],
-        summary_message("THE SUMMARY").into()
+        summary_message("THE SUMMARY")
     );
 }
 

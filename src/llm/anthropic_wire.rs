@@ -116,11 +116,7 @@ impl<'a> WireRequest<'a> {
         Self {
             model: request.model_or(model),
             max_tokens: request.max_tokens_or(max_tokens),
-            messages: request
-                .messages
-                .iter()
-                .map(|m| WireMessage::of(m))
-                .collect(),
+            messages: request.messages.iter().map(WireMessage::of).collect(),
             stream: true,
             system: request.system.as_deref().filter(|s| !s.is_empty()),
             tools,
