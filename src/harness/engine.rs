@@ -727,5 +727,5 @@ fn text_of(message: &Message) -> String {
 }
 
 #[cfg(test)]
-#[path = "engine_tests.rs"]
+#[path = "engine_tests/mod.rs"]
 mod tests;
