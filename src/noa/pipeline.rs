@@ -153,7 +153,7 @@ impl<'a> Turn<'a> {
     }
 
     /// The view's messages: live ones shared with history and marked, summaries shared with
-    /// the last view when there is a cache ([`super::rendered`]).
+    /// the last view when there is a cache (`noa::rendered`).
     pub fn messages(&mut self) -> Vec<ViewMessage> {
         let previous = self
             .cache

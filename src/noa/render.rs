@@ -98,7 +98,7 @@ pub fn summary_tokens(compression: &Compression) -> u32 {
 
 /// `message` with its ref marker: in front of the first tool result of a results message,
 /// otherwise as a text block after any leading thinking (a copy: a view shares the message
-/// and marks it as [`live`] does).
+/// and marks it as `live` does).
 pub fn marked(message: &Arc<Message>, position: u32) -> Message {
     render_live(message, position, None)
 }
