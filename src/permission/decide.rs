@@ -307,5 +307,5 @@ pub fn decide(input: &DecisionInput<'_>) -> Verdict {
 }
 
 #[cfg(test)]
-#[path = "decide_tests.rs"]
+#[path = "decide_tests/mod.rs"]
 mod tests;
