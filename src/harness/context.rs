@@ -49,6 +49,9 @@ pub fn estimate_tokens<M: Borrow<Message>>(messages: &[M]) -> u64 {
     (chars as u64).div_ceil(4)
 }
 
+/// The characters an image counts for: about 1,600 tokens, whatever its size.
+pub const IMAGE_CHARS: usize = 6400;
+
 /// The characters one content block counts for in [`estimate_tokens`].
 pub fn block_chars(block: &ContentBlock) -> usize {
     match block {
@@ -56,8 +59,9 @@ pub fn block_chars(block: &ContentBlock) -> usize {
         ContentBlock::Thinking { thinking, .. } => thinking.len(),
         ContentBlock::RedactedThinking { data } => data.len(),
         ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
-        // An image counts as about 1,600 tokens, whatever its size.
-        ContentBlock::ToolResult(result) => result.content.len() + result.images.len() * 6400,
+        ContentBlock::ToolResult(result) => {
+            result.content.len() + result.images.len() * IMAGE_CHARS
+        }
     }
 }
 

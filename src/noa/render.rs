@@ -4,9 +4,10 @@
 //! for a step that changes the message (the nudge) and for summaries.
 
 use super::state::{Compression, tokens_of_chars};
-use crate::harness::context::block_chars;
+use crate::harness::context::{IMAGE_CHARS, block_chars};
 use crate::message::{
-    ContentBlock, MORE_PRUNED, Mark, MarkerText, Message, MessageRef, ResultText, ViewMessage,
+    ContentBlock, MORE_PRUNED, Mark, MarkerText, Message, MessageRef, ResultText, ViewBlock,
+    ViewMessage,
 };
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
@@ -28,34 +29,27 @@ pub(super) fn prune_message(message: &mut Message, position: u32, about: u64) {
 }
 
 /// [`message_tokens`](super::state::message_tokens) of `message` marked and pruned, without
-/// building it.
-pub(super) fn pruned_tokens(message: &Message, position: u32, about: u64) -> u64 {
-    let reference = MessageRef(position);
-    let mut chars = 0usize;
-    let mut first = true;
-    for block in &message.content {
-        match block {
-            ContentBlock::ToolResult(result) => {
-                chars += if first {
-                    let mut stub = CharCount(0);
-                    let _ = write!(stub, "{}", ResultText::Stub(reference, about));
-                    stub.0
-                } else {
-                    MORE_PRUNED.len()
-                };
-                chars += result.images.len() * 6400;
-                first = false;
-            }
-            other => chars += block_chars(other),
-        }
-    }
-    if first {
-        // No tool result: the marker is a text block of its own.
-        let mut marker = CharCount(0);
-        let _ = write!(marker, "{}", MarkerText(reference));
-        chars += marker.0;
-    }
+/// building it: the characters of the blocks the view shows ([`ViewMessage::blocks`]).
+pub(super) fn pruned_tokens(message: &Arc<Message>, position: u32, about: u64) -> u64 {
+    let chars = live(message, position, Some(about))
+        .blocks()
+        .map(shown_chars)
+        .sum();
     u64::from(tokens_of_chars(chars))
+}
+
+/// The characters `block` counts for as shown ([`block_chars`] of its rendered copy).
+fn shown_chars(block: ViewBlock<'_>) -> usize {
+    let shown = |text: &dyn fmt::Display| {
+        let mut count = CharCount(0);
+        let _ = write!(count, "{text}");
+        count.0
+    };
+    match block {
+        ViewBlock::Block(block) => block_chars(block),
+        ViewBlock::Marker(reference) => shown(&MarkerText(reference)),
+        ViewBlock::Result { result, text } => shown(&text) + result.images.len() * IMAGE_CHARS,
+    }
 }
 
 /// Counts the bytes written through it.
