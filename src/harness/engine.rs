@@ -575,9 +575,9 @@ impl Engine {
             compaction_boundary: false,
         }));
         let new_boundary = history.messages.len();
-        history
-            .messages
-            .extend(appends.iter().map(|a| Arc::new(a.message.clone())));
+        history.messages.push(Arc::new(appends[0].message.clone()));
+        // The kept messages are the ones history already shares: appended again, not copied.
+        history.messages.extend(kept);
         history.boundary = new_boundary;
         let tokens_after = context::default_view_tokens(&history.messages, history.boundary);
         self.host
