@@ -26,6 +26,13 @@
 //! acquire timeout for one (then `Unavailable`). An idle connection older than
 //! [`IDLE_LIFETIME`] is closed instead of reused; one that fails its first round trip when
 //! taken (after a restart or a network cut) is dropped and the next one is tried.
+//!
+//! A connection found dead tells about its siblings: they talk to the same server over the
+//! same path. So when one fails (its setup when taken, or its recovery after an error) or the
+//! replica-signal listener loses its connection ([`TenantConns::forget_idle`]), every idle
+//! connection is closed. That matters for the connections trusted without a check (used
+//! within [`UNCHECKED_IDLE`]): a Postgres restart can take less than that, and the listener,
+//! always reading, sees the server go away before any request can pick up a dead one.
 
 use crate::ids::TenantId;
 use crate::store::{StoreError, StoreResult};
@@ -107,6 +114,12 @@ impl TenantConns {
         self.take(tenant, Mode::Autocommit).await
     }
 
+    /// Closes every idle connection: the server they talk to went away (a restart, a cut), so
+    /// none of them is to be taken again, not even one used a moment ago.
+    pub(in crate::store) fn forget_idle(&self) {
+        self.shared.forget_idle();
+    }
+
     async fn take(&self, tenant: &TenantId, mode: Mode) -> StoreResult<TenantTx> {
         let shared = &self.shared;
         let literal = literal(tenant.as_str())?;
@@ -152,7 +165,8 @@ impl TenantConns {
                 Ok(_) if mode != Mode::Autocommit => break (conn, current),
                 Ok(_) => break (conn, Some(literal.to_owned())),
                 Err(error) if idle_for.is_some() => {
-                    tracing::debug!(%error, "an idle Postgres connection failed; trying another");
+                    tracing::debug!(%error, "an idle Postgres connection failed; closing the idle ones");
+                    shared.forget_idle();
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -189,6 +203,13 @@ impl Shared {
             close_in_background(old.conn);
         }
         taken
+    }
+
+    fn forget_idle(&self) {
+        let gone = std::mem::take(&mut *self.idle.lock().expect("idle connections"));
+        for idle in gone {
+            close_in_background(idle.conn);
+        }
     }
 
     async fn connect(&self) -> StoreResult<PgConnection> {
@@ -316,7 +337,10 @@ impl Drop for TenantTx {
             .await;
             match recovered {
                 Ok(Ok(())) => shared.put(conn, tenant),
-                _ => close_in_background(conn),
+                _ => {
+                    close_in_background(conn);
+                    shared.forget_idle();
+                }
             }
             drop(permit);
         });

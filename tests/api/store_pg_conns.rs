@@ -2,8 +2,9 @@
 //! row-level security still per tenant (also after a rolled-back transaction of another
 //! tenant), uncommitted work rolled back before reuse, a
 //! statement cancelled mid-reply never leaks into the next user's results, a bounded wait for
-//! a connection, tenant ids outside their alphabet refused before any SQL is sent, and the
-//! limits lock taken with `BEGIN` holding up the same tenant only.
+//! a connection, tenant ids outside their alphabet refused before any SQL is sent, the
+//! limits lock taken with `BEGIN` holding up the same tenant only, and connections used a
+//! moment before the server dropped them never taken again.
 
 use norma::ids::{SessionId, TenantId};
 use norma::store::postgres::PgStore;
@@ -12,8 +13,12 @@ use serde_json::json;
 use std::time::Duration;
 
 async fn store(options: ConnectOptions) -> Option<PgStore> {
+    Some(store_and_url(options).await?.0)
+}
+
+async fn store_and_url(options: ConnectOptions) -> Option<(PgStore, String)> {
     let url = crate::helpers::fresh_pg_database().await?;
-    Some(PgStore::connect(&url, &options).await.unwrap())
+    Some((PgStore::connect(&url, &options).await.unwrap(), url))
 }
 
 async fn session(store: &PgStore, tenant: &str) -> SessionId {
@@ -232,4 +237,53 @@ async fn the_limits_lock_taken_with_begin_serializes_one_tenant_only() {
         .unwrap()
         .unwrap();
     second.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn connections_the_server_dropped_are_never_taken_even_when_just_used() {
+    use sqlx::Connection;
+    let Some((store, url)) = store_and_url(ConnectOptions::default()).await else {
+        return;
+    };
+    let mut signals = store.signals().await.unwrap().expect("Postgres signals");
+    let tenant = TenantId::new("alpha");
+    session(&store, "alpha").await;
+    // A connection used a moment ago is trusted for the next statement without a check.
+    let (before, _) = backend_and_visible(&store, "alpha").await;
+    // The server drops every connection of the database (as a restart does), faster than
+    // the pool would check a connection on its own.
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let dropped: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(dropped.len() >= 2, "the tenant connection and the listener");
+    // The listener sees its connection go and reconnects; by then the idle connections are
+    // gone, so the next statement runs on a new connection instead of failing on a dead one.
+    let reconnected = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(signal) = signals.recv().await {
+            if matches!(signal, norma::store::Signal::Reconnected) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(reconnected.is_ok(), "the listener never reconnected");
+    let mut conn = store.tenant_conn(&tenant).await.unwrap();
+    let (after, visible): (i32, Vec<String>) = (
+        sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap(),
+        sqlx::query_scalar("SELECT tenant_id FROM sessions")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap(),
+    );
+    conn.commit().await.unwrap();
+    assert_ne!(after, before);
+    assert_eq!(visible, vec!["alpha".to_owned()]);
 }

@@ -35,6 +35,9 @@ pub(in crate::store) async fn signals(
                     }
                 }
                 lost => {
+                    // The tenant connections talk to the same server: the idle ones are as
+                    // dead as this one (see `store::pg_conns`).
+                    store.tenants.forget_idle();
                     if let Err(error) = lost {
                         tracing::warn!(%error, "signal listener failed; reconnecting");
                     } else {
