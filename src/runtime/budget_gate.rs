@@ -1,8 +1,10 @@
 //! The tenant budget gate: what a prompt and a run's next turn ask before they spend.
 //!
-//! Every check reads the store (the operator's budget row, then the running spend totals of
+//! Every check asks the store (the operator's budget row, then the running spend totals of
 //! the current UTC day and month: two primary-key reads), so budgets hold across replicas
-//! and an operator's change applies to the next check on every replica. A tenant without any
+//! and an operator's change applies to the next check on every replica (on Postgres the
+//! store keeps budget rows and forgets one when the change's signal arrives, milliseconds
+//! after its commit; see `store::budgets::cache`). A tenant without any
 //! budget costs one read per check — with one exception, a run's own checks ([`RunBudget`]):
 //! once a read found no budget for its tenant, the run trusts that for
 //! [`NO_BUDGET_RECHECK`] (its start and its turns within that time read nothing). A tenant
@@ -66,19 +68,20 @@ impl BudgetGate {
 
     /// `Err` when one of the tenant's budgets is spent, counting `pending` (what the turn
     /// that just ended used and is not committed yet), or when `meter` names a model without
-    /// a price while the tenant has a cost budget.
+    /// a price while the tenant has a cost budget (`meter` is only asked for when the tenant
+    /// has a budget).
     pub async fn check(
         &self,
         tenant: &TenantId,
-        meter: Option<&UsageMeter>,
+        meter: impl FnOnce() -> Option<UsageMeter>,
         pending: Spend,
     ) -> Result<(), BudgetRefusal> {
         let (budget, _) = self.effective(tenant).await?;
         if budget.is_unlimited() {
             return Ok(());
         }
-        if let Some(meter) = meter {
-            ensure_priced(&budget, meter)?;
+        if let Some(meter) = meter() {
+            ensure_priced(&budget, &meter)?;
         }
         let now = Utc::now();
         let spend = self.spend(tenant, now).await?.plus(pending);
@@ -214,7 +217,7 @@ mod tests {
             .expect("within the recheck time, no read: still no budget");
         // The gate itself (prompts) and a new run read at once.
         assert!(matches!(
-            gate.check(&tenant, None, Spend::default()).await,
+            gate.check(&tenant, || None, Spend::default()).await,
             Err(BudgetRefusal::Exceeded(_))
         ));
         assert!(matches!(

@@ -29,7 +29,7 @@ impl Sampler for RunSampler {
     async fn sample(&self, request: SamplingRequest) -> Result<SamplingAnswer, String> {
         match self
             .budgets
-            .check(&self.tenant, None, Default::default())
+            .check(&self.tenant, || None, Default::default())
             .await
         {
             Ok(()) | Err(BudgetRefusal::NotPriced { .. }) => {}

@@ -439,13 +439,15 @@ impl SessionRuntime {
     /// The budget check of a new prompt: `BUDGET_EXCEEDED` once a budget is spent,
     /// `MODEL_NOT_PRICED` for an unpriced model under a cost budget.
     async fn admit_budget(&self, session: &SessionRecord) -> Result<(), RuntimeError> {
-        let meter =
+        // The config is parsed only for a tenant with a budget (to find the model's price).
+        let meter = || {
             serde_json::from_value::<crate::session_config::SessionConfig>(session.config.clone())
                 .ok()
-                .and_then(|config| self.usage_meter(&session.tenant, &config).ok());
+                .and_then(|config| self.usage_meter(&session.tenant, &config).ok())
+        };
         Ok(self
             .budgets
-            .check(&session.tenant, meter.as_ref(), Default::default())
+            .check(&session.tenant, meter, Default::default())
             .await?)
     }
 

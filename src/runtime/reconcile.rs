@@ -82,6 +82,8 @@ impl SessionRuntime {
                 }
                 crate::store::Signal::ApprovalDecided { id } => self.hub.wake(&id),
                 crate::store::Signal::Reconnected => self.reconcile().await,
+                // The store keeps (and forgets) budget rows itself.
+                crate::store::Signal::BudgetChanged { .. } => {}
                 crate::store::Signal::RunsReleased { replica } => {
                     if replica == self.settings.replica_id {
                         continue;

@@ -28,6 +28,8 @@ pub struct PgStore {
     pub(super) origin: std::sync::Arc<str>,
     /// Notified after a commit that wrote outbox rows.
     pub(super) webhook_wakeup: std::sync::Arc<tokio::sync::Notify>,
+    /// The operator's budget rows, kept while every change is heard (see `budgets::cache`).
+    pub(super) budgets: std::sync::Arc<super::budgets::cache::BudgetCache>,
 }
 
 impl PgStore {
@@ -57,6 +59,7 @@ impl PgStore {
             tenants,
             origin: uuid::Uuid::new_v4().to_string().into(),
             webhook_wakeup: Default::default(),
+            budgets: Default::default(),
         })
     }
 

@@ -40,10 +40,21 @@ pub(in crate::store) async fn add_spend(
     Ok(())
 }
 
+/// The tenant's budget row: kept ones answer without a round trip (see `budgets::cache`).
 pub(in crate::store) async fn budget(
     store: &PgStore,
     tenant: &TenantId,
 ) -> StoreResult<Option<Budget>> {
+    let ticket = match store.budgets.get(tenant) {
+        Ok(kept) => return Ok(kept),
+        Err(ticket) => ticket,
+    };
+    let budget = read_budget(store, tenant).await?;
+    store.budgets.keep(ticket, tenant, budget);
+    Ok(budget)
+}
+
+async fn read_budget(store: &PgStore, tenant: &TenantId) -> StoreResult<Option<Budget>> {
     let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(
         "SELECT tokens_per_day, tokens_per_month, cost_micros_per_day, cost_micros_per_month \
@@ -105,7 +116,13 @@ pub(in crate::store) async fn set_budget(
             .await?;
         }
     }
+    // Every replica forgets its kept row when this commits; this one at once.
+    let changed = Signal::BudgetChanged {
+        tenant: tenant.clone(),
+    };
+    crate::store::dialect::postgres::notify(&mut tx, &store.origin, &changed).await?;
     tx.commit().await?;
+    store.budgets.forget(tenant);
     Ok(())
 }
 

@@ -24,6 +24,9 @@ pub enum Signal {
     /// A stopping replica released the leases of its unfinished runs: live replicas take them
     /// over now instead of at their next sweep.
     RunsReleased { replica: String },
+    /// The operator changed a tenant's budget. The store acts on it itself (it keeps budget
+    /// rows while it hears every change); the runtime has nothing to do.
+    BudgetChanged { tenant: TenantId },
     /// Local only (never sent by a replica): the listening connection was lost and is back,
     /// so signals sent meanwhile may be missing and the replica reconciles from the store.
     Reconnected,

@@ -12,9 +12,12 @@ pub(in crate::store) async fn signals(
     store: &PgStore,
 ) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Signal>>> {
     let mut listener = store.listen().await?;
+    store.budgets.listening(true);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let store = store.clone();
     tokio::spawn(async move {
+        // However this task ends, nobody hears budget changes any more.
+        let _deaf = Deaf(store.budgets.clone());
         loop {
             // Signals sent while the connection is down are lost: after reconnecting, the
             // runtime is told (`Reconnected`) and reconciles from the store.
@@ -26,6 +29,10 @@ pub(in crate::store) async fn signals(
                             signal: Signal::Reconnected,
                             ..
                         }) => {}
+                        Ok(Incoming {
+                            signal: Signal::BudgetChanged { tenant },
+                            ..
+                        }) => store.budgets.forget(&tenant),
                         Ok(Incoming { signal, .. }) => {
                             if tx.send(signal).is_err() {
                                 return; // nobody follows the signals any more
@@ -38,6 +45,7 @@ pub(in crate::store) async fn signals(
                     // The tenant connections talk to the same server: the idle ones are as
                     // dead as this one (see `store::pg_conns`).
                     store.tenants.forget_idle();
+                    store.budgets.listening(false);
                     if let Err(error) = lost {
                         tracing::warn!(%error, "signal listener failed; reconnecting");
                     } else {
@@ -58,6 +66,7 @@ pub(in crate::store) async fn signals(
                         }
                     };
                     tracing::info!("signal listener reconnected; reconciling from the store");
+                    store.budgets.listening(true);
                     if tx.send(Signal::Reconnected).is_err() {
                         return;
                     }
@@ -69,6 +78,15 @@ pub(in crate::store) async fn signals(
         }
     });
     Ok(Some(rx))
+}
+
+/// Stops the keeping of budget rows when dropped (the listener's task ended).
+struct Deaf(std::sync::Arc<crate::store::budgets::cache::BudgetCache>);
+
+impl Drop for Deaf {
+    fn drop(&mut self) {
+        self.0.listening(false);
+    }
 }
 
 pub(in crate::store) async fn signal(store: &PgStore, signal: Signal) -> StoreResult<()> {
