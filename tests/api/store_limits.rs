@@ -140,6 +140,75 @@ pub async fn run_admission_counts_live_running_and_queued_runs(store: Arc<dyn St
     assert!(unfinished.iter().any(|r| r.tenant.as_str() == "other"));
 }
 
+/// Many admissions at once (as many replicas would send them) for the last slots of a cap:
+/// exactly the cap's worth are admitted, the rest refused, for running runs, queued runs and
+/// holds alike.
+pub async fn concurrent_admissions_never_pass_a_cap(store: Arc<dyn Store>) {
+    const AT_ONCE: usize = 12;
+    let tenant = TenantId::new("acme");
+    let mut sessions = Vec::new();
+    for _ in 0..AT_ONCE {
+        sessions.push(session(&store, "acme").await);
+    }
+    let caps = RunCaps {
+        concurrent_runs: 3,
+        queued_per_session: 100,
+        queued_per_tenant: 4,
+    };
+    let long = Duration::from_secs(60);
+    let admitted = |results: Vec<Result<(), StoreError>>, limit: Limit| {
+        for result in &results {
+            if let Err(error) = result {
+                assert!(
+                    matches!(error, StoreError::TenantLimit(LimitExceeded { limit: l, .. }) if *l == limit),
+                    "{error:?}"
+                );
+            }
+        }
+        results.iter().filter(|r| r.is_ok()).count()
+    };
+    let running = futures::future::join_all(sessions.iter().map(|s| {
+        let (store, tenant) = (store.clone(), tenant.clone());
+        async move {
+            store
+                .create_run(&tenant, run(s), Some(("replica", long)), caps)
+                .await
+                .map(drop)
+        }
+    }))
+    .await;
+    assert_eq!(admitted(running, Limit::ConcurrentRuns), 3);
+    let queued = futures::future::join_all(sessions.iter().map(|s| {
+        let (store, tenant) = (store.clone(), tenant.clone());
+        async move {
+            store
+                .create_run(&tenant, run(s), None, caps)
+                .await
+                .map(drop)
+        }
+    }))
+    .await;
+    assert_eq!(admitted(queued, Limit::QueuedPrompts), 4);
+    let hold_caps = HoldCaps {
+        per_session: None,
+        per_tenant: (Limit::SseStreams, 5),
+    };
+    let holds = futures::future::join_all(sessions.iter().map(|s| {
+        let (store, tenant) = (store.clone(), tenant.clone());
+        async move {
+            store
+                .acquire_hold(
+                    &tenant,
+                    hold(HoldKind::SseStream, s, "replica", long),
+                    hold_caps,
+                )
+                .await
+        }
+    }))
+    .await;
+    assert_eq!(admitted(holds, Limit::SseStreams), 5);
+}
+
 fn hold(kind: HoldKind, session: &SessionId, replica: &str, lease: Duration) -> NewHold {
     NewHold {
         id: format!("hold_{}", uuid::Uuid::new_v4().simple()),

@@ -28,6 +28,28 @@ pub(in crate::store) async fn lock_tenant(tx: &mut TenantTx, tenant: &TenantId) 
     Ok(())
 }
 
+/// The SQLSTATE of a refusal by an admission function (migration 0020); its message names
+/// the limit.
+const LIMIT_REFUSED: &str = "NL001";
+
+/// `error` as the store error it is: an admission function's refusal of one of `caps` (limit
+/// and its maximum) is `TenantLimit`.
+pub(in crate::store) fn refusal(error: sqlx::Error, caps: &[(Limit, u32)]) -> StoreError {
+    if let sqlx::Error::Database(db) = &error
+        && db.code().as_deref() == Some(LIMIT_REFUSED)
+        && let Some((limit, max)) = caps
+            .iter()
+            .find(|(limit, _)| limit.as_str() == db.message())
+    {
+        return LimitExceeded {
+            limit: *limit,
+            max: u64::from(*max),
+        }
+        .into();
+    }
+    error.into()
+}
+
 fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
     if count >= i64::from(max) {
         return Err(LimitExceeded {
@@ -124,25 +146,15 @@ impl PgStore {
         caps: HoldCaps,
     ) -> StoreResult<()> {
         let at = Utc::now();
-        // Under the tenant's limits lock (taken with BEGIN), one statement counts the live
-        // holds, sweeps the expired ones and inserts the hold when the counts allow it (the
-        // count reads the snapshot before the sweep, so it skips expired holds itself).
-        let mut tx = self.tenant_tx_admitting(tenant, true).await?;
+        // One statement, its own transaction (migration 0020): under the tenant's limits
+        // lock, it counts the live holds, sweeps the expired ones and inserts the hold when
+        // the counts allow it.
+        let mut conn = self.tenant_conn(tenant).await?;
         let per_session = caps.per_session.map(|(_, max)| i64::from(max));
         let (in_session, in_tenant, inserted): (i64, i64, i64) = sqlx::query_as(
-            "WITH live AS ( \
-                 SELECT count(*) FILTER (WHERE session_id = $3) AS in_session, \
-                     count(*) AS in_tenant \
-                 FROM tenant_holds WHERE tenant_id = $1 AND kind = $2 AND expires_at > $7), \
-             swept AS (DELETE FROM tenant_holds WHERE tenant_id = $1 AND expires_at <= $7), \
-             inserted AS ( \
-                 INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
-                     expires_at, created_at) \
-                 SELECT $4, $1, $3, $2, $5, $6, $7 FROM live \
-                 WHERE ($8::bigint IS NULL OR live.in_session < $8) AND live.in_tenant < $9 \
-                 RETURNING 1) \
-             SELECT live.in_session, live.in_tenant, (SELECT count(*) FROM inserted) FROM live",
+            "SELECT * FROM norma_take_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
+        .bind(LIMITS_LOCK_SPACE)
         .bind(tenant.as_str())
         .bind(hold.kind.as_str())
         .bind(hold.session.as_str())
@@ -152,8 +164,9 @@ impl PgStore {
         .bind(at)
         .bind(per_session)
         .bind(i64::from(caps.per_tenant.1))
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *conn)
         .await?;
+        conn.commit().await?;
         if inserted == 0 {
             if let Some((limit, max)) = caps.per_session {
                 over(limit, max, in_session)?;
@@ -163,7 +176,6 @@ impl PgStore {
                 "a hold within its caps was not inserted".into(),
             ));
         }
-        tx.commit().await?;
         Ok(())
     }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::ids::{RunId, SessionId, TenantId};
+use crate::limits::Limit;
 use crate::store::dialect::{lease_span, now};
 use crate::store::postgres::PgStore;
 use crate::store::*;
@@ -21,17 +22,57 @@ pub(in crate::store) async fn create_run_keyed(
         Some(_) => caps.caps_running(),
         None => caps.caps_queued(),
     };
+    let Some(key) = key else {
+        // Admission and insert in one statement (migration 0020).
+        let (running, queued) = match (claim, capped) {
+            (_, false) => (None, None),
+            (Some(_), true) => (Some(i64::from(caps.concurrent_runs)), None),
+            (None, true) => (
+                None,
+                Some((
+                    i64::from(caps.queued_per_session),
+                    i64::from(caps.queued_per_tenant),
+                )),
+            ),
+        };
+        let mut conn = store.tenant_conn(tenant).await?;
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM norma_create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+                 $10, $11, $12, $13, $14)"
+        ))
+        .bind(crate::store::limits::postgres::LIMITS_LOCK_SPACE)
+        .bind(running)
+        .bind(queued.map(|q| q.0))
+        .bind(queued.map(|q| q.1))
+        .bind(run.id.as_str())
+        .bind(run.session.as_str())
+        .bind(tenant.as_str())
+        .bind(&run.prompt)
+        .bind(start.status.as_str())
+        .bind(start.owner)
+        .bind(start.lease_expires_at)
+        .bind(start.fence)
+        .bind(created_at)
+        .bind(start.started_at)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|error| {
+            crate::store::limits::postgres::refusal(
+                error,
+                &[
+                    (Limit::ConcurrentRuns, caps.concurrent_runs),
+                    (Limit::QueuedPromptsPerSession, caps.queued_per_session),
+                    (Limit::QueuedPrompts, caps.queued_per_tenant),
+                ],
+            )
+        })?;
+        // (An error above drops the connection, which is checked before it is used again.)
+        conn.commit().await?;
+        return run_from_row(&row.ok_or(StoreError::NotFound)?);
+    };
     let mut tx = store.tenant_tx_admitting(tenant, capped).await?;
-    if let Some(key) = key {
-        crate::store::idempotency::postgres::insert(
-            &mut tx,
-            tenant,
-            key,
-            run.id.as_str(),
-            created_at,
-        )
+    crate::store::idempotency::postgres::insert(&mut tx, tenant, key, run.id.as_str(), created_at)
         .await?;
-    }
     if claim.is_some() {
         crate::store::limits::postgres::admit_running(&mut tx, tenant, caps, None, created_at)
             .await?;
