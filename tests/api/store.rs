@@ -21,7 +21,7 @@ use crate::store_limits::{
     concurrent_admissions_never_pass_a_cap, holds_are_capped_released_and_expire,
     open_sessions_are_counted_per_tenant_through_creations_and_closes,
     pending_approvals_are_capped_per_tenant, run_admission_counts_live_running_and_queued_runs,
-    workspace_bytes_sum_open_sessions_of_the_tenant,
+    spend_totals_sum_every_session_of_the_tenant, workspace_bytes_sum_open_sessions_of_the_tenant,
 };
 use crate::store_runs::{
     cancels_are_recorded_for_the_replica_holding_the_run,
@@ -84,6 +84,7 @@ store_suite!(
     nul_characters_are_stored_as_replacement_characters,
     run_admission_counts_live_running_and_queued_runs,
     concurrent_admissions_never_pass_a_cap,
+    spend_totals_sum_every_session_of_the_tenant,
     holds_are_capped_released_and_expire,
     open_sessions_are_counted_per_tenant_through_creations_and_closes,
     pending_approvals_are_capped_per_tenant,

@@ -354,6 +354,74 @@ pub async fn pending_approvals_are_capped_per_tenant(store: Arc<dyn Store>) {
 }
 
 /// Records `bytes` as `session`'s measurement and answers the tenant's total after it.
+/// The tenant's spend totals are the sum of every session's calls, whichever rows they were
+/// added to (Postgres spreads a tenant's totals over shards), also when the sessions append at
+/// once; another tenant's calls never count.
+pub async fn spend_totals_sum_every_session_of_the_tenant(store: Arc<dyn Store>) {
+    const SESSIONS: u64 = 24;
+    let tenant = TenantId::new("acme");
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        sessions.push(session(&store, "acme").await);
+    }
+    let other = session(&store, "other").await;
+    let call = |input: u64| norma::usage::NewUsageRecord {
+        run_id: RunId::generate().to_string(),
+        provider: "scripted".into(),
+        model: "m".into(),
+        tokens: norma::usage::TokenCounts {
+            input_tokens: input,
+            output_tokens: 1,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+        },
+        cost_pico: Some(7),
+    };
+    let appends = sessions.iter().enumerate().map(|(n, s)| {
+        let (store, tenant) = (store.clone(), tenant.clone());
+        let batch = AppendBatch {
+            events: vec![NewEvent {
+                kind: "model_request".into(),
+                payload: json!({}),
+                run_id: None,
+            }],
+            usage: vec![call(10 * (n as u64 + 1)), call(1)],
+            ..Default::default()
+        };
+        async move { store.append(&tenant, s, batch).await }
+    });
+    for appended in futures::future::join_all(appends).await {
+        appended.unwrap();
+    }
+    store
+        .append(
+            &TenantId::new("other"),
+            &other,
+            AppendBatch {
+                usage: vec![call(1_000_000)],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let spend = store
+        .tenant_spend(&tenant, chrono::Utc::now())
+        .await
+        .unwrap();
+    // Each session: 10·(n+1) + 1 input tokens and 2 output tokens, 2 calls of 7 pico.
+    let tokens = 10 * SESSIONS * (SESSIONS + 1) / 2 + 3 * SESSIONS;
+    assert_eq!((spend.day.tokens, spend.month.tokens), (tokens, tokens));
+    assert_eq!(
+        (spend.day.cost_pico, spend.month.cost_pico),
+        (14 * SESSIONS, 14 * SESSIONS)
+    );
+    let others = store
+        .tenant_spend(&TenantId::new("other"), chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(others.day.tokens, 1_000_001);
+}
+
 async fn record_then_total(
     store: &Arc<dyn Store>,
     tenant: &TenantId,

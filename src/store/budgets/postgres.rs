@@ -8,29 +8,44 @@ use crate::store::*;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
-/// Adds `deltas` to the tenant's running totals (in the caller's transaction). Concurrent
-/// appends of the tenant take turns on the two rows (day first, then month: no deadlock);
-/// totals saturate at `BIGINT`'s maximum instead of failing the append.
+/// How many rows each period's totals of a tenant are spread over (migration 0021).
+const SPEND_SHARDS: u32 = 16;
+
+/// The shard of the tenant's spend rows a session adds to: concurrent appends of different
+/// sessions mostly add to different rows, so they do not wait for each other's commits.
+pub(in crate::store) fn spend_shard(session: &SessionId) -> i16 {
+    let hash = session.as_str().bytes().fold(0u32, |hash, byte| {
+        hash.wrapping_mul(31).wrapping_add(u32::from(byte))
+    });
+    (hash % SPEND_SHARDS) as i16
+}
+
+/// Adds `deltas` to the tenant's running totals (in the caller's transaction), in the
+/// session's shard. Concurrent appends of a shard take turns on its two rows (day first, then
+/// month: no deadlock); totals saturate at `BIGINT`'s maximum instead of failing the append.
 pub(in crate::store) async fn add_spend(
     conn: &mut PgConnection,
     tenant: &TenantId,
+    session: &SessionId,
     deltas: &[SpendDelta],
 ) -> StoreResult<()> {
     if deltas.is_empty() {
         return Ok(());
     }
+    let shard = spend_shard(session);
     let mut insert = sqlx::QueryBuilder::<sqlx::Postgres>::new(
-        "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) ",
+        "INSERT INTO tenant_spend (tenant_id, period, period_key, shard, tokens, cost_pico) ",
     );
     insert.push_values(deltas, |mut row, delta| {
         row.push_bind(tenant.as_str())
             .push_bind(delta.period.as_str())
             .push_bind(delta.key.as_str())
+            .push_bind(shard)
             .push_bind(delta.tokens)
             .push_bind(delta.cost_pico);
     });
     insert.push(
-        " ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
+        " ON CONFLICT (tenant_id, period, period_key, shard) DO UPDATE SET \
          tokens = LEAST(tenant_spend.tokens::numeric + EXCLUDED.tokens, \
              9223372036854775807)::bigint, \
          cost_pico = LEAST(tenant_spend.cost_pico::numeric + EXCLUDED.cost_pico, \
@@ -132,9 +147,13 @@ pub(in crate::store) async fn spend(
     at: DateTime<Utc>,
 ) -> StoreResult<TenantSpend> {
     let mut conn = store.tenant_conn(tenant).await?;
+    // The shards summed (saturating like each row).
     let rows = sqlx::query(
-        "SELECT period, tokens, cost_pico FROM tenant_spend WHERE tenant_id = $1 \
-         AND ((period = 'day' AND period_key = $2) OR (period = 'month' AND period_key = $3))",
+        "SELECT period, LEAST(SUM(tokens::numeric), 9223372036854775807)::bigint AS tokens, \
+             LEAST(SUM(cost_pico::numeric), 9223372036854775807)::bigint AS cost_pico \
+         FROM tenant_spend WHERE tenant_id = $1 \
+         AND ((period = 'day' AND period_key = $2) OR (period = 'month' AND period_key = $3)) \
+         GROUP BY period",
     )
     .bind(tenant.as_str())
     .bind(Period::Day.key(at))

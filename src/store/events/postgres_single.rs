@@ -85,11 +85,11 @@ const APPEND: &str = "WITH w AS ( \
              $23::bigint[], $24::bigint[], $25::bigint[]) \
              AS t(run_id, provider, model, input, output, cache_read, cache_write, cost)), \
      p AS ( \
-         INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) \
-         SELECT $2, t.period, t.key, t.tokens, t.cost \
+         INSERT INTO tenant_spend (tenant_id, period, period_key, shard, tokens, cost_pico) \
+         SELECT $2, t.period, t.key, $37::smallint, t.tokens, t.cost \
          FROM s, UNNEST($27::text[], $28::text[], $29::bigint[], $30::bigint[]) \
              AS t(period, key, tokens, cost) \
-         ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
+         ON CONFLICT (tenant_id, period, period_key, shard) DO UPDATE SET \
              tokens = LEAST(tenant_spend.tokens::numeric + EXCLUDED.tokens, \
                  9223372036854775807)::bigint, \
              cost_pico = LEAST(tenant_spend.cost_pico::numeric + EXCLUDED.cost_pico, \
@@ -180,6 +180,7 @@ pub(in crate::store) async fn append(
                 .workspace_bytes
                 .map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)),
         )
+        .bind(crate::store::budgets::postgres::spend_shard(session))
         .fetch_one(conn)
         .await?;
     Ok(match row {

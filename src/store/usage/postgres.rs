@@ -45,6 +45,7 @@ pub(in crate::store) async fn insert(
     crate::store::budgets::postgres::add_spend(
         conn,
         tenant,
+        session,
         &crate::budgets::spend_deltas(records, at),
     )
     .await
