@@ -19,6 +19,7 @@ mod limits;
 mod models;
 mod noa;
 mod pg_conns;
+mod pg_notifier;
 pub mod postgres;
 mod registry;
 mod replicas;

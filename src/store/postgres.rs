@@ -28,6 +28,8 @@ pub struct PgStore {
     pub(super) origin: std::sync::Arc<str>,
     /// Notified after a commit that wrote outbox rows.
     pub(super) webhook_wakeup: std::sync::Arc<tokio::sync::Notify>,
+    /// Sends the `events` signals after their commits (see `pg_notifier`).
+    pub(super) notifier: super::pg_notifier::Notifier,
     /// The operator's budget rows, kept while every change is heard (see `budgets::cache`).
     pub(super) budgets: std::sync::Arc<super::budgets::cache::BudgetCache>,
 }
@@ -51,7 +53,7 @@ impl PgStore {
             .max_connections(system_connections(options.max_connections))
             .test_before_acquire(false)
             .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await?;
         MIGRATOR.run(&pool).await?;
         Ok(Self {
@@ -60,6 +62,7 @@ impl PgStore {
             origin: uuid::Uuid::new_v4().to_string().into(),
             webhook_wakeup: Default::default(),
             budgets: Default::default(),
+            notifier: super::pg_notifier::Notifier::start(connect),
         })
     }
 

@@ -18,9 +18,7 @@ pub(in crate::store) async fn append(
     use super::postgres_single::{Written, fits};
     if fits(&batch) {
         let mut conn = store.tenant_conn(tenant).await?;
-        let written =
-            super::postgres_single::append(&mut conn, &store.origin, tenant, session, &batch)
-                .await?;
+        let written = super::postgres_single::append(&mut conn, tenant, session, &batch).await?;
         let result = match written {
             Written::Appended(appended) => Some(Ok(appended)),
             Written::Missed if batch.run_end.is_some() => Some(Err(StoreError::LeaseLost)),
@@ -36,16 +34,46 @@ pub(in crate::store) async fn append(
         };
         conn.commit().await?;
         if let Some(result) = result {
+            if let Ok(appended) = &result {
+                store.signal_events(tenant, session, appended, batch.events.len());
+            }
             return result;
         }
     }
     let mut tx = store.tenant_tx(tenant).await?;
-    let (result, notified) = append_in(&mut tx, &store.origin, tenant, session, &batch).await?;
+    let (result, notified) = append_in(&mut tx, tenant, session, &batch).await?;
     tx.commit().await?;
+    store.signal_events(tenant, session, &result, batch.events.len());
     if notified > 0 {
         store.webhook_wakeup.notify_one();
     }
     Ok(result)
+}
+
+impl PgStore {
+    /// Tells the other replicas (after the commit) that `count` events from `appended`'s
+    /// first were committed; nothing when there were none.
+    pub(in crate::store) fn signal_events(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        appended: &Appended,
+        count: usize,
+    ) {
+        if count == 0 {
+            return;
+        }
+        let signal = Signal::Events {
+            tenant: tenant.clone(),
+            session: session.clone(),
+            first: appended.first_event,
+            last: appended.first_event + count as i64 - 1,
+        };
+        match signal_payload(&self.origin, &signal) {
+            Ok(payload) => self.notifier.send(payload),
+            Err(error) => tracing::warn!(%error, "an events signal could not be written"),
+        }
+    }
 }
 
 /// An append's events as the arrays of an `UNNEST` insert.
@@ -112,10 +140,10 @@ async fn missing_session_or_lease(
 }
 
 /// One append (already made storable) in the caller's tenant-scoped transaction; the result
-/// and how many webhook notices it queued (wake the outbox worker after the commit).
+/// and how many webhook notices it queued (wake the outbox worker and signal the events after
+/// the commit).
 pub(in crate::store) async fn append_in(
     tx: &mut sqlx::PgConnection,
-    origin: &str,
     tenant: &TenantId,
     session: &SessionId,
     batch: &AppendBatch,
@@ -231,17 +259,8 @@ pub(in crate::store) async fn append_in(
             crate::store::event_views(&batch.events, first_event),
             created_at,
         );
-        let signal = signal_payload(
-            origin,
-            &Signal::Events {
-                tenant: tenant.clone(),
-                session: session.clone(),
-                first: first_event,
-                last: first_event + event_count - 1,
-            },
-        )?;
         notified = crate::store::webhooks::postgres::insert_events(
-            tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices, &signal,
+            tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices,
         )
         .await?;
     }

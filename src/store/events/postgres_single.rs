@@ -1,6 +1,6 @@
 //! An append in ONE statement on Postgres: the session's sequence `UPDATE` (with the run's
 //! fence check), the run's end, the events, the history, the usage rows and the tenant's spend
-//! totals, the session's workspace measurement, and the replicas' signal, as data-modifying
+//! totals and the session's workspace measurement, as data-modifying
 //! `WITH`s of one statement that is its own transaction — one round trip where `BEGIN`, four
 //! to seven statements and `COMMIT` were as many. Every `WITH` that writes reads the sequence `UPDATE`'s row, and that `UPDATE` checks
 //! the run's fence — for a run's end, by the run's own `UPDATE` (a `CASE`, not an `OR`: the
@@ -16,7 +16,6 @@
 
 use crate::ids::{SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::postgres::SIGNAL_CHANNEL;
 use crate::store::*;
 use crate::usage::sql_count;
 
@@ -40,16 +39,16 @@ pub(in crate::store) enum Written {
 /// events' kinds, payloads and runs, `$14`–`$17` the messages' roles, contents, runs and
 /// compaction boundaries, `$18`–`$26` the usage rows (run, provider, model, four token
 /// counts, cost; their UTC day), `$27`–`$30` the spend deltas (period, key, tokens, cost),
-/// `$31` the signal channel, `$32` the sending store's origin, `$33`/`$34` the run's end
-/// (status and terminal reason) or nulls, `$35` whether the events notify webhooks, `$36` the
-/// session's workspace bytes or null.
+/// `$31`/`$32` the run's end (status and terminal reason) or nulls, `$33` whether the events
+/// notify webhooks, `$34` the session's workspace bytes or null, `$35` the session's spend
+/// shard. (The replicas' signal is sent after the commit: `store::pg_notifier`.)
 const APPEND: &str = "WITH w AS ( \
-         SELECT $35::bool AND EXISTS (SELECT 1 FROM webhook_subscriptions \
+         SELECT $33::bool AND EXISTS (SELECT 1 FROM webhook_subscriptions \
              WHERE tenant_id = $2 AND (session_id IS NULL OR session_id = $1)) AS subscribed), \
      r AS ( \
-         UPDATE runs SET status = $33, terminal = $34::jsonb, ended_at = $5, \
+         UPDATE runs SET status = $31, terminal = $32::jsonb, ended_at = $5, \
              lease_expires_at = NULL \
-         WHERE $33::text IS NOT NULL AND id = $8 AND owner = $9 AND fence = $10 \
+         WHERE $31::text IS NOT NULL AND id = $8 AND owner = $9 AND fence = $10 \
              AND status = 'running' AND NOT (SELECT subscribed FROM w) \
          RETURNING 1), \
      s AS ( \
@@ -57,7 +56,7 @@ const APPEND: &str = "WITH w AS ( \
              last_message_seq = last_message_seq + $4::bigint, updated_at = $5, \
              last_append_id = $6, workspace_snapshot = COALESCE($7, workspace_snapshot) \
          WHERE id = $1 AND tenant_id = $2 AND NOT (SELECT subscribed FROM w) \
-             AND CASE WHEN $33::text IS NOT NULL THEN EXISTS (SELECT 1 FROM r) \
+             AND CASE WHEN $31::text IS NOT NULL THEN EXISTS (SELECT 1 FROM r) \
                  WHEN $8::text IS NULL THEN true \
                  ELSE EXISTS (SELECT 1 FROM runs WHERE id = $8 AND owner = $9 \
                      AND fence = $10 AND status = 'running' FOR SHARE) END \
@@ -86,7 +85,7 @@ const APPEND: &str = "WITH w AS ( \
              AS t(run_id, provider, model, input, output, cache_read, cache_write, cost)), \
      p AS ( \
          INSERT INTO tenant_spend (tenant_id, period, period_key, shard, tokens, cost_pico) \
-         SELECT $2, t.period, t.key, $37::smallint, t.tokens, t.cost \
+         SELECT $2, t.period, t.key, $35::smallint, t.tokens, t.cost \
          FROM s, UNNEST($27::text[], $28::text[], $29::bigint[], $30::bigint[]) \
              AS t(period, key, tokens, cost) \
          ON CONFLICT (tenant_id, period, period_key, shard) DO UPDATE SET \
@@ -96,23 +95,16 @@ const APPEND: &str = "WITH w AS ( \
                  9223372036854775807)::bigint), \
      b AS ( \
          INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
-         SELECT $1, $2, $36::bigint, $5 FROM s WHERE $36::bigint IS NOT NULL \
+         SELECT $1, $2, $34::bigint, $5 FROM s WHERE $34::bigint IS NOT NULL \
          ON CONFLICT (session_id) DO UPDATE SET bytes = EXCLUDED.bytes, \
              updated_at = EXCLUDED.updated_at) \
-     SELECT s.last_event_seq, s.last_message_seq, \
-         (SELECT count(*) FROM (SELECT pg_notify($31, json_build_object('signal', 'events', \
-             'tenant', $2::text, 'session', $1::text, \
-             'first', s.last_event_seq - $3::bigint + 1, 'last', s.last_event_seq, \
-             'origin', $32::text)::text) \
-             WHERE $3::bigint > 0 AND s.last_event_seq IS NOT NULL) AS signal) AS signalled, \
-         w.subscribed \
+     SELECT s.last_event_seq, s.last_message_seq, w.subscribed \
      FROM w LEFT JOIN s ON true";
 
 /// Writes `batch` (which [`fits`]) in one statement on `conn` (outside a transaction: the
 /// statement is its own).
 pub(in crate::store) async fn append(
     conn: &mut sqlx::PgConnection,
-    origin: &str,
     tenant: &TenantId,
     session: &SessionId,
     batch: &AppendBatch,
@@ -134,7 +126,7 @@ pub(in crate::store) async fn append(
         .iter()
         .any(|event| crate::webhooks::notifies(&event.kind));
     let end = batch.run_end.as_ref();
-    let row: (Option<i64>, Option<i64>, i64, bool) = sqlx::query_as(APPEND)
+    let row: (Option<i64>, Option<i64>, bool) = sqlx::query_as(APPEND)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .bind(event_count)
@@ -170,8 +162,6 @@ pub(in crate::store) async fn append(
         .bind(deltas.iter().map(|d| d.key.as_str()).collect::<Vec<_>>())
         .bind(deltas.iter().map(|d| d.tokens).collect::<Vec<_>>())
         .bind(deltas.iter().map(|d| d.cost_pico).collect::<Vec<_>>())
-        .bind(SIGNAL_CHANNEL)
-        .bind(origin)
         .bind(end.map(|end| end.status.as_str()))
         .bind(end.map(|end| end.terminal.to_string()))
         .bind(notifies)
@@ -184,8 +174,8 @@ pub(in crate::store) async fn append(
         .fetch_one(conn)
         .await?;
     Ok(match row {
-        (_, _, _, true) => Written::Subscribed,
-        (Some(last_event), Some(last_message), _, false) => Written::Appended(Appended {
+        (_, _, true) => Written::Subscribed,
+        (Some(last_event), Some(last_message), false) => Written::Appended(Appended {
             first_event: last_event - event_count + 1,
             first_message: last_message - message_count + 1,
             created_at,

@@ -54,9 +54,8 @@ pub(in crate::store) async fn fork_session(store: &PgStore, mut fork: NewFork) -
         .bind(now())
         .execute(&mut *tx)
         .await?;
-    let (_, notified) =
-        crate::store::events::postgres::append_in(&mut tx, &store.origin, tenant, id, &fork.batch)
-            .await?;
+    let (appended, notified) =
+        crate::store::events::postgres::append_in(&mut tx, tenant, id, &fork.batch).await?;
     if let Some(noa) = &fork.noa {
         sqlx::query(
             "INSERT INTO noa_states (session_id, tenant_id, version, state) VALUES ($1, $2, 1, $3)",
@@ -84,6 +83,7 @@ pub(in crate::store) async fn fork_session(store: &PgStore, mut fork: NewFork) -
         super::archives_copied(copied, noa)?;
     }
     tx.commit().await?;
+    store.signal_events(tenant, id, &appended, fork.batch.events.len());
     if notified > 0 {
         store.webhook_wakeup.notify_one();
     }

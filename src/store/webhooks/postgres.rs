@@ -4,7 +4,6 @@
 //! attempt twice. The outbox rows of an append are written by the statement that inserts its
 //! events (see [`insert_events`]): an append notifying nobody costs nothing more.
 
-use crate::store::dialect::postgres::SIGNAL_CHANNEL;
 use crate::store::postgres::PgStore;
 use crate::store::*;
 use crate::webhooks::{DeliveryAttempt, DeliveryStatus, Notice, WebhookEvent};
@@ -18,8 +17,8 @@ const NEW_DELIVERY_ID: &str = "'msg_' || replace(gen_random_uuid()::text, '-', '
 
 /// Inserts the events of an append (`seqs`, `kinds`, `payloads`, `runs`: one entry per
 /// event) and, in the same statement, one outbox row per notice and subscription of the
-/// tenant (or of the session) to the notice's event, and queues `signal` for the other
-/// replicas (cross-replica SSE fan-out; delivered at commit). Returns the outbox rows written.
+/// tenant (or of the session) to the notice's event. Returns the outbox rows written (the
+/// caller signals the events to the other replicas after its commit).
 #[allow(clippy::too_many_arguments)]
 pub(in crate::store) async fn insert_events(
     conn: &mut PgConnection,
@@ -31,30 +30,28 @@ pub(in crate::store) async fn insert_events(
     payloads: &[String],
     runs: &[Option<&str>],
     notices: &[Notice],
-    signal: &str,
 ) -> StoreResult<u64> {
     // Data-modifying WITHs run to completion whatever the main statement reads; the main
-    // statement queues the replicas' signal (delivered at commit) and counts the outbox rows.
+    // statement counts the outbox rows.
     const EVENTS: &str = "WITH inserted AS (INSERT INTO events (session_id, tenant_id, \
              created_at, seq, kind, payload, run_id) \
          SELECT $1, $2, $3, seq, kind, payload::jsonb, run_id \
          FROM UNNEST($4::bigint[], $5::text[], $6::text[], $7::text[]) \
              AS t(seq, kind, payload, run_id))";
-    const SIGNAL: &str = "(SELECT pg_notify($8, $9)) AS signal";
     let query = if notices.is_empty() {
-        format!("{EVENTS} SELECT 0::bigint FROM {SIGNAL}")
+        format!("{EVENTS} SELECT 0::bigint")
     } else {
         format!(
             "{EVENTS}, delivered AS ( \
              INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, session_id, event_type, \
                  body, next_attempt_at, created_at) \
              SELECT {NEW_DELIVERY_ID}, $2, s.id, $1, n.event_type, n.body, $3, $3 \
-             FROM UNNEST($10::text[], $11::text[]) AS n(event_type, body) \
+             FROM UNNEST($8::text[], $9::text[]) AS n(event_type, body) \
              JOIN webhook_subscriptions s ON s.tenant_id = $2 \
                  AND (s.session_id IS NULL OR s.session_id = $1) \
                  AND n.event_type = ANY(s.events) \
              RETURNING 1) \
-             SELECT (SELECT count(*) FROM delivered) FROM {SIGNAL}"
+             SELECT (SELECT count(*) FROM delivered)"
         )
     };
     let mut statement = sqlx::query_scalar::<_, i64>(&query)
@@ -64,9 +61,7 @@ pub(in crate::store) async fn insert_events(
         .bind(seqs)
         .bind(kinds)
         .bind(payloads)
-        .bind(runs)
-        .bind(SIGNAL_CHANNEL)
-        .bind(signal);
+        .bind(runs);
     if !notices.is_empty() {
         let events: Vec<&str> = notices.iter().map(|n| n.event.as_str()).collect();
         let bodies: Vec<&str> = notices.iter().map(|n| n.body.as_str()).collect();

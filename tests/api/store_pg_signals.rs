@@ -1,0 +1,91 @@
+//! The `events` signals between replicas on Postgres (`store::pg_notifier`): sent after each
+//! append commits — by the one-statement path and by the transaction path (a retry) — and
+//! heard by the other replica's listener with the right range, while a replica never hears its
+//! own.
+
+use norma::ids::{SessionId, TenantId};
+use norma::store::postgres::PgStore;
+use norma::store::{AppendBatch, ConnectOptions, NewEvent, NewSession, Signal, Store};
+use serde_json::json;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+fn events(n: usize) -> AppendBatch {
+    AppendBatch {
+        events: (0..n)
+            .map(|i| NewEvent {
+                kind: "note".into(),
+                payload: json!({ "n": i }),
+                run_id: None,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The next `events` signal heard (other signals skipped), within a bound.
+async fn next_events(signals: &mut UnboundedReceiver<Signal>) -> (SessionId, i64, i64) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Signal::Events {
+                session,
+                first,
+                last,
+                ..
+            } = signals.recv().await.expect("the listener runs")
+            {
+                return (session, first, last);
+            }
+        }
+    })
+    .await
+    .expect("an events signal within 10 s")
+}
+
+#[tokio::test]
+async fn events_signals_reach_the_other_replica_after_each_commit() {
+    let Some(url) = crate::helpers::fresh_pg_database().await else {
+        return;
+    };
+    let a = PgStore::connect(&url, &ConnectOptions::default())
+        .await
+        .unwrap();
+    let b = PgStore::connect(&url, &ConnectOptions::default())
+        .await
+        .unwrap();
+    let mut heard_by_a = a.signals().await.unwrap().expect("Postgres signals");
+    let mut heard_by_b = b.signals().await.unwrap().expect("Postgres signals");
+    let tenant = TenantId::new("acme");
+    let session = SessionId::generate();
+    b.create_session(NewSession {
+        id: session.clone(),
+        tenant: tenant.clone(),
+        config: json!({}),
+    })
+    .await
+    .unwrap();
+
+    // One statement: events 1..=3.
+    b.append(&tenant, &session, events(3)).await.unwrap();
+    assert_eq!(next_events(&mut heard_by_a).await, (session.clone(), 1, 3));
+    // The transaction path (a retry of a batch that never committed): events 4..=5.
+    let retry = AppendBatch {
+        id: Some("batch-1".into()),
+        retry: true,
+        ..events(2)
+    };
+    b.append(&tenant, &session, retry).await.unwrap();
+    assert_eq!(next_events(&mut heard_by_a).await, (session.clone(), 4, 5));
+    // An append without events signals nothing; A's own append reaches B, not A.
+    b.append(&tenant, &session, AppendBatch::default())
+        .await
+        .unwrap();
+    a.append(&tenant, &session, events(1)).await.unwrap();
+    assert_eq!(next_events(&mut heard_by_b).await, (session.clone(), 6, 6));
+    b.append(&tenant, &session, events(1)).await.unwrap();
+    assert_eq!(
+        next_events(&mut heard_by_a).await,
+        (session.clone(), 7, 7),
+        "A heard its own append or one without events"
+    );
+}
