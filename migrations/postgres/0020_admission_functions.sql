@@ -1,5 +1,5 @@
 -- Admission in one round trip. A capped write (a new run under the tenant's run caps, a hold
--- under the holds' caps) must count and insert under the tenant's limits lock with the count
+-- under the holds' caps, an approval request under the pending cap) must count and insert under the tenant's limits lock with the count
 -- seeing every write that held the lock before it. From the server, that was a transaction
 -- of four round trips (BEGIN with the lock, count, insert, COMMIT). A statement
 -- cannot take the lock itself (its snapshot is older than the lock), but a function's
@@ -84,5 +84,33 @@ BEGIN
                     AND live.n_tenant < p_tenant_cap
                 RETURNING 1)
         SELECT live.n_session, live.n_tenant, (SELECT count(*) FROM added) FROM live;
+END;
+$$;
+
+-- An approval request under the tenant's cap on pending, unexpired requests (NULL: no cap).
+CREATE FUNCTION norma_create_approval(
+    p_lock_space INTEGER,
+    p_pending_cap BIGINT,
+    p_id TEXT, p_session TEXT, p_tenant TEXT, p_run TEXT, p_tool_use_id TEXT, p_tool_name TEXT,
+    p_input JSONB, p_input_sha256 TEXT, p_reason TEXT, p_expires_at TIMESTAMPTZ,
+    p_created_at TIMESTAMPTZ
+) RETURNS SETOF approvals LANGUAGE plpgsql AS $$
+DECLARE
+    pending BIGINT;
+BEGIN
+    IF p_pending_cap IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(p_lock_space, hashtext(p_tenant));
+        SELECT count(*) INTO pending FROM approvals
+            WHERE tenant_id = p_tenant AND status = 'pending' AND expires_at > p_created_at;
+        IF pending >= p_pending_cap THEN
+            RAISE EXCEPTION USING ERRCODE = 'NL001', MESSAGE = 'pending_approvals';
+        END IF;
+    END IF;
+    RETURN QUERY
+        INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input,
+                input_sha256, reason, expires_at, created_at)
+            VALUES (p_id, p_session, p_tenant, p_run, p_tool_use_id, p_tool_name, p_input,
+                p_input_sha256, p_reason, p_expires_at, p_created_at)
+        RETURNING *;
 END;
 $$;

@@ -141,8 +141,8 @@ pub async fn run_admission_counts_live_running_and_queued_runs(store: Arc<dyn St
 }
 
 /// Many admissions at once (as many replicas would send them) for the last slots of a cap:
-/// exactly the cap's worth are admitted, the rest refused, for running runs, queued runs and
-/// holds alike.
+/// exactly the cap's worth are admitted, the rest refused, for running runs, queued runs,
+/// holds and approval requests alike.
 pub async fn concurrent_admissions_never_pass_a_cap(store: Arc<dyn Store>) {
     const AT_ONCE: usize = 12;
     let tenant = TenantId::new("acme");
@@ -207,6 +207,17 @@ pub async fn concurrent_admissions_never_pass_a_cap(store: Arc<dyn Store>) {
     }))
     .await;
     assert_eq!(admitted(holds, Limit::SseStreams), 5);
+    let approvals = futures::future::join_all(sessions.iter().map(|s| {
+        let (store, tenant) = (store.clone(), tenant.clone());
+        async move {
+            store
+                .create_approval(&tenant, approval(s, chrono::Duration::minutes(5)), 6)
+                .await
+                .map(drop)
+        }
+    }))
+    .await;
+    assert_eq!(admitted(approvals, Limit::PendingApprovals), 6);
 }
 
 fn hold(kind: HoldKind, session: &SessionId, replica: &str, lease: Duration) -> NewHold {

@@ -17,15 +17,16 @@ pub(in crate::store) async fn create_approval(
     max_pending: u32,
 ) -> StoreResult<ApprovalRecord> {
     crate::store::storable::approval(&mut approval);
-    let mut tx = store
-        .tenant_tx_admitting(tenant, max_pending != u32::MAX)
-        .await?;
-    crate::store::limits::postgres::admit_approval(&mut tx, tenant, max_pending, now()).await?;
+    // Admission and insert in one statement, its own transaction (migration 0020): the
+    // tenant's limits lock is held for that statement alone.
+    let at = now();
+    let mut conn = store.tenant_conn(tenant).await?;
     let row = sqlx::query(&format!(
-        "INSERT INTO approvals (id, session_id, tenant_id, run_id, tool_use_id, tool_name, input, \
-             input_sha256, reason, expires_at, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {APPROVAL_COLUMNS}"
+        "SELECT {APPROVAL_COLUMNS} FROM norma_create_approval($1, $2, $3, $4, $5, $6, $7, $8, \
+             $9, $10, $11, $12, $13)"
     ))
+    .bind(crate::store::limits::postgres::LIMITS_LOCK_SPACE)
+    .bind((max_pending != u32::MAX).then_some(i64::from(max_pending)))
     .bind(approval.id.as_str())
     .bind(approval.session.as_str())
     .bind(tenant.as_str())
@@ -36,12 +37,18 @@ pub(in crate::store) async fn create_approval(
     .bind(&approval.input_sha256)
     .bind(&approval.reason)
     .bind(approval.expires_at.trunc_subsecs(6))
-    .bind(now())
-    .fetch_one(&mut *tx)
-    .await?;
-    let record = approval_from_row(&row)?;
-    tx.commit().await?;
-    Ok(record)
+    .bind(at)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|error| {
+        crate::store::limits::postgres::refusal(
+            error,
+            &[(crate::limits::Limit::PendingApprovals, max_pending)],
+        )
+    })?;
+    // (An error above drops the connection, which is checked before it is used again.)
+    conn.commit().await?;
+    approval_from_row(&row)
 }
 
 pub(in crate::store) async fn decide_approval(

@@ -115,29 +115,6 @@ pub(in crate::store) async fn admit_queued(
     over(Limit::QueuedPrompts, caps.queued_per_tenant, in_tenant)
 }
 
-/// Checks that one more pending approval request fits the tenant's cap.
-pub(in crate::store) async fn admit_approval(
-    tx: &mut TenantTx,
-    tenant: &TenantId,
-    max_pending: u32,
-    at: DateTime<Utc>,
-) -> StoreResult<()> {
-    if max_pending == u32::MAX {
-        return Ok(());
-    }
-    lock_tenant(tx, tenant).await?;
-    let conn: &mut PgConnection = tx;
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM approvals WHERE tenant_id = $1 AND status = 'pending' \
-             AND expires_at > $2",
-    )
-    .bind(tenant.as_str())
-    .bind(at)
-    .fetch_one(conn)
-    .await?;
-    over(Limit::PendingApprovals, max_pending, pending)
-}
-
 impl PgStore {
     pub(in crate::store) async fn acquire_hold_tx(
         &self,
