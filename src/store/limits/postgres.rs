@@ -87,34 +87,6 @@ pub(in crate::store) async fn admit_running(
     over(Limit::ConcurrentRuns, caps.concurrent_runs, running)
 }
 
-/// Checks that one more queued run fits the session's and the tenant's caps.
-pub(in crate::store) async fn admit_queued(
-    tx: &mut TenantTx,
-    tenant: &TenantId,
-    session: &SessionId,
-    caps: RunCaps,
-) -> StoreResult<()> {
-    if !caps.caps_queued() {
-        return Ok(());
-    }
-    lock_tenant(tx, tenant).await?;
-    let conn: &mut PgConnection = tx;
-    let (in_session, in_tenant): (i64, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE session_id = $2), count(*) FROM runs \
-         WHERE tenant_id = $1 AND status = 'queued'",
-    )
-    .bind(tenant.as_str())
-    .bind(session.as_str())
-    .fetch_one(&mut *conn)
-    .await?;
-    over(
-        Limit::QueuedPromptsPerSession,
-        caps.queued_per_session,
-        in_session,
-    )?;
-    over(Limit::QueuedPrompts, caps.queued_per_tenant, in_tenant)
-}
-
 impl PgStore {
     pub(in crate::store) async fn acquire_hold_tx(
         &self,

@@ -24,18 +24,6 @@ macro_rules! run_columns {
 
 pub(in crate::store) const RUN_COLUMNS: &str = run_columns!();
 
-/// A new run of the tenant's session (nothing when the session is not the tenant's): `$1` id,
-/// `$2` session, `$3` tenant, `$4` prompt, `$5` status, `$6` owner, `$7` lease expiry, `$8`
-/// fence, `$9` time, `$10` start time.
-pub(in crate::store) const INSERT_RUN: &str = concat!(
-    "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, lease_expires_at, \
-         fence, created_at, started_at) \
-     SELECT $1, id, tenant_id, $4, $5, $6, $7, $8, $9, $10 FROM sessions \
-         WHERE id = $2 AND tenant_id = $3 \
-     RETURNING ",
-    run_columns!()
-);
-
 /// `$1` run, `$2` session, `$3` tenant, `$4` time.
 pub(in crate::store) const REQUEST_CANCEL: &str = "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, $4) \
      WHERE id = $1 AND session_id = $2 AND tenant_id = $3 AND status = 'running'";

@@ -18,84 +18,77 @@ pub(in crate::store) async fn create_run_keyed(
 ) -> StoreResult<RunRecord> {
     let created_at = now();
     let start = RunStart::new(claim, created_at);
-    let capped = match claim {
-        Some(_) => caps.caps_running(),
-        None => caps.caps_queued(),
-    };
     let Some(key) = key else {
-        // Admission and insert in one statement (migration 0020).
-        let (running, queued) = match (claim, capped) {
-            (_, false) => (None, None),
-            (Some(_), true) => (Some(i64::from(caps.concurrent_runs)), None),
-            (None, true) => (
-                None,
-                Some((
-                    i64::from(caps.queued_per_session),
-                    i64::from(caps.queued_per_tenant),
-                )),
-            ),
-        };
+        // The admitting insert is the whole write: its own transaction.
         let mut conn = store.tenant_conn(tenant).await?;
-        let row = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM norma_create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-                 $10, $11, $12, $13, $14)"
-        ))
-        .bind(crate::store::limits::postgres::LIMITS_LOCK_SPACE)
-        .bind(running)
-        .bind(queued.map(|q| q.0))
-        .bind(queued.map(|q| q.1))
-        .bind(run.id.as_str())
-        .bind(run.session.as_str())
-        .bind(tenant.as_str())
-        .bind(&run.prompt)
-        .bind(start.status.as_str())
-        .bind(start.owner)
-        .bind(start.lease_expires_at)
-        .bind(start.fence)
-        .bind(created_at)
-        .bind(start.started_at)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|error| {
-            crate::store::limits::postgres::refusal(
-                error,
-                &[
-                    (Limit::ConcurrentRuns, caps.concurrent_runs),
-                    (Limit::QueuedPromptsPerSession, caps.queued_per_session),
-                    (Limit::QueuedPrompts, caps.queued_per_tenant),
-                ],
-            )
-        })?;
+        let record = insert_admitted(&mut conn, tenant, &run, &start, caps, created_at).await?;
         // (An error above drops the connection, which is checked before it is used again.)
         conn.commit().await?;
-        return run_from_row(&row.ok_or(StoreError::NotFound)?);
+        return Ok(record);
     };
-    let mut tx = store.tenant_tx_admitting(tenant, capped).await?;
+    // With the key, in one transaction (the admitting function's lock is held to its end).
+    let mut tx = store.tenant_tx(tenant).await?;
     crate::store::idempotency::postgres::insert(&mut tx, tenant, key, run.id.as_str(), created_at)
         .await?;
-    if claim.is_some() {
-        crate::store::limits::postgres::admit_running(&mut tx, tenant, caps, None, created_at)
-            .await?;
-    } else {
-        crate::store::limits::postgres::admit_queued(&mut tx, tenant, &run.session, caps).await?;
-    }
-    let row = sqlx::query(INSERT_RUN)
-        .bind(run.id.as_str())
-        .bind(run.session.as_str())
-        .bind(tenant.as_str())
-        .bind(&run.prompt)
-        .bind(start.status.as_str())
-        .bind(start.owner)
-        .bind(start.lease_expires_at)
-        .bind(start.fence)
-        .bind(created_at)
-        .bind(start.started_at)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-    let record = run_from_row(&row)?;
+    let record = insert_admitted(&mut tx, tenant, &run, &start, caps, created_at).await?;
     tx.commit().await?;
     Ok(record)
+}
+
+/// Inserts `run` if the tenant's caps admit it, in one statement (`norma_create_run`,
+/// migration 0020: the tenant's limits lock, the counts with a fresh snapshot, the insert);
+/// `NotFound` when the session is not the tenant's, `TenantLimit` when a cap is reached.
+async fn insert_admitted(
+    conn: &mut sqlx::PgConnection,
+    tenant: &TenantId,
+    run: &NewRun,
+    start: &RunStart<'_>,
+    caps: RunCaps,
+    created_at: chrono::DateTime<chrono::Utc>,
+) -> StoreResult<RunRecord> {
+    let (running, queued) = match start.status {
+        RunStatus::Running if caps.caps_running() => (Some(i64::from(caps.concurrent_runs)), None),
+        RunStatus::Queued if caps.caps_queued() => (
+            None,
+            Some((
+                i64::from(caps.queued_per_session),
+                i64::from(caps.queued_per_tenant),
+            )),
+        ),
+        _ => (None, None),
+    };
+    let row = sqlx::query(&format!(
+        "SELECT {RUN_COLUMNS} FROM norma_create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+             $10, $11, $12, $13, $14)"
+    ))
+    .bind(crate::store::limits::postgres::LIMITS_LOCK_SPACE)
+    .bind(running)
+    .bind(queued.map(|q| q.0))
+    .bind(queued.map(|q| q.1))
+    .bind(run.id.as_str())
+    .bind(run.session.as_str())
+    .bind(tenant.as_str())
+    .bind(&run.prompt)
+    .bind(start.status.as_str())
+    .bind(start.owner)
+    .bind(start.lease_expires_at)
+    .bind(start.fence)
+    .bind(created_at)
+    .bind(start.started_at)
+    .fetch_optional(conn)
+    .await
+    .map_err(|error| {
+        crate::store::limits::postgres::refusal(
+            error,
+            &[
+                (Limit::ConcurrentRuns, caps.concurrent_runs),
+                (Limit::QueuedPromptsPerSession, caps.queued_per_session),
+                (Limit::QueuedPrompts, caps.queued_per_tenant),
+            ],
+        )
+    })?
+    .ok_or(StoreError::NotFound)?;
+    run_from_row(&row)
 }
 
 pub(in crate::store) async fn request_cancel(
