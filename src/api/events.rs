@@ -197,7 +197,18 @@ pub async fn stream(
             .with_details(json!({ "field": "after" })));
     }
     let after = last_event_id.or(params.after).unwrap_or(0);
+    // Subscribed before the session is read, so an event committed after the read reaches the
+    // stream live: the backlog read from the store is the events up to the session's last one
+    // as read (none when it has nothing after `after`). Nothing is yielded before the session
+    // is known to be the caller's; then the channel is named the tenant's (for its catch-up
+    // from the store).
+    let mut live = state
+        .runtime
+        .bus()
+        .subscribe(&crate::ids::SessionId::from_string(id.clone()));
     let session = load_owned_session(&state, &principal, id).await?;
+    state.runtime.bus().follow(&principal.tenant, &session.id);
+    let horizon = session.last_event_seq;
     // The open stream counts against the tenant's `sse_streams` on every replica until the
     // client goes (the hold is dropped with the stream).
     let hold = state
@@ -209,11 +220,6 @@ pub async fn stream(
             HoldError::Limit(exceeded) => ApiError::from(exceeded),
             HoldError::Store(error) => ApiError::from(error),
         })?;
-    // Subscribe before reading the backlog, so nothing falls between the two.
-    let mut live = state
-        .runtime
-        .bus()
-        .subscribe_for(&principal.tenant, &session.id);
     let store = state.store.clone();
     let tenant = principal.tenant.clone();
     let session_id = session.id.clone();
@@ -223,7 +229,7 @@ pub async fn stream(
         let _hold = hold;
         let _subscribed = subscribed;
         let mut last = after;
-        loop {
+        while last < horizon {
             match store.list_events(&tenant, &session_id, last, STORE_PAGE).await {
                 Ok(page) if page.is_empty() => break,
                 Ok(page) => {

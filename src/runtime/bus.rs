@@ -53,6 +53,15 @@ impl EventBus {
         self.subscribe_in(Some(tenant), session)
     }
 
+    /// Names the tenant of a session subscribed to with [`EventBus::subscribe`] once the
+    /// subscriber has proved the session is that tenant's (see [`EventBus::subscribe_for`]).
+    pub fn follow(&self, tenant: &TenantId, session: &SessionId) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(channel) = channels.get_mut(session) {
+            channel.tenant = Some(tenant.clone());
+        }
+    }
+
     fn subscribe_in(
         &self,
         tenant: Option<&TenantId>,

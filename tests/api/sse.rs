@@ -15,6 +15,8 @@ use tokio::time::{Instant, timeout_at};
 on_both_backends! {
     a_stalled_client_is_told_to_reconnect_without_slowing_others =>
         a_stalled_client_is_told_to_reconnect_without_slowing_others;
+    streams_opened_while_a_run_writes_see_every_event_once =>
+        streams_opened_while_a_run_writes_see_every_event_once;
 }
 
 /// Text deltas of the run (the scripted provider streams 12 characters per delta).
@@ -160,6 +162,59 @@ fn parse_sse(body: &str) -> Vec<SseEvent> {
         }
     }
     events
+}
+
+/// A stream reads its backlog up to the session's last event as it read the session and gets
+/// the rest live: streams opened (and reopened with `Last-Event-ID`) at any point of a run each
+/// see every event after their start once, in order, up to `terminal`; another tenant naming
+/// the session is refused without disturbing them.
+async fn streams_opened_while_a_run_writes_see_every_event_once(app: TestApp) {
+    let token = app.token("acme");
+    let text: String = (0..3_000).map(delta_text).collect();
+    let id = app
+        .create_session(
+            "acme",
+            &json!({"model": {"script": {"turns": [{"text": text}]}}}),
+        )
+        .await;
+    let url = app.url(&format!("/v1/sessions/{id}/stream"));
+    let client = reqwest::Client::new();
+    assert_eq!(app.prompt(&token, &id, "go").await.status(), 202);
+    let mut readers = Vec::new();
+    for i in 0..8i64 {
+        let after = (i % 2 == 1).then_some(i * 7);
+        readers.push((
+            after,
+            tokio::spawn(read_until_terminal(
+                client.clone(),
+                url.clone(),
+                token.clone(),
+                after,
+                None,
+            )),
+        ));
+        if i == 3 {
+            let foreign = client
+                .get(&url)
+                .bearer_auth(app.token("mallory"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(foreign.status(), 404);
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    for (after, reader) in readers {
+        let seen = reader.await.expect("reader task");
+        let ids: Vec<i64> = seen.iter().map(|e| e.id.expect("id")).collect();
+        let terminal = *ids.last().unwrap();
+        assert_eq!(seen.last().unwrap().kind, "terminal");
+        assert_eq!(
+            ids,
+            (after.unwrap_or(0) + 1..=terminal).collect::<Vec<_>>(),
+            "every event after {after:?} once, in order"
+        );
+    }
 }
 
 async fn a_stalled_client_is_told_to_reconnect_without_slowing_others(app: TestApp) {
