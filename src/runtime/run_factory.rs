@@ -378,15 +378,17 @@ impl SessionRuntime {
         }));
         let rules = RuleSet::parse(&config.permission.allow, &config.permission.deny)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
+        // The live grants and the durable mode override (it wins over the configured mode).
+        let permissions = self.store.permission_state(tenant, session).await?;
         let grants = Arc::new(approvals::LiveGrants::default());
-        for grant in self.store.list_grants(tenant, session).await? {
+        for grant in &permissions.grants {
             grants.add(&grant.id, &grant.rule, grant.scope);
         }
         self.approvals.track_session(session, grants.clone());
         let configured_mode = config.permission.mode;
-        let mode =
-            builtin::plan::effective_mode(self.store.as_ref(), tenant, session, configured_mode)
-                .await?;
+        let mode = permissions
+            .mode
+            .map_or(configured_mode, |state| state.mode);
         let mode = Arc::new(std::sync::RwLock::new(mode));
         let gate = Arc::new(approvals::LiveGate {
             mode: mode.clone(),

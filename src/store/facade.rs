@@ -80,6 +80,9 @@ macro_rules! store_facade {
             async fn list_grants(&self, tenant: &TenantId, session: &SessionId) -> StoreResult<Vec<GrantRecord>> {
                 approvals::$backend::list_grants(self, tenant, session).await
             }
+            async fn permission_state(&self, tenant: &TenantId, session: &SessionId) -> StoreResult<PermissionState> {
+                approvals::$backend::permission_state(self, tenant, session).await
+            }
             async fn revoke_grant(&self, tenant: &TenantId, id: &GrantId) -> StoreResult<bool> {
                 approvals::$backend::revoke_grant(self, tenant, id).await
             }

@@ -258,6 +258,13 @@ pub trait Store: Send + Sync + 'static {
         session: &SessionId,
     ) -> StoreResult<Vec<GrantRecord>>;
 
+    /// The session's live grants and permission-mode override in one read (a run's start).
+    async fn permission_state(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> StoreResult<PermissionState>;
+
     /// Revokes a grant; false when there was no such active grant.
     async fn revoke_grant(&self, tenant: &TenantId, id: &GrantId) -> StoreResult<bool>;
 

@@ -580,6 +580,15 @@ pub struct NewGrant {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+/// What a run's permission decisions start from, read together: the live grants that apply
+/// to the session (as [`Store::list_grants`](crate::store::Store::list_grants)) and its
+/// permission-mode override (as [`Store::get_mode_override`](crate::store::Store::get_mode_override)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PermissionState {
+    pub grants: Vec<GrantRecord>,
+    pub mode: Option<crate::store::ModeOverride>,
+}
+
 /// A stored grant.
 #[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 pub struct GrantRecord {

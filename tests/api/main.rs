@@ -40,6 +40,7 @@ mod store_fork;
 mod store_groups;
 mod store_limits;
 mod store_pg_conns;
+mod store_permissions;
 mod store_pg_signals;
 mod store_runs;
 mod subagents;

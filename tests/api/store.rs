@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 use crate::store_fork::a_fork_is_written_whole_or_not_at_all;
+use crate::store_permissions::permission_state_reads_live_grants_and_the_mode_override_together;
 use crate::store_groups::{
     appends_of_many_sessions_at_once_keep_their_own_fence_and_errors,
     creations_holds_admissions_and_appends_at_once_each_get_their_own_answer,
@@ -93,6 +94,7 @@ store_suite!(
     creations_holds_admissions_and_appends_at_once_each_get_their_own_answer,
     a_fork_is_written_whole_or_not_at_all,
     run_ends_are_written_whole_run_after_run,
+    permission_state_reads_live_grants_and_the_mode_override_together,
 );
 
 pub(crate) async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {

@@ -6,11 +6,13 @@ pub(in crate::store) mod postgres;
 pub(in crate::store) mod sqlite;
 
 use crate::store::{
-    ApprovalRecord, ApprovalStatus, GrantRecord, GrantScope, StoreError, StoreResult,
+    ApprovalRecord, ApprovalStatus, GrantRecord, GrantScope, PermissionState, StoreError,
+    StoreResult,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
+use crate::store::tool_state::mode_override_from;
 use sqlx::{FromRow, Row};
 
 /// The columns of an [`ApprovalRow`].
@@ -62,6 +64,66 @@ pub(in crate::store) const LIVE_GRANTS: &str = "SELECT id, session_id, scope, ru
      FROM grants WHERE tenant_id = $1 AND (scope = 'tenant' OR session_id = $2) \
          AND revoked_at IS NULL AND consumed_at IS NULL \
          AND (expires_at IS NULL OR expires_at > $3) ORDER BY created_at, id";
+
+/// A session's permission-mode override (one row; NULLs when none) joined with the live grants
+/// that apply to it ([`LIVE_GRANTS`]' conditions; the grant columns NULL when none applies):
+/// `$1` tenant, `$2` session, `$3` now (bound in order of first use on SQLite too).
+pub(in crate::store) const PERMISSION_STATE: &str = "SELECT m.mode, m.previous_mode, g.id, \
+     g.session_id, g.scope, g.rule, g.created_by, g.approval_id, g.expires_at, g.created_at \
+     FROM (SELECT 1) AS one \
+     LEFT JOIN session_modes m ON m.tenant_id = $1 AND m.session_id = $2 \
+     LEFT JOIN grants g ON g.tenant_id = $1 AND (g.scope = 'tenant' OR g.session_id = $2) \
+         AND g.revoked_at IS NULL AND g.consumed_at IS NULL \
+         AND (g.expires_at IS NULL OR g.expires_at > $3) \
+     ORDER BY g.created_at, g.id";
+
+/// A row of [`PERMISSION_STATE`].
+#[derive(FromRow)]
+pub(in crate::store) struct PermissionRow {
+    pub(in crate::store) mode: Option<String>,
+    pub(in crate::store) previous_mode: Option<String>,
+    pub(in crate::store) id: Option<String>,
+    pub(in crate::store) session_id: Option<String>,
+    pub(in crate::store) scope: Option<String>,
+    pub(in crate::store) rule: Option<String>,
+    pub(in crate::store) created_by: Option<String>,
+    pub(in crate::store) approval_id: Option<String>,
+    pub(in crate::store) expires_at: Option<DateTime<Utc>>,
+    pub(in crate::store) created_at: Option<DateTime<Utc>>,
+}
+
+/// The rows of [`PERMISSION_STATE`] as the state they describe.
+pub(in crate::store) fn permission_state_from(
+    rows: Vec<PermissionRow>,
+) -> StoreResult<PermissionState> {
+    let mode = match rows.first() {
+        Some(PermissionRow {
+            mode: Some(mode),
+            previous_mode,
+            ..
+        }) => Some(mode_override_from(mode.clone(), previous_mode.clone())?),
+        _ => None,
+    };
+    let missing = |column: &str| StoreError::Internal(format!("a grant without {column}"));
+    let grants = rows
+        .into_iter()
+        .filter(|row| row.id.is_some())
+        .map(|row| {
+            GrantRow {
+                id: row.id.unwrap_or_default(),
+                session_id: row.session_id,
+                scope: row.scope.ok_or_else(|| missing("scope"))?,
+                rule: row.rule.ok_or_else(|| missing("rule"))?,
+                created_by: row.created_by.ok_or_else(|| missing("created_by"))?,
+                approval_id: row.approval_id,
+                expires_at: row.expires_at,
+                created_at: row.created_at.ok_or_else(|| missing("created_at"))?,
+            }
+            .try_into()
+        })
+        .collect::<StoreResult<_>>()?;
+    Ok(PermissionState { grants, mode })
+}
 
 /// An approval as both databases return it.
 #[derive(FromRow)]

@@ -155,6 +155,22 @@ pub(in crate::store) async fn list_grants(
     grants(rows)
 }
 
+pub(in crate::store) async fn permission_state(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+) -> StoreResult<PermissionState> {
+    let mut conn = store.tenant_conn(tenant).await?;
+    let rows: Vec<PermissionRow> = sqlx::query_as(PERMISSION_STATE)
+        .bind(tenant.as_str())
+        .bind(session.as_str())
+        .bind(now())
+        .fetch_all(&mut *conn)
+        .await?;
+    conn.commit().await?;
+    permission_state_from(rows)
+}
+
 pub(in crate::store) async fn revoke_grant(
     store: &PgStore,
     tenant: &TenantId,

@@ -208,6 +208,36 @@ fn grant_row(row: &rusqlite::Row<'_>) -> StoreResult<GrantRow> {
     })
 }
 
+/// A point read on the caller's thread (see `sqlite_reads`).
+pub(in crate::store) async fn permission_state(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+) -> StoreResult<PermissionState> {
+    let rows = store.reads.read(|db| {
+        db.prepare_cached(PERMISSION_STATE)?
+            .query_and_then(
+                rusqlite::params![tenant.as_str(), session.as_str(), ts(now())],
+                |row| {
+                    Ok(PermissionRow {
+                        mode: row.get(0)?,
+                        previous_mode: row.get(1)?,
+                        id: row.get(2)?,
+                        session_id: row.get(3)?,
+                        scope: row.get(4)?,
+                        rule: row.get(5)?,
+                        created_by: row.get(6)?,
+                        approval_id: row.get(7)?,
+                        expires_at: opt_ts_column(row, 8)?,
+                        created_at: opt_ts_column(row, 9)?,
+                    })
+                },
+            )?
+            .collect::<StoreResult<Vec<PermissionRow>>>()
+    })?;
+    permission_state_from(rows)
+}
+
 pub(in crate::store) async fn revoke_grant(
     store: &SqliteStore,
     tenant: &TenantId,
