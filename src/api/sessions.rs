@@ -186,7 +186,6 @@ pub async fn create_session(
         .runtime
         .ensure_model_priced(&principal.tenant, &config)
         .await?;
-    ensure_session_quota(&state, &principal).await?;
     let id = SessionId::generate();
     tracing::Span::current().record("session_id", id.as_str());
     let stored = serde_json::to_value(&config).map_err(|error| {
@@ -201,6 +200,7 @@ pub async fn create_session(
                 tenant: principal.tenant.clone(),
                 config: stored,
             },
+            state.settings.limits.sessions,
             keyed.as_ref().map(|keyed| &keyed.key),
         )
         .await;
@@ -426,7 +426,6 @@ pub async fn fork_session(
                 .with_details(json!({ "field": "up_to_seq" })),
         );
     }
-    ensure_session_quota(&state, &principal).await?;
     let noa = forked_noa(&state, &principal, &source.id, messages.len()).await?;
     let id = SessionId::generate();
     let copied = messages.len();
@@ -459,6 +458,7 @@ pub async fn fork_session(
                 ..Default::default()
             },
             noa,
+            max_open: state.settings.limits.sessions,
         })
         .await?;
     let record = state
@@ -509,13 +509,3 @@ fn ensure_script_allowed(state: &AppState, has_script: bool) -> ApiResult<()> {
     Ok(())
 }
 
-/// Refuses a new session (a fork is one) when the tenant already has `limits.sessions` open
-/// ones.
-async fn ensure_session_quota(state: &AppState, principal: &Principal) -> ApiResult<()> {
-    let open = state.store.count_open_sessions(&principal.tenant).await?;
-    state
-        .settings
-        .limits
-        .check(crate::limits::Limit::Sessions, open.max(0) as u64)?;
-    Ok(())
-}

@@ -338,16 +338,6 @@ impl Child {
                         format!("SubagentStart hook: {}", block.reason),
                     ));
                 }
-                let open = store
-                    .count_open_sessions(tenant)
-                    .await
-                    .map_err(store_failure)?;
-                if open >= i64::from(runtime.settings.limits.sessions) {
-                    return Err(ToolError::new(
-                        codes::TENANT_LIMIT,
-                        "the tenant has as many open sessions as it may: a subagent is a session",
-                    ));
-                }
                 let live = *setup.mode.read().unwrap_or_else(|e| e.into_inner());
                 let link = SubagentLink {
                     parent_session_id: setup.session.to_string(),
@@ -363,13 +353,24 @@ impl Child {
                 let config = subagents::child_config(&setup.config, agent, live, link);
                 let config = serde_json::to_value(&config).map_err(store_failure)?;
                 let record = store
-                    .create_session(NewSession {
-                        id: id.clone(),
-                        tenant: tenant.clone(),
-                        config,
-                    })
+                    .create_session_keyed(
+                        NewSession {
+                            id: id.clone(),
+                            tenant: tenant.clone(),
+                            config,
+                        },
+                        runtime.settings.limits.sessions,
+                        None,
+                    )
                     .await
-                    .map_err(store_failure)?;
+                    .map_err(|error| match error {
+                        crate::store::StoreError::TenantLimit(_) => ToolError::new(
+                            codes::TENANT_LIMIT,
+                            "the tenant has as many open sessions as it may: a subagent is a \
+                             session",
+                        ),
+                        other => store_failure(other),
+                    })?;
                 guard.session = Some(id.clone());
                 // D6: the child inherits the parent's unlock set (its schema filter came
                 // with the configuration).

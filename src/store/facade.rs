@@ -13,8 +13,8 @@ macro_rules! store_facade {
             $($own)*
 
             // --- sessions ---
-            async fn create_session_keyed(&self, session: NewSession, key: Option<&NewIdempotencyKey>) -> StoreResult<SessionRecord> {
-                sessions::$backend::create_session_keyed(self, session, key).await
+            async fn create_session_keyed(&self, session: NewSession, max_open: u32, key: Option<&NewIdempotencyKey>) -> StoreResult<SessionRecord> {
+                sessions::$backend::create_session_keyed(self, session, max_open, key).await
             }
             async fn fork_session(&self, fork: NewFork) -> StoreResult<()> {
                 sessions::$backend::fork_session(self, fork).await

@@ -70,21 +70,26 @@ pub trait Store: Send + Sync + 'static {
     /// A cheap round trip proving the database answers.
     async fn ping(&self) -> StoreResult<()>;
 
+    /// Creates a session without a cap on the tenant's open sessions (system paths, tests).
     async fn create_session(&self, session: NewSession) -> StoreResult<SessionRecord> {
-        self.create_session_keyed(session, None).await
+        self.create_session_keyed(session, u32::MAX, None).await
     }
 
-    /// Creates a session and, in the same transaction, records `key` naming it
+    /// Creates a session if the tenant has fewer than `max_open` open sessions (`u32::MAX`:
+    /// no cap) — counted in the same transaction as the insert, so concurrent creations on any
+    /// replica never pass the cap (`TenantLimit` otherwise) — and records `key` naming it
     /// (`IdempotencyKeyTaken` when a concurrent request recorded the key first, `TenantLimit`
-    /// when the tenant has `key.max_live` live keys; nothing is written then).
+    /// when the tenant has `key.max_live` live keys). Nothing is written on an error.
     async fn create_session_keyed(
         &self,
         session: NewSession,
+        max_open: u32,
         key: Option<&NewIdempotencyKey>,
     ) -> StoreResult<SessionRecord>;
 
     /// Creates a forked session with everything it starts with in one transaction (see
-    /// [`NewFork`]); on any error nothing of it is written.
+    /// [`NewFork`]; its `max_open` is checked like [`Store::create_session_keyed`]'s); on any
+    /// error nothing of it is written.
     async fn fork_session(&self, fork: NewFork) -> StoreResult<()>;
 
     /// The live (unexpired) record of an `Idempotency-Key`.

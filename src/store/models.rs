@@ -54,6 +54,8 @@ pub struct NewFork {
     pub source: SessionId,
     pub batch: AppendBatch,
     pub noa: Option<ForkedNoa>,
+    /// The tenant's cap on open sessions (`u32::MAX`: none), checked with the insert.
+    pub max_open: u32,
 }
 
 /// The Noa part of a fork: the fork's state (version 1) and the ordinals of the source's

@@ -19,7 +19,8 @@ use crate::store_groups::{
     run_ends_are_written_whole_run_after_run,
 };
 use crate::store_limits::{
-    concurrent_admissions_never_pass_a_cap, holds_are_capped_released_and_expire,
+    concurrent_admissions_never_pass_a_cap, concurrent_session_creations_never_pass_the_open_cap,
+    holds_are_capped_released_and_expire,
     open_sessions_are_counted_per_tenant_through_creations_and_closes,
     pending_approvals_are_capped_per_tenant, run_admission_counts_live_running_and_queued_runs,
     spend_totals_sum_every_session_of_the_tenant, workspace_bytes_sum_open_sessions_of_the_tenant,
@@ -85,6 +86,7 @@ store_suite!(
     nul_characters_are_stored_as_replacement_characters,
     run_admission_counts_live_running_and_queued_runs,
     concurrent_admissions_never_pass_a_cap,
+    concurrent_session_creations_never_pass_the_open_cap,
     spend_totals_sum_every_session_of_the_tenant,
     holds_are_capped_released_and_expire,
     open_sessions_are_counted_per_tenant_through_creations_and_closes,

@@ -38,6 +38,7 @@ fn fork(tenant: &TenantId, source: &SessionId, noa: Option<ForkedNoa>) -> NewFor
         source: source.clone(),
         batch: history(&["one", "two"]),
         noa,
+        max_open: u32::MAX,
     }
 }
 

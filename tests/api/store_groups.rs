@@ -227,7 +227,7 @@ pub async fn creations_holds_admissions_and_appends_at_once_each_get_their_own_a
                 config: json!({ "n": i }),
             };
             let keyed = (i < 2).then_some(&key);
-            store.create_session_keyed(session, keyed).await
+            store.create_session_keyed(session, u32::MAX, keyed).await
         }));
     }
     let mut holds = Vec::new();

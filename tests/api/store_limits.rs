@@ -3,7 +3,9 @@
 
 use norma::ids::{ApprovalId, RunId, SessionId, TenantId};
 use norma::limits::{HoldCaps, HoldKind, Limit, LimitExceeded, NewHold, RunCaps};
-use norma::store::{AppendBatch, NewApproval, NewEvent, NewRun, NewSession, Store, StoreError};
+use norma::store::{
+    AppendBatch, NewApproval, NewEvent, NewFork, NewRun, NewSession, Store, StoreError,
+};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -218,6 +220,92 @@ pub async fn concurrent_admissions_never_pass_a_cap(store: Arc<dyn Store>) {
     }))
     .await;
     assert_eq!(admitted(approvals, Limit::PendingApprovals), 6);
+}
+
+pub async fn concurrent_session_creations_never_pass_the_open_cap(store: Arc<dyn Store>) {
+    const AT_ONCE: usize = 12;
+    let new_session = |tenant: &str| NewSession {
+        id: SessionId::generate(),
+        tenant: TenantId::new(tenant),
+        config: json!({}),
+    };
+    let only_sessions_refused = |results: &[Result<(), StoreError>]| {
+        for result in results {
+            if let Err(error) = result {
+                assert!(
+                    matches!(
+                        error,
+                        StoreError::TenantLimit(LimitExceeded {
+                            limit: Limit::Sessions,
+                            ..
+                        })
+                    ),
+                    "{error:?}"
+                );
+            }
+        }
+        results.iter().filter(|r| r.is_ok()).count()
+    };
+    // A tenant's first sessions: nothing counted yet.
+    let first = futures::future::join_all((0..AT_ONCE).map(|_| {
+        let (store, session) = (store.clone(), new_session("fresh"));
+        async move { store.create_session_keyed(session, 3, None).await.map(drop) }
+    }))
+    .await;
+    assert_eq!(only_sessions_refused(&first), 3);
+    assert_eq!(
+        store
+            .count_open_sessions(&TenantId::new("fresh"))
+            .await
+            .unwrap(),
+        3
+    );
+    // Creations and forks at once, one open session (the source) already counted.
+    let source = session(&store, "acme").await;
+    let results = futures::future::join_all((0..AT_ONCE).map(|i| {
+        let (store, session) = (store.clone(), new_session("acme"));
+        let source = source.clone();
+        async move {
+            if i % 3 == 0 {
+                store
+                    .fork_session(NewFork {
+                        session,
+                        source,
+                        batch: AppendBatch {
+                            events: vec![NewEvent {
+                                kind: "forked".into(),
+                                payload: json!({"messages_copied": 0}),
+                                run_id: None,
+                            }],
+                            ..Default::default()
+                        },
+                        noa: None,
+                        max_open: 6,
+                    })
+                    .await
+            } else {
+                store.create_session_keyed(session, 6, None).await.map(drop)
+            }
+        }
+    }))
+    .await;
+    assert_eq!(only_sessions_refused(&results), 5);
+    let acme = TenantId::new("acme");
+    assert_eq!(store.count_open_sessions(&acme).await.unwrap(), 6);
+    // Refused: nothing written. Closing one frees its slot; another tenant has its own count.
+    assert_eq!(
+        limit_of(store.create_session_keyed(new_session("acme"), 6, None).await),
+        (Limit::Sessions, 6)
+    );
+    store.close_session(&acme, &source).await.unwrap().unwrap();
+    store
+        .create_session_keyed(new_session("acme"), 6, None)
+        .await
+        .unwrap();
+    store
+        .create_session_keyed(new_session("other"), 6, None)
+        .await
+        .unwrap();
 }
 
 fn hold(kind: HoldKind, session: &SessionId, replica: &str, lease: Duration) -> NewHold {

@@ -2,6 +2,7 @@
 //! transaction under a per-tenant advisory lock, so replicas sharing the database take turns
 //! per tenant and cannot both take the last slot.
 
+use super::over;
 use crate::limits::{Limit, LimitExceeded};
 use crate::store::dialect::lease_span;
 use crate::store::dialect::postgres::TenantTx;
@@ -48,17 +49,6 @@ pub(in crate::store) fn refusal(error: sqlx::Error, caps: &[(Limit, u32)]) -> St
         .into();
     }
     error.into()
-}
-
-fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
-    if count >= i64::from(max) {
-        return Err(LimitExceeded {
-            limit,
-            max: u64::from(max),
-        }
-        .into());
-    }
-    Ok(())
 }
 
 /// Checks that one more running run fits the tenant's cap (`except`: the run being claimed,

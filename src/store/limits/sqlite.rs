@@ -2,7 +2,8 @@
 //! writer connection, so a check and the write after it in one transaction cannot interleave
 //! with another admission.
 
-use crate::limits::{Limit, LimitExceeded};
+use super::over;
+use crate::limits::Limit;
 use crate::store::dialect::lease_span;
 use crate::store::sqlite::{SqliteStore, ts};
 use crate::store::*;
@@ -22,17 +23,6 @@ pub(in crate::store) const COUNT_QUEUED: &str = "SELECT COALESCE(SUM(session_id 
 /// index `approvals_tenant_pending`).
 pub(in crate::store) const COUNT_PENDING_APPROVALS: &str = "SELECT count(*) FROM approvals \
      WHERE tenant_id = ?1 AND status = 'pending' AND expires_at > ?2";
-
-fn over(limit: Limit, max: u32, count: i64) -> StoreResult<()> {
-    if count >= i64::from(max) {
-        return Err(LimitExceeded {
-            limit,
-            max: u64::from(max),
-        }
-        .into());
-    }
-    Ok(())
-}
 
 /// Checks that one more running run fits the tenant's cap (`except`: the run being claimed),
 /// in the caller's transaction on the write connection.

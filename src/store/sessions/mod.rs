@@ -3,9 +3,6 @@
 //! are written here once (`$N` placeholders: sqlx binds them by number on SQLite too), and
 //! one row type decodes a session from either.
 
-pub(in crate::store) mod postgres;
-pub(in crate::store) mod sqlite;
-
 use crate::ids::{SessionId, TenantId};
 use crate::store::{ForkedNoa, IdleSession, SessionRecord, SessionStatus, StoreError, StoreResult};
 use chrono::{DateTime, Utc};
@@ -22,12 +19,9 @@ macro_rules! session_columns {
 
 pub(in crate::store) const SESSION_COLUMNS: &str = session_columns!();
 
-/// A new session: `$1` id, `$2` tenant, `$3` config, `$4` time.
-pub(in crate::store) const INSERT_SESSION: &str = concat!(
-    "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $4) RETURNING ",
-    session_columns!()
-);
+// Declared after `session_columns!` so that they can use it.
+pub(in crate::store) mod postgres;
+pub(in crate::store) mod sqlite;
 
 /// `$1` session, `$2` tenant.
 pub(in crate::store) const SELECT_SESSION: &str = concat!(

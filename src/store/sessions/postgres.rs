@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::ids::{SessionId, TenantId};
+use crate::limits::Limit;
 use crate::store::dialect::now;
 use crate::store::postgres::PgStore;
 use crate::store::*;
@@ -12,9 +13,10 @@ use sqlx::types::Json;
 pub(in crate::store) async fn create_session_keyed(
     store: &PgStore,
     session: NewSession,
+    max_open: u32,
     key: Option<&NewIdempotencyKey>,
 ) -> StoreResult<SessionRecord> {
-    // Without a key the INSERT is the whole write: its own transaction.
+    // Without a key the admitting insert is the whole write: its own transaction.
     let mut tx = match key {
         Some(_) => store.tenant_tx(&session.tenant).await?,
         None => store.tenant_conn(&session.tenant).await?,
@@ -30,30 +32,47 @@ pub(in crate::store) async fn create_session_keyed(
         )
         .await?;
     }
-    let row = sqlx::query(INSERT_SESSION)
+    let record = insert_admitted(&mut tx, &session, max_open, created).await?;
+    tx.commit().await?;
+    Ok(record)
+}
+
+/// A new session: `$1` cap on the tenant's open sessions (NULL: none), `$2` id, `$3` tenant,
+/// `$4` config, `$5` time (`norma_create_session`, migration 0022).
+const CREATE_SESSION: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM norma_create_session($1, $2, $3, $4, $5)"
+);
+
+/// Inserts `session` if the tenant has fewer than `max_open` open sessions, in one statement
+/// (`TenantLimit` otherwise; a duplicate id is a `Conflict`).
+async fn insert_admitted(
+    conn: &mut sqlx::PgConnection,
+    session: &NewSession,
+    max_open: u32,
+    created: DateTime<Utc>,
+) -> StoreResult<SessionRecord> {
+    let row = sqlx::query(CREATE_SESSION)
+        .bind((max_open != u32::MAX).then_some(i64::from(max_open)))
         .bind(session.id.as_str())
         .bind(session.tenant.as_str())
         .bind(Json(&session.config))
         .bind(created)
-        .fetch_one(&mut *tx)
-        .await?;
-    let record = session_from_row(&row)?;
-    tx.commit().await?;
-    Ok(record)
+        .fetch_one(conn)
+        .await
+        .map_err(|error| {
+            crate::store::limits::postgres::refusal(error, &[(Limit::Sessions, max_open)])
+        })?;
+    session_from_row(&row)
 }
 
 /// The fork in one tenant-scoped transaction (the append is the runs' own).
 pub(in crate::store) async fn fork_session(store: &PgStore, mut fork: NewFork) -> StoreResult<()> {
     crate::store::storable::append_batch(&mut fork.batch);
-    let NewSession { id, tenant, config } = &fork.session;
+    let NewSession { id, tenant, .. } = &fork.session;
     let mut tx = store.tenant_tx(tenant).await?;
-    sqlx::query(INSERT_SESSION)
-        .bind(id.as_str())
-        .bind(tenant.as_str())
-        .bind(Json(config))
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
+    insert_admitted(&mut tx, &fork.session, fork.max_open, now()).await?;
     let (appended, notified) =
         crate::store::events::postgres::append_in(&mut tx, tenant, id, &fork.batch).await?;
     if let Some(noa) = &fork.noa {

@@ -11,18 +11,28 @@ use crate::store::*;
 use chrono::{DateTime, Utc};
 use rusqlite::params;
 
+/// A new session: `$1` id, `$2` tenant, `$3` config, `$4` time.
+const INSERT_SESSION: &str = concat!(
+    "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $4) RETURNING ",
+    session_columns!()
+);
+
 pub(in crate::store) async fn create_session_keyed(
     store: &SqliteStore,
     session: NewSession,
+    max_open: u32,
     key: Option<&NewIdempotencyKey>,
 ) -> StoreResult<SessionRecord> {
     let at = now();
-    // Committed with the other writes waiting (the group writer); the key's insert is the
-    // first write and fails alone when the key is taken.
+    // Committed with the other writes waiting (the group writer, the one writer: the count
+    // and the insert cannot interleave with another creation); the cap is checked before any
+    // write and the key's insert is the first write, so either refusal fails alone.
     let key = key.cloned();
     store
         .group
         .write(move |db| {
+            admit_session(db, &session.tenant, max_open)?;
             crate::store::idempotency::sqlite::insert(
                 db,
                 &session.tenant,
@@ -33,6 +43,18 @@ pub(in crate::store) async fn create_session_keyed(
             insert_session(db, &session, at)
         })
         .await
+}
+
+/// `TenantLimit` when the tenant already has `max_open` open sessions (`u32::MAX`: no cap),
+/// in the caller's transaction on the write connection.
+fn admit_session(db: &rusqlite::Connection, tenant: &TenantId, max_open: u32) -> StoreResult<()> {
+    if max_open == u32::MAX {
+        return Ok(());
+    }
+    let open: i64 = db
+        .prepare_cached(COUNT_OPEN_SESSIONS)?
+        .query_row(params![tenant.as_str()], |row| row.get(0))?;
+    crate::store::limits::over(crate::limits::Limit::Sessions, max_open, open)
 }
 
 /// Inserts a new session (a duplicate id is a `Conflict`) and returns its record
@@ -69,6 +91,7 @@ pub(in crate::store) async fn fork_session(
 
 fn fork_in(db: &rusqlite::Connection, outbox: &Outbox, fork: &NewFork) -> StoreResult<()> {
     let at = now();
+    admit_session(db, &fork.session.tenant, fork.max_open)?;
     insert_session(db, &fork.session, at)?;
     let (id, tenant, created) = (&fork.session.id, &fork.session.tenant, ts(at));
     append_in(db, outbox, tenant, id, &fork.batch)?;
