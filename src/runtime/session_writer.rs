@@ -16,13 +16,14 @@ use crate::store::{
 };
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// How long buffered events (text deltas, tool progress) wait for more before the flusher
 /// writes them: they reach SSE clients at most this much later, and a run's burst of events
 /// costs one transaction (or none of its own, when a durable write of the run comes first).
-pub const FLUSH_LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+pub const FLUSH_LINGER: Duration = Duration::from_millis(10);
 
 #[derive(Default)]
 struct Pending {
@@ -30,6 +31,16 @@ struct Pending {
     outputs: Vec<NewOutput>,
     /// The session's latest workspace measurement not yet written.
     workspace_bytes: Option<u64>,
+    /// When the oldest of what is buffered was pushed (`None`: nothing is): the flusher
+    /// writes it [`FLUSH_LINGER`] after that.
+    since: Option<tokio::time::Instant>,
+}
+
+impl Pending {
+    /// Marks the buffer as holding something from now on, unless it already did.
+    fn started(&mut self) {
+        self.since.get_or_insert_with(tokio::time::Instant::now);
+    }
 }
 
 /// Writes one session's events and history in order.
@@ -140,11 +151,10 @@ impl SessionWriter {
     }
 
     pub(super) fn push_event(&self, event: RunEvent) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .events
-            .push(event);
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.events.push(event);
+        pending.started();
+        drop(pending);
         self.wake.notify_one();
     }
 
@@ -152,10 +162,10 @@ impl SessionWriter {
     /// write (the turn's commit, as a rule; the flusher's within [`FLUSH_LINGER`] otherwise),
     /// the latest measurement winning.
     pub(super) fn push_workspace_bytes(&self, bytes: u64) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .workspace_bytes = Some(bytes);
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.workspace_bytes = Some(bytes);
+        pending.started();
+        drop(pending);
         self.wake.notify_one();
     }
 
@@ -297,6 +307,10 @@ impl SessionWriter {
 
     /// Flushes buffered events until `stop` is cancelled (then flushes once more).
     pub async fn run_flusher(self: Arc<Self>, stop: CancellationToken) {
+        self.flush_lingering(stop, FLUSH_LINGER).await;
+    }
+
+    async fn flush_lingering(self: Arc<Self>, stop: CancellationToken, linger: Duration) {
         loop {
             tokio::select! {
                 () = self.wake.notified() => {}
@@ -308,18 +322,37 @@ impl SessionWriter {
             // Let the emitting task run on for a moment: the events it pushes meanwhile (the
             // rest of a model stream's deltas, a tool's progress) join this transaction, and a
             // durable write of the run (a tool's journal, the turn's commit) takes them with it
-            // first, so most lingering flushes find nothing left to write.
-            tokio::select! {
-                () = tokio::time::sleep(FLUSH_LINGER) => {}
-                () = stop.cancelled() => {
-                    let _ = self.write(vec![], vec![]).await;
-                    return;
+            // first, so most lingering flushes find nothing left to write. The linger counts
+            // from the oldest event still buffered: when a durable write took the buffer, the
+            // events pushed after it get their own full linger (counted from the wake-up, a
+            // `model_request` pushed just after a turn's commit was written alone by the
+            // flusher before the next model response could take it — one transaction in
+            // every other turn).
+            while let Some(since) = self.pending_since() {
+                let due = since + linger;
+                if tokio::time::Instant::now() >= due {
+                    if let Err(error) = self.write(vec![], vec![]).await {
+                        tracing::warn!(%error, "event flush failed");
+                    }
+                    break;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(due) => {}
+                    () = stop.cancelled() => {
+                        let _ = self.write(vec![], vec![]).await;
+                        return;
+                    }
                 }
             }
-            if let Err(error) = self.write(vec![], vec![]).await {
-                tracing::warn!(%error, "event flush failed");
-            }
         }
+    }
+
+    /// When the oldest buffered event was pushed, if any is.
+    fn pending_since(&self) -> Option<tokio::time::Instant> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .since
     }
 }
 
@@ -333,5 +366,70 @@ fn run_end_of(terminal: &TerminalReason) -> RunEnd {
     RunEnd {
         status,
         terminal: serde_json::to_value(terminal).unwrap_or(Value::Null),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run_event::AssistantDelta;
+    use crate::store::NewSession;
+
+    fn delta(text: &str) -> RunEvent {
+        RunEvent::AssistantDelta(AssistantDelta { text: text.into() })
+    }
+
+    /// Events pushed after a durable write took the buffer wait a whole linger of their own,
+    /// so the run's next durable write takes them (one transaction), and what nobody takes is
+    /// written by the flusher one linger after it was pushed.
+    #[tokio::test]
+    async fn the_linger_counts_from_the_oldest_buffered_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("w.db").display());
+        let store = crate::store::connect(&url, &crate::store::ConnectOptions::default())
+            .await
+            .unwrap();
+        let (tenant, session) = (TenantId::new("acme"), SessionId::generate());
+        store
+            .create_session(NewSession {
+                id: session.clone(),
+                tenant: tenant.clone(),
+                config: serde_json::json!({}),
+            })
+            .await
+            .unwrap();
+        let writer = SessionWriter::new(
+            store.clone(),
+            Arc::new(EventBus::default()),
+            tenant.clone(),
+            session.clone(),
+        );
+        let stop = CancellationToken::new();
+        let linger = Duration::from_millis(300);
+        let flusher = tokio::spawn(writer.clone().flush_lingering(stop.clone(), linger));
+        let started = tokio::time::Instant::now();
+        writer.push_event(delta("a"));
+        tokio::time::sleep(linger / 2).await;
+        writer.write(vec![], vec![delta("w1")]).await.unwrap();
+        writer.push_event(delta("b"));
+        // Past the first event's linger: the flusher must not have written `b` alone.
+        tokio::time::sleep_until(started + linger * 5 / 4).await;
+        writer.write(vec![], vec![delta("w2")]).await.unwrap();
+        writer.push_event(delta("c"));
+        tokio::time::sleep(linger * 2).await;
+        let events = store.list_events(&tenant, &session, 0, 100).await.unwrap();
+        let texts: Vec<&str> = events
+            .iter()
+            .map(|e| e.payload["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(texts, ["a", "w1", "b", "w2", "c"]);
+        // One transaction writes one `created_at`.
+        let at = |i: usize| events[i].created_at;
+        assert_eq!(at(0), at(1), "`a` went with the first write");
+        assert_eq!(at(2), at(3), "`b` went with the second write, not alone");
+        assert_ne!(at(1), at(2));
+        assert_ne!(at(3), at(4), "`c` was written by the flusher");
+        stop.cancel();
+        flusher.await.unwrap();
     }
 }
