@@ -508,4 +508,3 @@ fn ensure_script_allowed(state: &AppState, has_script: bool) -> ApiResult<()> {
     }
     Ok(())
 }
-

@@ -386,9 +386,7 @@ impl SessionRuntime {
         }
         self.approvals.track_session(session, grants.clone());
         let configured_mode = config.permission.mode;
-        let mode = permissions
-            .mode
-            .map_or(configured_mode, |state| state.mode);
+        let mode = permissions.mode.map_or(configured_mode, |state| state.mode);
         let mode = Arc::new(std::sync::RwLock::new(mode));
         let gate = Arc::new(approvals::LiveGate {
             mode: mode.clone(),

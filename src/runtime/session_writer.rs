@@ -349,10 +349,7 @@ impl SessionWriter {
 
     /// When the oldest buffered event was pushed, if any is.
     fn pending_since(&self) -> Option<tokio::time::Instant> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .since
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).since
     }
 }
 

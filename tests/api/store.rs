@@ -12,7 +12,6 @@ use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 use crate::store_fork::a_fork_is_written_whole_or_not_at_all;
-use crate::store_permissions::permission_state_reads_live_grants_and_the_mode_override_together;
 use crate::store_groups::{
     appends_of_many_sessions_at_once_keep_their_own_fence_and_errors,
     creations_holds_admissions_and_appends_at_once_each_get_their_own_answer,
@@ -25,6 +24,7 @@ use crate::store_limits::{
     pending_approvals_are_capped_per_tenant, run_admission_counts_live_running_and_queued_runs,
     spend_totals_sum_every_session_of_the_tenant, workspace_bytes_sum_open_sessions_of_the_tenant,
 };
+use crate::store_permissions::permission_state_reads_live_grants_and_the_mode_override_together;
 use crate::store_runs::{
     cancels_are_recorded_for_the_replica_holding_the_run,
     queued_runs_are_claimed_in_order_and_cancellable,

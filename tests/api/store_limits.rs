@@ -294,7 +294,11 @@ pub async fn concurrent_session_creations_never_pass_the_open_cap(store: Arc<dyn
     assert_eq!(store.count_open_sessions(&acme).await.unwrap(), 6);
     // Refused: nothing written. Closing one frees its slot; another tenant has its own count.
     assert_eq!(
-        limit_of(store.create_session_keyed(new_session("acme"), 6, None).await),
+        limit_of(
+            store
+                .create_session_keyed(new_session("acme"), 6, None)
+                .await
+        ),
         (Limit::Sessions, 6)
     );
     store.close_session(&acme, &source).await.unwrap().unwrap();

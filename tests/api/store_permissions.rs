@@ -91,7 +91,11 @@ pub async fn permission_state_reads_live_grants_and_the_mode_override_together(
     // Grants only: no override yet.
     let state = store.permission_state(&acme, &a).await.unwrap();
     let rules: Vec<&str> = state.grants.iter().map(|g| g.rule.as_str()).collect();
-    assert_eq!(rules, ["Bash(ls:*)", "Read"], "live grants of the session and the tenant");
+    assert_eq!(
+        rules,
+        ["Bash(ls:*)", "Read"],
+        "live grants of the session and the tenant"
+    );
     assert_eq!(state.mode, None);
 
     let plan = ModeOverride {
@@ -110,7 +114,10 @@ pub async fn permission_state_reads_live_grants_and_the_mode_override_together(
     assert_eq!(state.grants.len(), 2);
     // An override without grants: the other tenant's session has no override and one grant.
     store.set_mode_override(&acme, &b, plan).await.unwrap();
-    assert_eq!(store.permission_state(&acme, &b).await.unwrap().mode, Some(plan));
+    assert_eq!(
+        store.permission_state(&acme, &b).await.unwrap().mode,
+        Some(plan)
+    );
     let theirs = store.permission_state(&other, &elsewhere).await.unwrap();
     assert_eq!((theirs.grants.len(), theirs.mode), (1, None));
     // Another tenant naming acme's session sees nothing of it: no override, none of acme's

@@ -5,6 +5,7 @@
 pub(in crate::store) mod postgres;
 pub(in crate::store) mod sqlite;
 
+use crate::store::tool_state::mode_override_from;
 use crate::store::{
     ApprovalRecord, ApprovalStatus, GrantRecord, GrantScope, PermissionState, StoreError,
     StoreResult,
@@ -12,7 +13,6 @@ use crate::store::{
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
-use crate::store::tool_state::mode_override_from;
 use sqlx::{FromRow, Row};
 
 /// The columns of an [`ApprovalRow`].
