@@ -165,6 +165,44 @@ async fn sessions_and_hooks_are_capped(backend: Backend) {
     );
 }
 
+/// A burst of concurrent creations (a hostile client racing the cap) admits exactly the cap;
+/// the others get `TENANT_LIMIT` and another tenant is still served.
+async fn concurrent_creations_never_pass_the_session_cap(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, |s| s.limits.sessions = 4).await else {
+        return;
+    };
+    let token = app.token("acme");
+    let body = json!({});
+    let answers =
+        futures::future::join_all((0..24).map(|_| app.post_json("/v1/sessions", &token, &body)))
+            .await;
+    let mut created = 0;
+    for answer in answers {
+        match answer.status().as_u16() {
+            201 => created += 1,
+            429 => assert_eq!(
+                tenant_limit(answer).await,
+                json!({"limit": "sessions", "max": 4})
+            ),
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(created, 4);
+    let listed: Value = app.get("/v1/sessions", &token).await.json().await.unwrap();
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 4);
+    app.create_session("other", &json!({})).await;
+}
+
+#[tokio::test]
+async fn concurrent_creations_never_pass_the_session_cap_sqlite() {
+    concurrent_creations_never_pass_the_session_cap(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn concurrent_creations_never_pass_the_session_cap_postgres() {
+    concurrent_creations_never_pass_the_session_cap(Backend::Postgres).await;
+}
+
 #[tokio::test]
 async fn sessions_and_hooks_are_capped_sqlite() {
     sessions_and_hooks_are_capped(Backend::Sqlite).await;
