@@ -39,9 +39,13 @@
 //! `NORMA_BENCH_APPROVAL_INFLIGHT` (`1,16`), `NORMA_BENCH_WARMUP` (20),
 //! `NORMA_BENCH_LOG_FILTER` (the server's log filter, default `info` like a default server;
 //! logs go to a file), `NORMA_BENCH_SERVER_PRELOAD` (an `LD_PRELOAD` for the server only: an
-//! allocator trial such as `/usr/lib/x86_64-linux-gnu/libmimalloc.so.2` without a rebuild). `NORMA_BENCH_RUNS=100 NORMA_BENCH_INFLIGHT=16 NORMA_BENCH_APPROVALS=0`
-//! is a quick check.
+//! allocator trial such as `/usr/lib/x86_64-linux-gnu/libmimalloc.so.2` without a rebuild),
+//! `NORMA_BENCH_CALLGRIND=1` (the server under Valgrind's callgrind: its instructions per run
+//! in each phase, a count that does not drift with the machine; see `support/callgrind.rs`).
+//! `NORMA_BENCH_RUNS=100 NORMA_BENCH_INFLIGHT=16 NORMA_BENCH_APPROVALS=0` is a quick check.
 
+#[path = "support/callgrind.rs"]
+mod callgrind;
 #[path = "../tests/support/fake_llm.rs"]
 mod fake_llm;
 #[path = "support/model_thread.rs"]
@@ -60,6 +64,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use axum::routing::post;
+use callgrind::Callgrind;
 use eventsource_stream::Eventsource;
 use fake_llm::anthropic as an;
 use futures::StreamExt;
@@ -699,6 +704,13 @@ fn summary(mut samples: Vec<Duration>) -> String {
     )
 }
 
+/// A table row of the server's instructions per run in a phase (`NORMA_BENCH_CALLGRIND`).
+fn instructions_line(phase: &str, instructions: u64, runs: usize) -> String {
+    let per_run = instructions / runs as u64;
+    println!("    server instructions per run (callgrind): {per_run}");
+    format!("| {phase} | {per_run} |")
+}
+
 fn print_cpu(cpu: &CpuDelta, runs: usize) {
     let per = |s: f64| s / runs as f64 * 1e3;
     println!(
@@ -748,6 +760,9 @@ fn main() {
     let warmup = env_usize("NORMA_BENCH_WARMUP", 20);
     let postgres = std::env::var("NORMA_BENCH_PG").is_ok_and(|v| v == "1");
     let log_filter = std::env::var("NORMA_BENCH_LOG_FILTER").unwrap_or_else(|_| "info".into());
+    let callgrind = std::env::var("NORMA_BENCH_CALLGRIND")
+        .is_ok_and(|v| v == "1")
+        .then(Callgrind::new);
 
     let fake = Fake::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -777,6 +792,10 @@ fn main() {
         if let Ok(preload) = std::env::var("NORMA_BENCH_SERVER_PRELOAD") {
             // An allocator trial without a rebuild (e.g. Debian's libmimalloc.so.2).
             server = server.env("LD_PRELOAD", preload);
+        }
+        if let Some(callgrind) = &callgrind {
+            let wrapper = callgrind.wrapper();
+            server = server.wrapped(&wrapper.iter().map(String::as_str).collect::<Vec<_>>());
         }
         server.start().await;
         let pid = server.pid().expect("server pid");
@@ -824,15 +843,20 @@ fn main() {
         }
 
         let mut table = Vec::new();
+        let mut instructions = Vec::new();
         for &n in &in_flight {
             let requests = bench.fake.requests();
             bench.limit_retries.store(0, Ordering::Relaxed);
             let load = load_average();
             let before = bench.snapshot().await;
+            callgrind.as_ref().inspect(|cg| cg.zero(pid));
             let samples = bench
                 .phase(runs, n, |bench| async move { bench.client_run().await })
                 .await;
             let cpu = before.until(&bench.snapshot().await);
+            if let Some(cg) = &callgrind {
+                instructions.push(instructions_line(&format!("runs, {n} in flight"), cg.dump(pid), runs));
+            }
             assert_eq!(bench.fake.requests() - requests, runs * 4, "model calls");
             let e2e: Vec<Duration> = samples.iter().map(|s| s.e2e).collect();
             let prompt: Vec<Duration> = samples.iter().map(|s| s.prompt).collect();
@@ -867,10 +891,15 @@ fn main() {
             let requests = bench.fake.requests();
             let load = load_average();
             let before = bench.snapshot().await;
+            callgrind.as_ref().inspect(|cg| cg.zero(pid));
             let samples = bench
                 .phase(approvals, n, |bench| async move { bench.approval_run().await })
                 .await;
             let cpu = before.until(&bench.snapshot().await);
+            if let Some(cg) = &callgrind {
+                let label = format!("approvals, {n} in flight");
+                instructions.push(instructions_line(&label, cg.dump(pid), approvals));
+            }
             assert_eq!(bench.fake.requests() - requests, approvals * 2, "model calls");
             println!(
                 "\napprovals, {n} in flight: {approvals} runs (Write asks → client allows at \
@@ -905,10 +934,21 @@ fn main() {
         for row in table {
             println!("{row}");
         }
+        if !instructions.is_empty() {
+            println!("\n| phase | server instructions per run (callgrind) |\n|---|---|");
+            for row in instructions {
+                println!("{row}");
+            }
+        }
 
         // Shut down; drop the Postgres database.
         let Bench { mut server, .. } = Arc::into_inner(bench).expect("bench owner");
-        server.kill();
+        if callgrind.is_some() {
+            // Valgrind writes its last dump as the server exits: stop it, not kill it.
+            server.terminate(Duration::from_secs(300)).await;
+        } else {
+            server.kill();
+        }
         if let Some(url) = database_url {
             use sqlx::Connection;
             let name = url.rsplit('/').next().expect("database name").to_owned();
