@@ -201,13 +201,14 @@ pub async fn stream(
     // stream live: the backlog read from the store is the events up to the session's last one
     // as read (none when it has nothing after `after`). Nothing is yielded before the session
     // is known to be the caller's; then the channel is named the tenant's (for its catch-up
-    // from the store).
-    let mut live = state
-        .runtime
-        .bus()
-        .subscribe(&crate::ids::SessionId::from_string(id.clone()));
+    // from the store). A request refused after subscribing (not the caller's session, a
+    // limit) leaves no channel behind: `_unheard` drops after `live` (declared before it).
+    let bus = state.runtime.bus();
+    let subscribed_to = crate::ids::SessionId::from_string(id.clone());
+    let _unheard = bus.drop_when_unheard(&subscribed_to);
+    let mut live = bus.subscribe(&subscribed_to);
     let session = load_owned_session(&state, &principal, id).await?;
-    state.runtime.bus().follow(&principal.tenant, &session.id);
+    bus.follow(&principal.tenant, &session.id);
     let horizon = session.last_event_seq;
     // The open stream counts against the tenant's `sse_streams` on every replica until the
     // client goes (the hold is dropped with the stream).

@@ -32,6 +32,24 @@ struct Channel {
     tenant: Option<TenantId>,
 }
 
+/// See [`EventBus::drop_when_unheard`].
+pub struct Unheard<'a> {
+    bus: &'a EventBus,
+    session: &'a SessionId,
+}
+
+impl Drop for Unheard<'_> {
+    fn drop(&mut self) {
+        let mut channels = self.bus.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if channels
+            .get(self.session)
+            .is_some_and(|channel| channel.sender.receiver_count() == 0)
+        {
+            channels.remove(self.session);
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct EventBus {
     channels: Mutex<HashMap<SessionId, Channel>>,
@@ -60,6 +78,14 @@ impl EventBus {
         if let Some(channel) = channels.get_mut(session) {
             channel.tenant = Some(tenant.clone());
         }
+    }
+
+    /// A guard that drops `session`'s channel when it goes, if nobody listens to it then: for
+    /// a subscriber that may give up before it is served (the session turns out not to be its
+    /// caller's, a limit refuses the stream), so a request naming any id leaves no channel
+    /// behind until the next prune.
+    pub fn drop_when_unheard<'a>(&'a self, session: &'a SessionId) -> Unheard<'a> {
+        Unheard { bus: self, session }
     }
 
     fn subscribe_in(
@@ -203,6 +229,30 @@ mod tests {
         drop(bus.subscribe(&session));
         bus.publish(&session, vec![event(1)]);
         assert!(bus.channels.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_subscriber_that_gives_up_leaves_no_channel() {
+        let bus = EventBus::default();
+        let (mine, refused) = (SessionId::generate(), SessionId::generate());
+        let kept = {
+            let _unheard = bus.drop_when_unheard(&mine);
+            bus.subscribe(&mine)
+        };
+        {
+            let _unheard = bus.drop_when_unheard(&refused);
+            let _gone = bus.subscribe(&refused);
+        }
+        let channels = bus.channels.lock().unwrap();
+        assert!(
+            channels.contains_key(&mine),
+            "a served subscriber's channel stays"
+        );
+        assert!(
+            !channels.contains_key(&refused),
+            "nothing left for one that gave up"
+        );
+        drop(kept);
     }
 
     #[test]
