@@ -77,19 +77,11 @@ pub(in crate::store) const PERMISSION_STATE: &str = "SELECT m.mode, m.previous_m
          AND (g.expires_at IS NULL OR g.expires_at > $3) \
      ORDER BY g.created_at, g.id";
 
-/// A row of [`PERMISSION_STATE`].
-#[derive(FromRow)]
+/// A row of [`PERMISSION_STATE`]: the override's columns, and the grant's when one applies.
 pub(in crate::store) struct PermissionRow {
     pub(in crate::store) mode: Option<String>,
     pub(in crate::store) previous_mode: Option<String>,
-    pub(in crate::store) id: Option<String>,
-    pub(in crate::store) session_id: Option<String>,
-    pub(in crate::store) scope: Option<String>,
-    pub(in crate::store) rule: Option<String>,
-    pub(in crate::store) created_by: Option<String>,
-    pub(in crate::store) approval_id: Option<String>,
-    pub(in crate::store) expires_at: Option<DateTime<Utc>>,
-    pub(in crate::store) created_at: Option<DateTime<Utc>>,
+    pub(in crate::store) grant: Option<GrantRow>,
 }
 
 /// The rows of [`PERMISSION_STATE`] as the state they describe.
@@ -104,24 +96,7 @@ pub(in crate::store) fn permission_state_from(
         }) => Some(mode_override_from(mode.clone(), previous_mode.clone())?),
         _ => None,
     };
-    let missing = |column: &str| StoreError::Internal(format!("a grant without {column}"));
-    let grants = rows
-        .into_iter()
-        .filter(|row| row.id.is_some())
-        .map(|row| {
-            GrantRow {
-                id: row.id.unwrap_or_default(),
-                session_id: row.session_id,
-                scope: row.scope.ok_or_else(|| missing("scope"))?,
-                rule: row.rule.ok_or_else(|| missing("rule"))?,
-                created_by: row.created_by.ok_or_else(|| missing("created_by"))?,
-                approval_id: row.approval_id,
-                expires_at: row.expires_at,
-                created_at: row.created_at.ok_or_else(|| missing("created_at"))?,
-            }
-            .try_into()
-        })
-        .collect::<StoreResult<_>>()?;
+    let grants = grants(rows.into_iter().filter_map(|row| row.grant).collect())?;
     Ok(PermissionState { grants, mode })
 }
 

@@ -8,6 +8,7 @@ use crate::store::postgres::PgStore;
 use crate::store::*;
 use chrono::SubsecRound;
 use sqlx::types::Json;
+use sqlx::{FromRow, Row};
 
 // --- approvals and grants ---
 pub(in crate::store) async fn create_approval(
@@ -161,13 +162,24 @@ pub(in crate::store) async fn permission_state(
     session: &SessionId,
 ) -> StoreResult<PermissionState> {
     let mut conn = store.tenant_conn(tenant).await?;
-    let rows: Vec<PermissionRow> = sqlx::query_as(PERMISSION_STATE)
+    let rows = sqlx::query(PERMISSION_STATE)
         .bind(tenant.as_str())
         .bind(session.as_str())
         .bind(now())
         .fetch_all(&mut *conn)
         .await?;
     conn.commit().await?;
+    let rows = rows
+        .iter()
+        .map(|row| {
+            let applies = row.try_get::<Option<String>, _>("id")?.is_some();
+            Ok(PermissionRow {
+                mode: row.try_get("mode")?,
+                previous_mode: row.try_get("previous_mode")?,
+                grant: applies.then(|| GrantRow::from_row(row)).transpose()?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
     permission_state_from(rows)
 }
 

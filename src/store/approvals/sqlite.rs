@@ -196,15 +196,20 @@ pub(in crate::store) async fn list_grants(
 
 /// A [`GrantRow`] of [`LIVE_GRANTS`]' columns, in order, read by `rusqlite`.
 fn grant_row(row: &rusqlite::Row<'_>) -> StoreResult<GrantRow> {
+    grant_row_at(row, 0)
+}
+
+/// A [`GrantRow`] of [`LIVE_GRANTS`]' columns, in order from column `first`.
+fn grant_row_at(row: &rusqlite::Row<'_>, first: usize) -> StoreResult<GrantRow> {
     Ok(GrantRow {
-        id: row.get(0)?,
-        session_id: row.get(1)?,
-        scope: row.get(2)?,
-        rule: row.get(3)?,
-        created_by: row.get(4)?,
-        approval_id: row.get(5)?,
-        expires_at: opt_ts_column(row, 6)?,
-        created_at: ts_column(row, 7)?,
+        id: row.get(first)?,
+        session_id: row.get(first + 1)?,
+        scope: row.get(first + 2)?,
+        rule: row.get(first + 3)?,
+        created_by: row.get(first + 4)?,
+        approval_id: row.get(first + 5)?,
+        expires_at: opt_ts_column(row, first + 6)?,
+        created_at: ts_column(row, first + 7)?,
     })
 }
 
@@ -219,17 +224,11 @@ pub(in crate::store) async fn permission_state(
             .query_and_then(
                 rusqlite::params![tenant.as_str(), session.as_str(), ts(now())],
                 |row| {
+                    let applies = row.get::<_, Option<String>>(2)?.is_some();
                     Ok(PermissionRow {
                         mode: row.get(0)?,
                         previous_mode: row.get(1)?,
-                        id: row.get(2)?,
-                        session_id: row.get(3)?,
-                        scope: row.get(4)?,
-                        rule: row.get(5)?,
-                        created_by: row.get(6)?,
-                        approval_id: row.get(7)?,
-                        expires_at: opt_ts_column(row, 8)?,
-                        created_at: opt_ts_column(row, 9)?,
+                        grant: applies.then(|| grant_row_at(row, 2)).transpose()?,
                     })
                 },
             )?
