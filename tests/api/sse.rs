@@ -35,6 +35,20 @@ struct SseEvent {
     data: Value,
 }
 
+/// A session of `acme` whose one run streams `deltas` text deltas ([`delta_text`]), and the
+/// URL of its stream.
+async fn session_streaming_deltas(app: &TestApp, deltas: usize) -> (String, String) {
+    let text: String = (0..deltas).map(delta_text).collect();
+    let id = app
+        .create_session(
+            "acme",
+            &json!({"model": {"script": {"turns": [{"text": text}]}}}),
+        )
+        .await;
+    let url = app.url(&format!("/v1/sessions/{id}/stream"));
+    (id, url)
+}
+
 /// A client that reads as fast as it can: every event up to `terminal` (or up to a `reconnect`).
 async fn read_until_terminal(
     client: reqwest::Client,
@@ -170,14 +184,7 @@ fn parse_sse(body: &str) -> Vec<SseEvent> {
 /// the session is refused without disturbing them.
 async fn streams_opened_while_a_run_writes_see_every_event_once(app: TestApp) {
     let token = app.token("acme");
-    let text: String = (0..3_000).map(delta_text).collect();
-    let id = app
-        .create_session(
-            "acme",
-            &json!({"model": {"script": {"turns": [{"text": text}]}}}),
-        )
-        .await;
-    let url = app.url(&format!("/v1/sessions/{id}/stream"));
+    let (id, url) = session_streaming_deltas(&app, 3_000).await;
     let client = reqwest::Client::new();
     assert_eq!(app.prompt(&token, &id, "go").await.status(), 202);
     let mut readers = Vec::new();
@@ -219,14 +226,7 @@ async fn streams_opened_while_a_run_writes_see_every_event_once(app: TestApp) {
 
 async fn a_stalled_client_is_told_to_reconnect_without_slowing_others(app: TestApp) {
     let token = app.token("acme");
-    let text: String = (0..DELTAS).map(delta_text).collect();
-    let id = app
-        .create_session(
-            "acme",
-            &json!({"model": {"script": {"turns": [{"text": text}]}}}),
-        )
-        .await;
-    let url = app.url(&format!("/v1/sessions/{id}/stream"));
+    let (id, url) = session_streaming_deltas(&app, DELTAS).await;
     // No overall request timeout: the loops below carry their own deadlines.
     let client = reqwest::Client::new();
 

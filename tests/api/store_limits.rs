@@ -410,7 +410,8 @@ pub async fn holds_are_capped_released_and_expire(store: Arc<dyn Store>) {
         .unwrap();
 }
 
-fn approval(session: &SessionId, expires_in: chrono::Duration) -> NewApproval {
+/// A pending request for a `Bash` call in `session`, expiring in `expires_in`.
+pub(crate) fn approval(session: &SessionId, expires_in: chrono::Duration) -> NewApproval {
     NewApproval {
         id: ApprovalId::generate(),
         session: session.clone(),

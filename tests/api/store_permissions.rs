@@ -4,13 +4,12 @@
 use norma::ids::{ApprovalId, GrantId, SessionId, TenantId};
 use norma::permission::PermissionMode;
 use norma::store::{
-    ApprovalDecision, ApprovalStatus, GrantScope, ModeOverride, NewApproval, NewGrant,
-    PermissionState, Store,
+    ApprovalDecision, ApprovalStatus, GrantScope, ModeOverride, NewGrant, PermissionState, Store,
 };
-use serde_json::json;
 use std::sync::Arc;
 
 use crate::store::new_session;
+use crate::store_limits::approval;
 
 /// Asks for and allows a call in `session`, granting `rule` with `scope`; the grant's id.
 async fn grant(
@@ -24,17 +23,7 @@ async fn grant(
     let approval = store
         .create_approval(
             tenant,
-            NewApproval {
-                id: ApprovalId::generate(),
-                session: session.clone(),
-                run_id: None,
-                tool_use_id: "toolu_1".into(),
-                tool_name: "Bash".into(),
-                input: json!({"command": "true"}),
-                input_sha256: "0".repeat(64),
-                reason: "needs approval".into(),
-                expires_at: chrono::Utc::now() + chrono::Duration::minutes(5),
-            },
+            approval(session, chrono::Duration::minutes(5)),
             u32::MAX,
         )
         .await
