@@ -16,6 +16,40 @@ pub struct LiveEvent {
     pub json: String,
 }
 
+impl LiveEvent {
+    /// The event with its JSON text rendered from the record.
+    pub fn new(record: EventRecord) -> Self {
+        Self {
+            json: serde_json::to_string(&record).unwrap_or_default(),
+            record,
+        }
+    }
+
+    /// The event with its JSON text made from its payload's JSON text (`payload`, what the
+    /// store wrote) and the record's other fields: the same text as [`LiveEvent::new`]
+    /// renders, without serialising the payload again.
+    pub fn with_payload_json(record: EventRecord, payload: &str) -> Self {
+        use std::io::Write;
+        let mut out = Vec::with_capacity(payload.len() + 64 + record.kind.len());
+        // Writes into a Vec<u8> cannot fail; the fields are strings, an integer and a time.
+        let _ = write!(out, "{{\"seq\":{},\"type\":", record.seq);
+        let _ = serde_json::to_writer(&mut out, &record.kind);
+        out.extend_from_slice(b",\"payload\":");
+        out.extend_from_slice(payload.as_bytes());
+        if let Some(run) = &record.run_id {
+            out.extend_from_slice(b",\"run_id\":");
+            let _ = serde_json::to_writer(&mut out, run);
+        }
+        out.extend_from_slice(b",\"created_at\":");
+        let _ = serde_json::to_writer(&mut out, &record.created_at);
+        out.push(b'}');
+        Self {
+            json: String::from_utf8(out).unwrap_or_default(),
+            record,
+        }
+    }
+}
+
 impl std::ops::Deref for LiveEvent {
     type Target = EventRecord;
 
@@ -124,6 +158,30 @@ impl EventBus {
     /// from another replica's notification are delivered once. Drops the channel when nobody
     /// listens any more.
     pub fn publish(&self, session: &SessionId, events: Vec<EventRecord>) {
+        self.publish_live(session, || events.into_iter().map(LiveEvent::new));
+    }
+
+    /// [`EventBus::publish`] of events just committed here, with their payloads' JSON text as
+    /// the store wrote it (`payloads`, in the order of `events`).
+    pub fn publish_stored(
+        &self,
+        session: &SessionId,
+        events: Vec<EventRecord>,
+        payloads: &[String],
+    ) {
+        self.publish_live(session, || {
+            events
+                .into_iter()
+                .zip(payloads)
+                .map(|(record, payload)| LiveEvent::with_payload_json(record, payload))
+        });
+    }
+
+    fn publish_live<I: Iterator<Item = LiveEvent>>(
+        &self,
+        session: &SessionId,
+        render: impl FnOnce() -> I,
+    ) {
         {
             let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
             let Some(channel) = channels.get(session) else {
@@ -135,15 +193,7 @@ impl EventBus {
             }
         }
         // Rendered once for every subscriber, outside the lock.
-        let rendered: Vec<Arc<LiveEvent>> = events
-            .into_iter()
-            .map(|record| {
-                Arc::new(LiveEvent {
-                    json: serde_json::to_string(&record).unwrap_or_default(),
-                    record,
-                })
-            })
-            .collect();
+        let rendered: Vec<Arc<LiveEvent>> = render().map(Arc::new).collect();
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         let Some(channel) = channels.get_mut(session) else {
             return;
@@ -289,5 +339,47 @@ mod tests {
             Some(5),
             "the gap 6..=7 is read too"
         );
+    }
+
+    #[test]
+    fn an_event_rendered_from_its_payload_text_is_the_event_serialised() {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-06T09:30:01.123456789Z")
+            .expect("time")
+            .with_timezone(&Utc);
+        let records = [
+            EventRecord {
+                seq: 1,
+                kind: "tool_result".into(),
+                payload: json!({
+                    "tool_use_id": "toolu_1",
+                    "content": "line \"one\"\n\ttab \\ back\u{7f} \u{1} é 😀",
+                    "is_error": false,
+                    "nested": {"list": [1, 2.5, null, {"b": true, "a": "x"}]},
+                }),
+                run_id: Some("run_0123".into()),
+                created_at: at,
+            },
+            EventRecord {
+                seq: 9_007_199_254_740_993,
+                kind: "odd \"kind\"".into(),
+                payload: json!("just a string"),
+                run_id: None,
+                created_at: Utc::now(),
+            },
+            EventRecord {
+                seq: 0,
+                kind: "empty".into(),
+                payload: json!({}),
+                run_id: Some(String::new()),
+                created_at: at,
+            },
+        ];
+        for record in records {
+            let payload = record.payload.to_string();
+            let expected = serde_json::to_string(&record).expect("json");
+            let live = LiveEvent::with_payload_json(record.clone(), &payload);
+            assert_eq!(live.json, expected);
+            assert_eq!(LiveEvent::new(record).json, expected);
+        }
     }
 }

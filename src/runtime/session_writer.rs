@@ -278,8 +278,9 @@ impl SessionWriter {
             // A client that sees `terminal` may prompt at once: the session is free by then.
             self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        let stored = written.records(batch.into_inner());
-        self.bus.publish(&self.session, stored.events);
+        let (stored, payloads) = batch.stored(written);
+        self.bus
+            .publish_stored(&self.session, stored.events, &payloads);
         Ok(stored.messages)
     }
 

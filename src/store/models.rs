@@ -402,26 +402,54 @@ impl Appended {
 
 /// An append batch made storable (see [`crate::store::storable`]) and shared: every attempt
 /// of a retried append hands the store the same batch, and the caller gets it back after the
-/// commit to build the records, without copying its events and messages.
+/// commit to build the records, without copying its events and messages. Each event's payload
+/// is rendered as JSON text once, here: the store writes that text, and the live channel
+/// splices it into the event it sends (see [`crate::runtime::bus`]) instead of serialising
+/// the payload again.
 #[derive(Clone, Debug)]
-pub struct StorableBatch(std::sync::Arc<AppendBatch>);
+pub struct StorableBatch {
+    batch: std::sync::Arc<AppendBatch>,
+    payloads: std::sync::Arc<[String]>,
+}
 
 impl StorableBatch {
     pub fn new(mut batch: AppendBatch) -> Self {
         crate::store::storable::append_batch(&mut batch);
-        Self(std::sync::Arc::new(batch))
+        let payloads = batch
+            .events
+            .iter()
+            .map(|event| event.payload.to_string())
+            .collect();
+        Self {
+            batch: std::sync::Arc::new(batch),
+            payloads,
+        }
     }
 
     /// The same batch marked as a retry (see [`AppendBatch::retry`]).
     pub fn retried(&self) -> Self {
-        let mut batch = self.0.clone();
+        let mut batch = self.batch.clone();
         std::sync::Arc::make_mut(&mut batch).retry = true;
-        Self(batch)
+        Self {
+            batch,
+            payloads: self.payloads.clone(),
+        }
+    }
+
+    /// The events' payloads as JSON text, in the order of [`AppendBatch::events`].
+    pub fn event_payloads(&self) -> &[String] {
+        &self.payloads
     }
 
     /// The batch itself (a copy only while the store still holds it).
     pub fn into_inner(self) -> AppendBatch {
-        std::sync::Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+        std::sync::Arc::try_unwrap(self.batch).unwrap_or_else(|shared| (*shared).clone())
+    }
+
+    /// The records this batch was stored as, each event with its payload's JSON text.
+    pub fn stored(self, appended: Appended) -> (AppendResult, std::sync::Arc<[String]>) {
+        let payloads = self.payloads.clone();
+        (appended.records(self.into_inner()), payloads)
     }
 }
 
@@ -429,7 +457,7 @@ impl std::ops::Deref for StorableBatch {
     type Target = AppendBatch;
 
     fn deref(&self) -> &AppendBatch {
-        &self.0
+        &self.batch
     }
 }
 

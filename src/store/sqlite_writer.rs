@@ -360,7 +360,7 @@ pub(super) fn append_in(
     outbox: &Outbox,
     tenant: &TenantId,
     session: &SessionId,
-    batch: &AppendBatch,
+    batch: &StorableBatch,
 ) -> StoreResult<Appended> {
     let created_at = now();
     let created = ts(created_at);
@@ -472,13 +472,14 @@ pub(super) fn append_in(
             "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, \
                      created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
         )?;
-        for (event, seq) in batch.events.iter().zip(result.first_event..) {
+        let payloads = batch.event_payloads();
+        for ((event, payload), seq) in batch.events.iter().zip(payloads).zip(result.first_event..) {
             insert.execute(params![
                 session.as_str(),
                 seq,
                 tenant.as_str(),
                 event.kind.as_str(),
-                event.payload.to_string(),
+                payload,
                 event.run_id.as_deref(),
                 created,
             ])?;

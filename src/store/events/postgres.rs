@@ -60,7 +60,7 @@ impl PgStore {
         appended: &Appended,
         count: usize,
     ) {
-        if count == 0 {
+        if count == 0 || !self.notifier.sending() {
             return;
         }
         let signal = Signal::Events {
@@ -79,16 +79,16 @@ impl PgStore {
 /// An append's events as the arrays of an `UNNEST` insert.
 pub(super) struct EventColumns<'a> {
     pub kinds: Vec<&'a str>,
-    pub payloads: Vec<String>,
+    pub payloads: &'a [String],
     pub runs: Vec<Option<&'a str>>,
 }
 
 impl<'a> EventColumns<'a> {
-    pub fn of(events: &'a [NewEvent]) -> Self {
+    pub fn of(batch: &'a StorableBatch) -> Self {
         Self {
-            kinds: events.iter().map(|e| e.kind.as_str()).collect(),
-            payloads: events.iter().map(|e| e.payload.to_string()).collect(),
-            runs: events.iter().map(|e| e.run_id.as_deref()).collect(),
+            kinds: batch.events.iter().map(|e| e.kind.as_str()).collect(),
+            payloads: batch.event_payloads(),
+            runs: batch.events.iter().map(|e| e.run_id.as_deref()).collect(),
         }
     }
 }
@@ -146,7 +146,7 @@ pub(in crate::store) async fn append_in(
     tx: &mut sqlx::PgConnection,
     tenant: &TenantId,
     session: &SessionId,
-    batch: &AppendBatch,
+    batch: &StorableBatch,
 ) -> StoreResult<(Appended, u64)> {
     let created_at = now();
     let event_count = batch.events.len() as i64;
@@ -253,7 +253,7 @@ pub(in crate::store) async fn append_in(
             kinds,
             payloads,
             runs,
-        } = EventColumns::of(&batch.events);
+        } = EventColumns::of(batch);
         let notices = crate::webhooks::notices(
             session.as_str(),
             crate::store::event_views(&batch.events, first_event),

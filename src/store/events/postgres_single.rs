@@ -107,14 +107,14 @@ pub(in crate::store) async fn append(
     conn: &mut sqlx::PgConnection,
     tenant: &TenantId,
     session: &SessionId,
-    batch: &AppendBatch,
+    batch: &StorableBatch,
 ) -> StoreResult<Written> {
     debug_assert!(fits(batch));
     let created_at = now();
     let event_count = batch.events.len() as i64;
     let message_count = batch.messages.len() as i64;
     let lease = batch.lease.as_ref();
-    let events = super::postgres::EventColumns::of(&batch.events);
+    let events = super::postgres::EventColumns::of(batch);
     let messages = super::postgres::MessageColumns::of(&batch.messages)?;
     let usage = &batch.usage;
     let count = |f: fn(&crate::usage::TokenCounts) -> u64| -> Vec<i64> {

@@ -69,12 +69,12 @@ async fn insert_admitted(
 
 /// The fork in one tenant-scoped transaction (the append is the runs' own).
 pub(in crate::store) async fn fork_session(store: &PgStore, mut fork: NewFork) -> StoreResult<()> {
-    crate::store::storable::append_batch(&mut fork.batch);
+    let batch = StorableBatch::new(std::mem::take(&mut fork.batch));
     let NewSession { id, tenant, .. } = &fork.session;
     let mut tx = store.tenant_tx(tenant).await?;
     insert_admitted(&mut tx, &fork.session, fork.max_open, now()).await?;
     let (appended, notified) =
-        crate::store::events::postgres::append_in(&mut tx, tenant, id, &fork.batch).await?;
+        crate::store::events::postgres::append_in(&mut tx, tenant, id, &batch).await?;
     if let Some(noa) = &fork.noa {
         sqlx::query(
             "INSERT INTO noa_states (session_id, tenant_id, version, state) VALUES ($1, $2, 1, $3)",
@@ -102,7 +102,7 @@ pub(in crate::store) async fn fork_session(store: &PgStore, mut fork: NewFork) -
         super::archives_copied(copied, noa)?;
     }
     tx.commit().await?;
-    store.signal_events(tenant, id, &appended, fork.batch.events.len());
+    store.signal_events(tenant, id, &appended, batch.events.len());
     if notified > 0 {
         store.webhook_wakeup.notify_one();
     }

@@ -80,21 +80,26 @@ pub(in crate::store) async fn fork_session(
     store: &SqliteStore,
     mut fork: NewFork,
 ) -> StoreResult<()> {
-    crate::store::storable::append_batch(&mut fork.batch);
+    let batch = StorableBatch::new(std::mem::take(&mut fork.batch));
     let written = store
         .writer
-        .transaction(|db| fork_in(db, &store.outbox, &fork))
+        .transaction(|db| fork_in(db, &store.outbox, &fork, &batch))
         .await;
     store.outbox.wake_if_written();
     written
 }
 
-fn fork_in(db: &rusqlite::Connection, outbox: &Outbox, fork: &NewFork) -> StoreResult<()> {
+fn fork_in(
+    db: &rusqlite::Connection,
+    outbox: &Outbox,
+    fork: &NewFork,
+    batch: &StorableBatch,
+) -> StoreResult<()> {
     let at = now();
     admit_session(db, &fork.session.tenant, fork.max_open)?;
     insert_session(db, &fork.session, at)?;
     let (id, tenant, created) = (&fork.session.id, &fork.session.tenant, ts(at));
-    append_in(db, outbox, tenant, id, &fork.batch)?;
+    append_in(db, outbox, tenant, id, batch)?;
     let Some(noa) = &fork.noa else {
         return Ok(());
     };
