@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Why a token was refused. Each maps to a stable code; all answer 401.
@@ -83,7 +84,14 @@ pub struct JwtVerifier {
     jwks_keys: RwLock<HashMap<String, PublicKey>>,
     jwks_loaded_at: RwLock<Option<Instant>>,
     jwks_reload_interval: Duration,
+    /// This verifier's own id among the process's (see [`super::verified`]).
+    id: u64,
+    /// Advanced by every JWKS reload: tokens checked against older keys are checked again.
+    key_generation: AtomicU64,
 }
+
+/// Ids of verifiers (several live in one test process, each with its own keys).
+static VERIFIER_IDS: AtomicU64 = AtomicU64::new(0);
 
 /// The shortest HS256 secret accepted, in bytes (the hash's output size, RFC 7518 §3.2).
 pub const MIN_HS256_SECRET_BYTES: usize = 32;
@@ -166,6 +174,8 @@ impl JwtVerifier {
             jwks_keys: RwLock::new(HashMap::new()),
             jwks_loaded_at: RwLock::new(None),
             jwks_reload_interval: Duration::from_secs(settings.jwks_min_reload_seconds),
+            id: VERIFIER_IDS.fetch_add(1, Ordering::Relaxed),
+            key_generation: AtomicU64::new(0),
         };
         if verifier.jwks_file.is_some() {
             verifier.reload_jwks()?;
@@ -173,8 +183,38 @@ impl JwtVerifier {
         Ok(verifier)
     }
 
-    /// Verifies a token and returns who it speaks for.
+    /// Verifies a token and returns who it speaks for. A token this thread verified before
+    /// is accepted again while its `exp`/`nbf` hold and the keys are the same (see
+    /// [`super::verified`]).
     pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let now = chrono::Utc::now().timestamp();
+        let leeway = i64::try_from(self.leeway).unwrap_or(i64::MAX);
+        let generation = self.key_generation.load(Ordering::Acquire);
+        if let Some(principal) = super::verified::lookup(token, self.id, generation, now, leeway) {
+            return Ok(principal);
+        }
+        let claims = self.verified_claims(token)?;
+        let principal = self.principal(&claims)?;
+        // Remembered only with integer times (what the full check compares); any other
+        // shape is checked in full every time.
+        let expires = claims.get("exp").and_then(Value::as_i64);
+        let not_before = match claims.get("nbf") {
+            None => Some(None),
+            Some(nbf) => nbf.as_i64().map(Some),
+        };
+        if let (Some(expires), Some(not_before)) = (expires, not_before) {
+            let verified = super::verified::Verified {
+                principal: principal.clone(),
+                expires,
+                not_before,
+            };
+            super::verified::remember(token, self.id, generation, verified);
+        }
+        Ok(principal)
+    }
+
+    /// The claims of a token whose signature, algorithm, `exp`, `nbf`, `iss` and `aud` hold.
+    fn verified_claims(&self, token: &str) -> Result<Map<String, Value>, AuthError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|error| AuthError::Invalid(format!("malformed token: {error}")))?;
         let claims = match header.alg {
@@ -194,7 +234,7 @@ impl JwtVerifier {
                 )));
             }
         };
-        self.principal(claims)
+        Ok(claims)
     }
 
     fn decode_with_public_key(
@@ -280,6 +320,7 @@ impl JwtVerifier {
         if let Ok(mut at) = self.jwks_loaded_at.write() {
             *at = Some(Instant::now());
         }
+        self.key_generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
@@ -315,7 +356,7 @@ impl JwtVerifier {
         Ok(data.claims)
     }
 
-    fn principal(&self, claims: Map<String, Value>) -> Result<Principal, AuthError> {
+    fn principal(&self, claims: &Map<String, Value>) -> Result<Principal, AuthError> {
         let tenant = claims
             .get(&self.tenant_claim)
             .and_then(Value::as_str)
@@ -450,5 +491,111 @@ mod secret_length_tests {
         assert!(with_secret(None, Some(file.clone())).is_err());
         std::fs::write(&file, format!("{}\n", "s".repeat(32))).unwrap();
         assert!(with_secret(None, Some(file)).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod remembered_token_tests {
+    use super::super::verified::{self, MAX_TOKEN_BYTES, MAX_TOKENS};
+    use super::*;
+
+    fn verifier(secret: &str) -> JwtVerifier {
+        let settings = AuthSettings {
+            hs256_secret: Some(SecretString::from(secret.to_owned())),
+            ..AuthSettings::default()
+        };
+        JwtVerifier::from_settings(&settings, Path::new("/nonexistent")).expect("verifier")
+    }
+
+    fn token(verifier: &JwtVerifier, tenant: &str, ttl: u64) -> String {
+        verifier
+            .mint(&TokenRequest {
+                tenant: tenant.into(),
+                subject: "someone".into(),
+                scopes: vec!["sessions:read".into()],
+                ttl: Duration::from_secs(ttl),
+            })
+            .expect("mint")
+    }
+
+    #[test]
+    fn a_verified_token_is_remembered_only_for_its_verifier_keys_and_lifetime() {
+        let ours = verifier(&"a".repeat(32));
+        let theirs = verifier(&"b".repeat(32));
+        let token = token(&ours, "acme", 60);
+        let principal = ours.verify(&token).expect("verified");
+        assert_eq!(principal.tenant.as_str(), "acme");
+        assert_eq!(verified::remembered(), 1);
+        assert_eq!(ours.verify(&token).expect("again"), principal);
+        // Another verifier (other keys) never accepts what this one remembered.
+        assert!(theirs.verify(&token).is_err());
+        let now = chrono::Utc::now().timestamp();
+        let generation = ours.key_generation.load(Ordering::Acquire);
+        let leeway = ours.leeway as i64;
+        assert!(verified::lookup(&token, ours.id, generation, now, leeway).is_some());
+        // Past its `exp` (with the leeway), or after the keys changed, it is checked again.
+        assert!(verified::lookup(&token, ours.id, generation, now + 61 + leeway, leeway).is_none());
+        assert!(verified::lookup(&token, ours.id, generation + 1, now, leeway).is_none());
+        assert!(verified::lookup(&token, theirs.id, generation, now, leeway).is_none());
+        // A token that was never verified is not there, whatever it claims.
+        let forged = format!("{}x", &token[..token.len() - 1]);
+        assert!(verified::lookup(&forged, ours.id, generation, now, leeway).is_none());
+        assert!(ours.verify(&forged).is_err());
+    }
+
+    #[test]
+    fn an_expired_token_gets_token_expired_even_after_it_was_remembered() {
+        let ours = verifier(&"a".repeat(32));
+        let expired = {
+            let (_, key) = ours.hs256.as_ref().expect("hs256");
+            let now = chrono::Utc::now().timestamp();
+            let claims = json!({"iss": ours.issuer, "aud": ours.audience, "sub": "s",
+                ours.tenant_claim.as_str(): "acme", "exp": now - 3600});
+            jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, key).expect("encode")
+        };
+        assert_eq!(ours.verify(&expired), Err(AuthError::Expired));
+        assert_eq!(
+            verified::remembered(),
+            0,
+            "a refused token is never remembered"
+        );
+    }
+
+    #[test]
+    fn a_jwks_reload_advances_the_key_generation() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let jwks = dir.path().join("jwks.json");
+        std::fs::write(&jwks, r#"{"keys": []}"#).expect("jwks");
+        let settings = AuthSettings {
+            hs256_secret: Some(SecretString::from("a".repeat(32))),
+            jwks_file: Some(jwks),
+            ..AuthSettings::default()
+        };
+        let verifier = JwtVerifier::from_settings(&settings, dir.path()).expect("verifier");
+        let before = verifier.key_generation.load(Ordering::Acquire);
+        verifier.reload_jwks().expect("reload");
+        assert!(verifier.key_generation.load(Ordering::Acquire) > before);
+    }
+
+    #[test]
+    fn the_cache_stays_bounded_and_skips_long_tokens() {
+        let ours = verifier(&"a".repeat(32));
+        for n in 0..MAX_TOKENS + 10 {
+            ours.verify(&token(&ours, &format!("tenant{n}"), 60))
+                .expect("verified");
+            assert!(verified::remembered() <= MAX_TOKENS);
+        }
+        let before = verified::remembered();
+        let long = ours
+            .mint(&TokenRequest {
+                tenant: "acme".into(),
+                subject: "s".repeat(MAX_TOKEN_BYTES),
+                scopes: Vec::new(),
+                ttl: Duration::from_secs(60),
+            })
+            .expect("mint");
+        assert!(long.len() > MAX_TOKEN_BYTES);
+        ours.verify(&long).expect("a long token still verifies");
+        assert_eq!(verified::remembered(), before);
     }
 }

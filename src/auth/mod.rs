@@ -2,6 +2,7 @@
 //! only from a verified claim.
 
 pub mod jwt;
+mod verified;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::ids::TenantId;
