@@ -84,7 +84,11 @@ impl Workspace {
         Ok(Self { root, dir })
     }
 
-    /// Opens the workspace of a tool call, or fails with `WORKSPACE_UNAVAILABLE`.
+    /// Opens the workspace of a tool call, or fails with `WORKSPACE_UNAVAILABLE`. `root` is the
+    /// canonical root the session's environment got from [`Workspace::create`] (a
+    /// [`crate::tools::ToolContext`]'s `workspace`), so it is not canonicalized again: one
+    /// directory open per call instead of a `readlink` per path component as well. Every open
+    /// beneath it stays confined by the directory handle whatever the path's spelling.
     pub fn for_tool(root: Option<&PathBuf>) -> Result<Self, ToolError> {
         let root = root.ok_or_else(|| {
             ToolError::new(
@@ -92,7 +96,13 @@ impl Workspace {
                 "this session has no workspace directory",
             )
         })?;
-        Self::open(root).map_err(|e| ToolError::new(codes::WORKSPACE_UNAVAILABLE, e.to_string()))
+        let unavailable =
+            |e: io::Error| ToolError::new(codes::WORKSPACE_UNAVAILABLE, e.to_string());
+        let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(unavailable)?;
+        Ok(Self {
+            root: root.clone(),
+            dir,
+        })
     }
 
     /// The canonical absolute root path.
@@ -358,7 +368,7 @@ impl Workspace {
 
 /// True when the bytes look like binary data (a NUL in the first 8 KiB).
 pub fn looks_binary(bytes: &[u8]) -> bool {
-    bytes.iter().take(8192).any(|b| *b == 0)
+    bytes[..bytes.len().min(8192)].contains(&0)
 }
 
 /// The directory name used for a tenant: the id itself when it is a safe token, else a hash.

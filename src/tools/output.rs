@@ -76,7 +76,9 @@ pub fn cap_result(
     result: &mut ToolResultBlock,
     provenance: Provenance<'_>,
 ) -> Option<SpilledOutput> {
-    if result.capped {
+    // A text of at most `head_chars` bytes has at most as many characters: nothing to cut,
+    // without counting them.
+    if result.capped || result.content.len() <= policy.head_chars {
         return None;
     }
     let (cut, _) = result.content.char_indices().nth(policy.head_chars)?;
