@@ -81,6 +81,11 @@ impl SessionRuntime {
                     }
                 }
                 crate::store::Signal::ApprovalDecided { id } => self.hub.wake(&id),
+                crate::store::Signal::ReplicaStarted { replica } => {
+                    if replica != self.settings.replica_id {
+                        self.store.set_other_replicas(true);
+                    }
+                }
                 crate::store::Signal::Reconnected => self.reconcile().await,
                 // The store keeps (and forgets) budget rows itself.
                 crate::store::Signal::BudgetChanged { .. } => {}
@@ -356,7 +361,7 @@ impl SessionRuntime {
                         }
                         Err(error) => tracing::warn!(%error, "cannot renew run leases"),
                     }
-                    self.register_replica().await;
+                    self.heartbeat_replica().await;
                     // Live channels of sessions whose last SSE client left.
                     self.bus.prune();
                 }

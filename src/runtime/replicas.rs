@@ -3,10 +3,16 @@
 //! heartbeat). With `local` storage a run taken over by another replica does not find the
 //! files its calls wrote, so a replica warns at start-up when it sees another live replica
 //! (a heartbeat within three lease periods) and either of them stores workspaces locally.
+//!
+//! The registry also tells the store whether other replicas share it (at start-up and on
+//! every lease heartbeat): a Postgres store alone sends no `events` signal per append, since
+//! nobody would hear it. A replica that starts announces itself ([`Signal::ReplicaStarted`]),
+//! so the others send their signals again at once rather than at their next heartbeat; its SSE
+//! clients catch up from the store on its reconcile meanwhile (signals are advisory).
 
 use super::SessionRuntime;
 use crate::config::WorkspaceStorage;
-use crate::store::ReplicaRecord;
+use crate::store::{ReplicaRecord, Signal, StoreResult};
 
 /// The warning for `others` (live replicas other than this one), if any applies.
 pub fn local_storage_warning(this: WorkspaceStorage, others: &[ReplicaRecord]) -> Option<String> {
@@ -40,23 +46,52 @@ impl SessionRuntime {
         }
     }
 
-    /// Registers this replica and warns when another live replica and `local` storage meet.
+    /// Registers this replica, warns when another live replica and `local` storage meet, and
+    /// announces this replica to the others.
     pub(super) async fn check_replicas(&self) {
         self.register_replica().await;
-        let live = match self.store.live_replicas(self.settings.run_lease * 3).await {
-            Ok(live) => live,
-            Err(error) => {
-                tracing::warn!(%error, "cannot read the replica registry");
-                return;
+        match self.other_replicas().await {
+            Ok(others) => {
+                if let Some(warning) =
+                    local_storage_warning(self.settings.workspace_storage, &others)
+                {
+                    tracing::warn!("{warning}");
+                }
             }
-        };
-        let others: Vec<ReplicaRecord> = live
-            .into_iter()
-            .filter(|replica| replica.name != self.settings.replica_id)
-            .collect();
-        if let Some(warning) = local_storage_warning(self.settings.workspace_storage, &others) {
-            tracing::warn!("{warning}");
+            Err(error) => tracing::warn!(%error, "cannot read the replica registry"),
         }
+        let started = Signal::ReplicaStarted {
+            replica: self.settings.replica_id.clone(),
+        };
+        if let Err(error) = self.store.signal(started).await {
+            tracing::warn!(%error, "cannot announce this replica to the others");
+        }
+    }
+
+    /// This replica's heartbeat in the registry, and whether others share the store.
+    pub(super) async fn heartbeat_replica(&self) {
+        self.register_replica().await;
+        if let Err(error) = self.other_replicas().await {
+            tracing::debug!(%error, "cannot read the replica registry");
+        }
+    }
+
+    /// The live replicas other than this one; tells the store whether there are any (when the
+    /// registry cannot be read: that there may be).
+    async fn other_replicas(&self) -> StoreResult<Vec<ReplicaRecord>> {
+        let live = self.store.live_replicas(self.settings.run_lease * 3).await;
+        let others: Vec<ReplicaRecord> = live
+            .as_ref()
+            .map(|live| {
+                live.iter()
+                    .filter(|replica| replica.name != self.settings.replica_id)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.store
+            .set_other_replicas(live.is_err() || !others.is_empty());
+        live.map(|_| others)
     }
 }
 

@@ -297,6 +297,11 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Tells the store whether other replicas share it (from the replica registry, or a
+    /// [`Signal::ReplicaStarted`]): without them, the `events` signal of every append is not
+    /// sent (nobody would hear it). Until told, a store assumes they may.
+    fn set_other_replicas(&self, _present: bool) {}
+
     // --- runs ---
 
     /// Persists a run: queued when `claim` is `None`, otherwise running under a fresh lease of

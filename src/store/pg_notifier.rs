@@ -13,10 +13,18 @@
 //! Signals stay advisory (see `runtime::reconcile`): a full queue ([`QUEUE`] signals) drops the
 //! new one and a failed send loses its batch — the replicas catch up from the store. The task
 //! ends when the store is dropped.
+//!
+//! While no other replica shares the store (the runtime reads the replica registry at start-up
+//! and on every lease heartbeat, and a replica that starts signals it at once — see
+//! `runtime::replicas`), nobody would hear these signals: none is sent
+//! ([`Notifier::set_others`]). A replica that joins meanwhile catches up from the store on its
+//! next reconcile until the first replica has heard of it.
 
 use crate::store::dialect::postgres::SIGNAL_CHANNEL;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, Executor, PgConnection};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 
 /// Bound on the signals waiting to be sent.
@@ -27,6 +35,8 @@ const BATCH: usize = 512;
 #[derive(Clone)]
 pub(in crate::store) struct Notifier {
     queue: mpsc::Sender<String>,
+    /// Whether another replica may be listening (until told otherwise: yes).
+    others: Arc<AtomicBool>,
 }
 
 impl Notifier {
@@ -34,11 +44,27 @@ impl Notifier {
     pub(in crate::store) fn start(options: PgConnectOptions) -> Self {
         let (queue, signals) = mpsc::channel(QUEUE);
         tokio::spawn(send_all(options, signals));
-        Self { queue }
+        Self {
+            queue,
+            others: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// Whether another replica shares the store: without one, nothing is sent.
+    pub(in crate::store) fn set_others(&self, present: bool) {
+        self.others.store(present, Ordering::Relaxed);
+    }
+
+    /// Whether signals are sent (another replica may hear them).
+    pub(in crate::store) fn sending(&self) -> bool {
+        self.others.load(Ordering::Relaxed)
     }
 
     /// Queues a signal (a [`Signal`](crate::store::Signal) as sent) for the other replicas.
     pub(in crate::store) fn send(&self, payload: String) {
+        if !self.sending() {
+            return;
+        }
         if self.queue.try_send(payload).is_err() {
             tracing::debug!("the signal queue is full; a signal was dropped");
         }

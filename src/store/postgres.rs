@@ -100,6 +100,10 @@ super::facade::store_facade!(PgStore, postgres, {
         replicas::postgres::signal(self, signal).await
     }
 
+    fn set_other_replicas(&self, present: bool) {
+        self.notifier.set_others(present);
+    }
+
     fn webhook_wakeup(&self) -> std::sync::Arc<tokio::sync::Notify> {
         self.webhook_wakeup.clone()
     }

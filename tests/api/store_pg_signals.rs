@@ -89,3 +89,55 @@ async fn events_signals_reach_the_other_replica_after_each_commit() {
         "A heard its own append or one without events"
     );
 }
+
+#[tokio::test]
+async fn a_replica_alone_sends_no_events_signals_until_another_starts() {
+    let Some(url) = crate::helpers::fresh_pg_database().await else {
+        return;
+    };
+    let a = PgStore::connect(&url, &ConnectOptions::default())
+        .await
+        .unwrap();
+    let b = PgStore::connect(&url, &ConnectOptions::default())
+        .await
+        .unwrap();
+    let mut heard_by_a = a.signals().await.unwrap().expect("Postgres signals");
+    let tenant = TenantId::new("acme");
+    let session = SessionId::generate();
+    b.create_session(NewSession {
+        id: session.clone(),
+        tenant: tenant.clone(),
+        config: json!({}),
+    })
+    .await
+    .unwrap();
+    // B believes it is alone: its appends (one statement, and a transaction) signal nothing.
+    b.set_other_replicas(false);
+    b.append(&tenant, &session, events(2)).await.unwrap();
+    let retry = AppendBatch {
+        id: Some("batch-alone".into()),
+        retry: true,
+        ..events(1)
+    };
+    b.append(&tenant, &session, retry).await.unwrap();
+    // A starts and says so; B, told, signals again. The first events signal A hears is the
+    // one after it, so none was sent for events 1..=3.
+    a.signal(Signal::ReplicaStarted {
+        replica: "replica-a".into(),
+    })
+    .await
+    .unwrap();
+    let started = tokio::time::timeout(Duration::from_secs(10), heard_by_a.recv())
+        .await
+        .expect("a signal within 10 s")
+        .expect("the listener runs");
+    assert_eq!(
+        started,
+        Signal::ReplicaStarted {
+            replica: "replica-a".into()
+        }
+    );
+    b.set_other_replicas(true);
+    b.append(&tenant, &session, events(1)).await.unwrap();
+    assert_eq!(next_events(&mut heard_by_a).await, (session.clone(), 4, 4));
+}

@@ -24,6 +24,9 @@ pub enum Signal {
     /// A stopping replica released the leases of its unfinished runs: live replicas take them
     /// over now instead of at their next sweep.
     RunsReleased { replica: String },
+    /// A replica started (and registered): the others send it their `events` signals from
+    /// now on, even if they believed they were alone (see [`super::Store::set_other_replicas`]).
+    ReplicaStarted { replica: String },
     /// The operator changed a tenant's budget. The store acts on it itself (it keeps budget
     /// rows while it hears every change); the runtime has nothing to do.
     BudgetChanged { tenant: TenantId },
