@@ -170,23 +170,22 @@ fn unique_sleep(seconds: u32) -> String {
     format!("sleep {seconds}.{nanos:09}")
 }
 
-/// Follows the session's SSE stream from the start; resolves to the `reconnect` event's
-/// `last_event_id` (or `None` if the stream ended without one).
-fn follow_until_reconnect(
+/// Follows the session's SSE stream from the start (open once this returns, so a shutdown
+/// begun afterwards finds it); resolves to the `reconnect` event's `last_event_id` (or `None`
+/// if the stream ended without one).
+async fn follow_until_reconnect(
     server: &ServerProcess,
     token: &str,
     session: &str,
 ) -> tokio::task::JoinHandle<Option<i64>> {
-    let url = server.url(&format!("/v1/sessions/{session}/stream"));
-    let token = token.to_owned();
+    let response = reqwest::Client::new()
+        .get(server.url(&format!("/v1/sessions/{session}/stream")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("open SSE stream");
+    assert_eq!(response.status(), 200);
     tokio::spawn(async move {
-        let response = reqwest::Client::new()
-            .get(url)
-            .bearer_auth(token)
-            .send()
-            .await
-            .expect("open SSE stream");
-        assert_eq!(response.status(), 200);
         let mut stream = response.bytes_stream().eventsource();
         while let Some(Ok(event)) = stream.next().await {
             if event.event == "reconnect" {
@@ -236,7 +235,7 @@ async fn sigterm_between_two_calls(backend: Backend) {
         .first
         .session_with_prompt(&token, &config, "go")
         .await;
-    let sse = follow_until_reconnect(&replicas.first, &token, &id);
+    let sse = follow_until_reconnect(&replicas.first, &token, &id).await;
     let before = replicas
         .first
         .wait_for_events(
