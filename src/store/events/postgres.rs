@@ -260,7 +260,7 @@ pub(in crate::store) async fn append_in(
             created_at,
         );
         notified = crate::store::webhooks::postgres::insert_events(
-            tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices,
+            tx, tenant, session, created_at, &seqs, &kinds, payloads, &runs, &notices,
         )
         .await?;
     }
