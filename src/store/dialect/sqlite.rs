@@ -4,9 +4,10 @@
 use crate::store::{StoreError, StoreResult};
 use chrono::{DateTime, Utc};
 
-/// Timestamps are fixed-width RFC 3339 in UTC so text order is time order.
+/// Timestamps are fixed-width RFC 3339 in UTC so text order is time order
+/// (`%Y-%m-%dT%H:%M:%S%.6fZ`, written without parsing a format string each time).
 pub(in crate::store) fn ts(value: DateTime<Utc>) -> String {
-    value.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+    value.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
 pub(in crate::store) fn parse_ts(value: &str) -> StoreResult<DateTime<Utc>> {
@@ -55,4 +56,30 @@ pub(in crate::store) fn opt_json_column<T: serde::de::DeserializeOwned>(
         .as_deref()
         .map(|text| parse_json(text).map(sqlx::types::Json))
         .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_written_fixed_width_as_before() {
+        let samples = [
+            "1970-01-01T00:00:00Z",
+            "2026-12-06T09:30:01.123456789Z",
+            "2026-02-28T23:59:59.999999999Z",
+            "2000-01-01T00:00:00.000001Z",
+            "9999-12-31T23:59:59.5Z",
+        ];
+        for sample in samples {
+            let at = DateTime::parse_from_rfc3339(sample)
+                .expect("sample")
+                .with_timezone(&Utc);
+            let written = ts(at);
+            assert_eq!(written, at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string());
+            assert_eq!(written.len(), 27, "{written}");
+        }
+        let now = Utc::now();
+        assert_eq!(ts(now), now.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string());
+    }
 }
