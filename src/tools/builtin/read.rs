@@ -60,14 +60,13 @@ impl Default for ReadTool {
 /// Formats `text` like `cat -n` from line `offset` (1-based), at most `limit` lines and about
 /// [`MAX_OUTPUT_BYTES`] bytes; returns the text and the number of the last line included.
 pub fn number_lines(text: &str, offset: usize, limit: usize) -> (String, usize) {
-    use std::fmt::Write as _;
     let mut out = String::with_capacity(text.len().min(MAX_OUTPUT_BYTES) + 64);
     let mut last = offset.saturating_sub(1);
     for (idx, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
         if out.len() >= MAX_OUTPUT_BYTES {
             break;
         }
-        let _ = write!(out, "{:>6}\t", idx + 1);
+        push_line_number(&mut out, idx + 1);
         // A line of at most MAX_LINE_CHARS bytes has at most as many characters.
         let cut = (line.len() > MAX_LINE_CHARS)
             .then(|| line.char_indices().nth(MAX_LINE_CHARS))
@@ -83,6 +82,29 @@ pub fn number_lines(text: &str, offset: usize, limit: usize) -> (String, usize) 
         last = idx + 1;
     }
     (out, last)
+}
+
+/// `number` right-aligned in 6 columns and a tab (`{:>6}\t`), without the formatting machinery
+/// (once per line read).
+fn push_line_number(out: &mut String, number: usize) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    let mut rest = number;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for _ in digits.len() - start..6 {
+        out.push(' ');
+    }
+    for &digit in &digits[start..] {
+        out.push(char::from(digit));
+    }
+    out.push('\t');
 }
 
 #[async_trait]
@@ -166,6 +188,25 @@ mod tests {
         );
         let (out, last) = number_lines("x\n", 5, 10);
         assert_eq!((out.as_str(), last), ("", 4), "past the end");
+    }
+
+    #[test]
+    fn line_numbers_are_right_aligned_in_six_columns_like_the_format_string() {
+        for number in [
+            1,
+            9,
+            10,
+            99_999,
+            100_000,
+            999_999,
+            1_000_000,
+            123_456_789,
+            usize::MAX,
+        ] {
+            let mut out = String::new();
+            push_line_number(&mut out, number);
+            assert_eq!(out, format!("{number:>6}\t"));
+        }
     }
 
     #[test]
