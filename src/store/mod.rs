@@ -27,6 +27,8 @@ mod runs;
 mod sessions;
 pub mod sqlite;
 #[cfg(test)]
+mod sqlite_migration_tests;
+#[cfg(test)]
 mod sqlite_plans_tests;
 mod sqlite_reads;
 mod sqlite_writer;
