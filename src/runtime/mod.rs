@@ -328,6 +328,8 @@ pub struct SessionRuntime {
     run_tasks: tokio_util::task::TaskTracker,
     /// How to stop each run task still going when the grace period ends.
     run_aborts: Mutex<HashMap<RunId, tokio::task::AbortHandle>>,
+    /// How many `replica_started` signals of other replicas were heard (see `replicas`).
+    replicas_started: std::sync::atomic::AtomicU64,
     /// This runtime, for the `Agent` tools of its runs (they start subagent runs).
     me: std::sync::Weak<SessionRuntime>,
 }
@@ -415,6 +417,7 @@ impl SessionRuntime {
             shutdown: CancellationToken::new(),
             run_tasks: tokio_util::task::TaskTracker::new(),
             run_aborts: Mutex::new(HashMap::new()),
+            replicas_started: Default::default(),
         })
     }
 

@@ -83,7 +83,7 @@ impl SessionRuntime {
                 crate::store::Signal::ApprovalDecided { id } => self.hub.wake(&id),
                 crate::store::Signal::ReplicaStarted { replica } => {
                     if replica != self.settings.replica_id {
-                        self.store.set_other_replicas(true);
+                        self.replica_started();
                     }
                 }
                 crate::store::Signal::Reconnected => self.reconcile().await,

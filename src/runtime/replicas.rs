@@ -13,6 +13,7 @@
 use super::SessionRuntime;
 use crate::config::WorkspaceStorage;
 use crate::store::{ReplicaRecord, Signal, StoreResult};
+use std::sync::atomic::Ordering;
 
 /// The warning for `others` (live replicas other than this one), if any applies.
 pub fn local_storage_warning(this: WorkspaceStorage, others: &[ReplicaRecord]) -> Option<String> {
@@ -76,10 +77,20 @@ impl SessionRuntime {
         }
     }
 
+    /// Another replica announced itself: the store signals again.
+    pub(super) fn replica_started(&self) {
+        self.replicas_started.fetch_add(1, Ordering::SeqCst);
+        self.store.set_other_replicas(true);
+    }
+
     /// The live replicas other than this one; tells the store whether there are any (when the
-    /// registry cannot be read: that there may be).
+    /// registry cannot be read: that there may be). A replica announced while the registry was
+    /// being read may be missing from what was read (it registered after the read): then the
+    /// store keeps signalling.
     async fn other_replicas(&self) -> StoreResult<Vec<ReplicaRecord>> {
+        let started_before = self.replicas_started.load(Ordering::SeqCst);
         let live = self.store.live_replicas(self.settings.run_lease * 3).await;
+        let announced_meanwhile = self.replicas_started.load(Ordering::SeqCst) != started_before;
         let others: Vec<ReplicaRecord> = live
             .as_ref()
             .map(|live| {
@@ -90,7 +101,7 @@ impl SessionRuntime {
             })
             .unwrap_or_default();
         self.store
-            .set_other_replicas(live.is_err() || !others.is_empty());
+            .set_other_replicas(live.is_err() || !others.is_empty() || announced_meanwhile);
         live.map(|_| others)
     }
 }
