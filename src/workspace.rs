@@ -79,7 +79,11 @@ impl Workspace {
 
     /// Opens an existing workspace directory (the path a [`crate::tools::ToolContext`] carries).
     pub fn open(root: &Path) -> Result<Self, WorkspaceError> {
-        let root = std::fs::canonicalize(root)?;
+        Ok(Self::open_canonical(std::fs::canonicalize(root)?)?)
+    }
+
+    /// Opens a workspace directory whose path is already canonical.
+    fn open_canonical(root: PathBuf) -> io::Result<Self> {
         let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
         Ok(Self { root, dir })
     }
@@ -96,13 +100,8 @@ impl Workspace {
                 "this session has no workspace directory",
             )
         })?;
-        let unavailable =
-            |e: io::Error| ToolError::new(codes::WORKSPACE_UNAVAILABLE, e.to_string());
-        let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(unavailable)?;
-        Ok(Self {
-            root: root.clone(),
-            dir,
-        })
+        Self::open_canonical(root.clone())
+            .map_err(|e| ToolError::new(codes::WORKSPACE_UNAVAILABLE, e.to_string()))
     }
 
     /// The canonical absolute root path.
