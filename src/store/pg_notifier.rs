@@ -55,16 +55,14 @@ impl Notifier {
         self.others.store(present, Ordering::Relaxed);
     }
 
-    /// Whether signals are sent (another replica may hear them).
+    /// Whether signals are sent (another replica may hear them): asked before a signal is
+    /// rendered and [`Notifier::send`], so nothing is rendered for nobody.
     pub(in crate::store) fn sending(&self) -> bool {
         self.others.load(Ordering::Relaxed)
     }
 
     /// Queues a signal (a [`Signal`](crate::store::Signal) as sent) for the other replicas.
     pub(in crate::store) fn send(&self, payload: String) {
-        if !self.sending() {
-            return;
-        }
         if self.queue.try_send(payload).is_err() {
             tracing::debug!("the signal queue is full; a signal was dropped");
         }
