@@ -533,6 +533,10 @@ mod remembered_token_tests {
         let generation = ours.key_generation.load(Ordering::Acquire);
         let leeway = ours.leeway as i64;
         assert!(verified::lookup(&token, ours.id, generation, now, leeway).is_some());
+        assert!(
+            verified::lookup(&token, ours.id, generation, now, i64::MAX).is_some(),
+            "a huge leeway saturates instead of overflowing"
+        );
         // Past its `exp` (with the leeway), or after the keys changed, it is checked again.
         assert!(verified::lookup(&token, ours.id, generation, now + 61 + leeway, leeway).is_none());
         assert!(verified::lookup(&token, ours.id, generation + 1, now, leeway).is_none());

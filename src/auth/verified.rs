@@ -62,11 +62,11 @@ pub(super) fn lookup(
         let entry = tokens.get(token)?;
         let valid = entry.verifier == verifier
             && entry.generation == generation
-            && entry.verified.expires >= now - leeway
+            && entry.verified.expires >= now.saturating_sub(leeway)
             && entry
                 .verified
                 .not_before
-                .is_none_or(|nbf| nbf <= now + leeway);
+                .is_none_or(|nbf| nbf <= now.saturating_add(leeway));
         valid.then(|| entry.verified.principal.clone())
     })
 }
