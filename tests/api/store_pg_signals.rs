@@ -42,19 +42,14 @@ async fn next_events(signals: &mut UnboundedReceiver<Signal>) -> (SessionId, i64
     .expect("an events signal within 10 s")
 }
 
-#[tokio::test]
-async fn events_signals_reach_the_other_replica_after_each_commit() {
-    let Some(url) = crate::helpers::fresh_pg_database().await else {
-        return;
-    };
-    let a = PgStore::connect(&url, &ConnectOptions::default())
+/// Two stores on the database at `url` (two replicas) and a session B created.
+async fn two_replicas_and_a_session(url: &str) -> (PgStore, PgStore, TenantId, SessionId) {
+    let a = PgStore::connect(url, &ConnectOptions::default())
         .await
         .unwrap();
-    let b = PgStore::connect(&url, &ConnectOptions::default())
+    let b = PgStore::connect(url, &ConnectOptions::default())
         .await
         .unwrap();
-    let mut heard_by_a = a.signals().await.unwrap().expect("Postgres signals");
-    let mut heard_by_b = b.signals().await.unwrap().expect("Postgres signals");
     let tenant = TenantId::new("acme");
     let session = SessionId::generate();
     b.create_session(NewSession {
@@ -64,6 +59,17 @@ async fn events_signals_reach_the_other_replica_after_each_commit() {
     })
     .await
     .unwrap();
+    (a, b, tenant, session)
+}
+
+#[tokio::test]
+async fn events_signals_reach_the_other_replica_after_each_commit() {
+    let Some(url) = crate::helpers::fresh_pg_database().await else {
+        return;
+    };
+    let (a, b, tenant, session) = two_replicas_and_a_session(&url).await;
+    let mut heard_by_a = a.signals().await.unwrap().expect("Postgres signals");
+    let mut heard_by_b = b.signals().await.unwrap().expect("Postgres signals");
 
     // One statement: events 1..=3.
     b.append(&tenant, &session, events(3)).await.unwrap();
@@ -95,22 +101,8 @@ async fn a_replica_alone_sends_no_events_signals_until_another_starts() {
     let Some(url) = crate::helpers::fresh_pg_database().await else {
         return;
     };
-    let a = PgStore::connect(&url, &ConnectOptions::default())
-        .await
-        .unwrap();
-    let b = PgStore::connect(&url, &ConnectOptions::default())
-        .await
-        .unwrap();
+    let (a, b, tenant, session) = two_replicas_and_a_session(&url).await;
     let mut heard_by_a = a.signals().await.unwrap().expect("Postgres signals");
-    let tenant = TenantId::new("acme");
-    let session = SessionId::generate();
-    b.create_session(NewSession {
-        id: session.clone(),
-        tenant: tenant.clone(),
-        config: json!({}),
-    })
-    .await
-    .unwrap();
     // B believes it is alone: its appends (one statement, and a transaction) signal nothing.
     b.set_other_replicas(false);
     b.append(&tenant, &session, events(2)).await.unwrap();
