@@ -287,3 +287,76 @@ async fn connections_the_server_dropped_are_never_taken_even_when_just_used() {
     assert_ne!(after, before);
     assert_eq!(visible, vec!["alpha".to_owned()]);
 }
+
+/// Holds commit without waiting for their flush (migration 0023), and only they: the setting
+/// ends with the hold's own transaction, so the next user of the same connection commits
+/// with the flush again.
+#[tokio::test]
+async fn a_hold_commits_without_waiting_for_its_flush_and_the_setting_ends_with_it() {
+    use norma::limits::{HoldCaps, HoldKind, Limit, NewHold};
+    let Some(store) = store(ConnectOptions {
+        max_connections: 1,
+        ..ConnectOptions::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let tenant = TenantId::new("acme");
+    let session = session(&store, "acme").await;
+    let synchronous_commit = || async {
+        let mut conn = store.tenant_conn(&tenant).await.unwrap();
+        let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        conn.commit().await.unwrap();
+        setting
+    };
+    // Inside a transaction block the take's setting is still in force after it.
+    let mut conn = store.tenant_conn(&tenant).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut *conn).await.unwrap();
+    let (inserted, setting): (i64, String) = sqlx::query_as(
+        "SELECT (SELECT inserted FROM norma_take_hold(7, 'acme', 'sse_stream', $1, 'hold_in_tx', \
+         'replica-a', now() + interval '1 minute', now(), NULL, 10)), \
+         current_setting('synchronous_commit')",
+    )
+    .bind(session.as_str())
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!((inserted, setting.as_str()), (1, "off"));
+    sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
+    conn.commit().await.unwrap();
+    assert_eq!(synchronous_commit().await, "on");
+
+    // Through the store: taken, counted, released; the one connection commits with the
+    // flush again afterwards.
+    let caps = HoldCaps {
+        per_session: None,
+        per_tenant: (Limit::SseStreams, 1),
+    };
+    let hold = NewHold {
+        id: "hold_stream".into(),
+        kind: HoldKind::SseStream,
+        session: session.clone(),
+        replica: "replica-a".into(),
+        lease: Duration::from_secs(60),
+    };
+    store
+        .acquire_hold(&tenant, hold.clone(), caps)
+        .await
+        .unwrap();
+    assert_eq!(synchronous_commit().await, "on");
+    let second = NewHold {
+        id: "hold_stream_2".into(),
+        ..hold.clone()
+    };
+    assert!(matches!(
+        store.acquire_hold(&tenant, second.clone(), caps).await,
+        Err(StoreError::TenantLimit(_))
+    ));
+    store.release_hold(&tenant, &hold.id).await.unwrap();
+    assert_eq!(synchronous_commit().await, "on");
+    store.acquire_hold(&tenant, second, caps).await.unwrap();
+}

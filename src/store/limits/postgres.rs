@@ -87,7 +87,7 @@ impl PgStore {
         let at = Utc::now();
         // One statement, its own transaction (migration 0020): under the tenant's limits
         // lock, it counts the live holds, sweeps the expired ones and inserts the hold when
-        // the counts allow it.
+        // the counts allow it; its commit does not wait for the flush (migration 0023).
         let mut conn = self.tenant_conn(tenant).await?;
         let per_session = caps.per_session.map(|(_, max)| i64::from(max));
         let (in_session, in_tenant, inserted): (i64, i64, i64) = sqlx::query_as(
@@ -145,8 +145,9 @@ impl PgStore {
         tenant: &TenantId,
         id: &str,
     ) -> StoreResult<()> {
+        // Without waiting for the commit's flush, like a take (migration 0023).
         let mut conn = self.tenant_conn(tenant).await?;
-        sqlx::query("DELETE FROM tenant_holds WHERE id = $1")
+        sqlx::query("SELECT norma_release_hold($1)")
             .bind(id)
             .execute(&mut *conn)
             .await?;
