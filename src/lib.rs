@@ -12,6 +12,7 @@ pub mod error;
 pub mod harness;
 pub mod hooks;
 pub mod ids;
+pub mod json_text;
 pub mod limits;
 pub mod llm;
 pub mod mcp;

@@ -52,9 +52,7 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
 
 /// Serialises a wire request body (shared by the HTTP providers).
 fn encode_body(body: &impl serde::Serialize) -> Result<bytes::Bytes, ProviderError> {
-    serde_json::to_vec(body)
-        .map(bytes::Bytes::from)
-        .map_err(|error| ProviderError::Decode(error.to_string()))
+    crate::json_text::json_bytes(body).map_err(|error| ProviderError::Decode(error.to_string()))
 }
 
 /// Builds the provider `config` describes, sending HTTP requests through `http`.

@@ -418,7 +418,10 @@ impl StorableBatch {
         let payloads = batch
             .events
             .iter()
-            .map(|event| event.payload.to_string())
+            .map(|event| {
+                // A `Value` always serialises.
+                crate::json_text::json_text(&event.payload).unwrap_or_default()
+            })
             .collect();
         Self {
             batch: std::sync::Arc::new(batch),

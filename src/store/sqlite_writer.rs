@@ -497,7 +497,7 @@ pub(super) fn append_in(
                      compaction_boundary, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )?;
         for (message, seq) in batch.messages.iter().zip(result.first_message..) {
-            let content = serde_json::to_string(&message.message.content)
+            let content = crate::json_text::json_text(&message.message.content)
                 .map_err(|error| StoreError::Internal(error.to_string()))?;
             insert.execute(params![
                 session.as_str(),

@@ -107,7 +107,7 @@ impl<'a> MessageColumns<'a> {
             roles: messages.iter().map(|m| role_str(m.message.role)).collect(),
             contents: messages
                 .iter()
-                .map(|m| serde_json::to_string(&m.message.content))
+                .map(|m| crate::json_text::json_text(&m.message.content))
                 .collect::<Result<_, _>>()
                 .map_err(|error| StoreError::Internal(error.to_string()))?,
             runs: messages.iter().map(|m| m.run_id.as_deref()).collect(),
