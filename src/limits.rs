@@ -347,22 +347,51 @@ impl Holds {
         session: &SessionId,
         kind: HoldKind,
     ) -> Result<HoldGuard, HoldError> {
-        let id = format!("hold_{}", uuid::Uuid::new_v4().simple());
-        let hold = NewHold {
-            id: id.clone(),
+        let hold = self.new_hold(session, kind);
+        let id = hold.id.clone();
+        self.store
+            .acquire_hold(tenant, hold, self.limits.hold_caps(kind))
+            .await?;
+        Ok(self.guard(tenant, id))
+    }
+
+    /// Reads the tenant's `session` and takes one hold of `kind` on it (one round trip on
+    /// Postgres): the session as read and the hold's guard, or `None` (and no hold) when the
+    /// session is not the tenant's.
+    pub async fn acquire_on_session(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        kind: HoldKind,
+    ) -> Result<Option<(crate::store::SessionRecord, HoldGuard)>, HoldError> {
+        let hold = self.new_hold(session, kind);
+        let id = hold.id.clone();
+        let Some(record) = self
+            .store
+            .read_session_and_hold(tenant, hold, self.limits.hold_caps(kind))
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some((record, self.guard(tenant, id))))
+    }
+
+    fn new_hold(&self, session: &SessionId, kind: HoldKind) -> NewHold {
+        NewHold {
+            id: format!("hold_{}", uuid::Uuid::new_v4().simple()),
             kind,
             session: session.clone(),
             replica: self.replica.clone(),
             lease: self.lease,
-        };
-        self.store
-            .acquire_hold(tenant, hold, self.limits.hold_caps(kind))
-            .await?;
-        Ok(HoldGuard {
+        }
+    }
+
+    fn guard(&self, tenant: &TenantId, id: String) -> HoldGuard {
+        HoldGuard {
             store: Some(self.store.clone()),
             tenant: tenant.clone(),
             id,
-        })
+        }
     }
 }
 

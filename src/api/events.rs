@@ -207,20 +207,22 @@ pub async fn stream(
     let subscribed_to = crate::ids::SessionId::from_string(id.clone());
     let _unheard = bus.drop_when_unheard(&subscribed_to);
     let mut live = bus.subscribe(&subscribed_to);
-    let session = load_owned_session(&state, &principal, id).await?;
-    bus.follow(&principal.tenant, &session.id);
-    let horizon = session.last_event_seq;
-    // The open stream counts against the tenant's `sse_streams` on every replica until the
-    // client goes (the hold is dropped with the stream).
-    let hold = state
+    tracing::Span::current().record("session_id", subscribed_to.as_str());
+    // The session as read and the stream's hold, in one round trip on Postgres: the open
+    // stream counts against the tenant's `sse_streams` on every replica until the client
+    // goes (the hold is dropped with the stream). Not the caller's session: no hold, `404`.
+    let (session, hold) = state
         .runtime
         .holds()
-        .acquire(&principal.tenant, &session.id, HoldKind::SseStream)
+        .acquire_on_session(&principal.tenant, &subscribed_to, HoldKind::SseStream)
         .await
         .map_err(|error| match error {
             HoldError::Limit(exceeded) => ApiError::from(exceeded),
             HoldError::Store(error) => ApiError::from(error),
-        })?;
+        })?
+        .ok_or_else(|| ApiError::not_found("session"))?;
+    bus.follow(&principal.tenant, &session.id);
+    let horizon = session.last_event_seq;
     let store = state.store.clone();
     let tenant = principal.tenant.clone();
     let session_id = session.id.clone();

@@ -151,6 +151,9 @@ macro_rules! store_facade {
             async fn workspace_bytes(&self, tenant: &TenantId) -> StoreResult<u64> {
                 self.workspace_bytes_tx(tenant).await
             }
+            async fn read_session_and_hold(&self, tenant: &TenantId, hold: NewHold, caps: HoldCaps) -> StoreResult<Option<SessionRecord>> {
+                self.read_session_and_hold_tx(tenant, hold, caps).await
+            }
             async fn release_hold(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
                 self.release_hold_tx(tenant, id).await
             }

@@ -427,6 +427,16 @@ pub trait Store: Send + Sync + 'static {
         caps: HoldCaps,
     ) -> StoreResult<()>;
 
+    /// Reads the tenant's session and, when there is one, takes `hold` on it as
+    /// [`Store::acquire_hold`] does: the session as read, or `None` (and no hold) when the
+    /// session is not the tenant's. A stream's opening: one round trip on Postgres.
+    async fn read_session_and_hold(
+        &self,
+        tenant: &TenantId,
+        hold: NewHold,
+        caps: HoldCaps,
+    ) -> StoreResult<Option<SessionRecord>>;
+
     /// Deletes a hold (idempotent).
     async fn release_hold(&self, tenant: &TenantId, id: &str) -> StoreResult<()>;
 

@@ -410,6 +410,58 @@ pub async fn holds_are_capped_released_and_expire(store: Arc<dyn Store>) {
         .unwrap();
 }
 
+/// A stream's opening: the tenant's session read and held in one step; another tenant's (or
+/// a missing) session reads as nothing and takes no hold; past the cap, the limit and no
+/// hold.
+pub async fn a_session_hold_reads_and_holds_only_the_tenants_session(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("acme");
+    let ours = session(&store, "acme").await;
+    let theirs = session(&store, "other").await;
+    let caps = HoldCaps {
+        per_session: None,
+        per_tenant: (Limit::SseStreams, 1),
+    };
+    let long = Duration::from_secs(60);
+    let stream = |session: &SessionId| hold(HoldKind::SseStream, session, "replica-a", long);
+    for session in [&theirs, &SessionId::generate()] {
+        let read = store
+            .read_session_and_hold(&tenant, stream(session), caps)
+            .await;
+        assert!(read.unwrap().is_none());
+    }
+    for tenant in [&tenant, &TenantId::new("other")] {
+        let held = store.count_holds(tenant, HoldKind::SseStream, None).await;
+        assert_eq!(held.unwrap(), 0);
+    }
+    let first = stream(&ours);
+    let read = store
+        .read_session_and_hold(&tenant, first.clone(), caps)
+        .await
+        .unwrap()
+        .expect("the tenant's own session");
+    let got = store.get_session(&tenant, &ours).await.unwrap().unwrap();
+    assert_eq!(format!("{read:?}"), format!("{got:?}"));
+    let held = store
+        .count_holds(&tenant, HoldKind::SseStream, Some(&ours))
+        .await;
+    assert_eq!(held.unwrap(), 1);
+    assert_eq!(
+        limit_of(
+            store
+                .read_session_and_hold(&tenant, stream(&ours), caps)
+                .await
+        ),
+        (Limit::SseStreams, 1)
+    );
+    let held = store.count_holds(&tenant, HoldKind::SseStream, None).await;
+    assert_eq!(held.unwrap(), 1);
+    store.release_hold(&tenant, &first.id).await.unwrap();
+    let again = store
+        .read_session_and_hold(&tenant, stream(&ours), caps)
+        .await;
+    assert!(again.unwrap().is_some());
+}
+
 /// A pending request for a `Bash` call in `session`, expiring in `expires_in`.
 pub(crate) fn approval(session: &SessionId, expires_in: chrono::Duration) -> NewApproval {
     NewApproval {

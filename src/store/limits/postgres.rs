@@ -77,6 +77,31 @@ pub(in crate::store) async fn admit_running(
     over(Limit::ConcurrentRuns, caps.concurrent_runs, running)
 }
 
+/// Whether a hold-taking function's row (`in_session`, `in_tenant`, `inserted`) took the
+/// hold; the limit that stopped it otherwise.
+fn held(caps: HoldCaps, row: Option<&sqlx::postgres::PgRow>) -> StoreResult<()> {
+    use sqlx::Row;
+    let Some(row) = row else {
+        return Err(StoreError::Internal(
+            "a hold function answered no row".into(),
+        ));
+    };
+    if row.try_get::<i64, _>("inserted")? > 0 {
+        return Ok(());
+    }
+    if let Some((limit, max)) = caps.per_session {
+        over(limit, max, row.try_get("in_session")?)?;
+    }
+    over(
+        caps.per_tenant.0,
+        caps.per_tenant.1,
+        row.try_get("in_tenant")?,
+    )?;
+    Err(StoreError::Internal(
+        "a hold within its caps was not inserted".into(),
+    ))
+}
+
 impl PgStore {
     pub(in crate::store) async fn acquire_hold_tx(
         &self,
@@ -84,38 +109,62 @@ impl PgStore {
         hold: NewHold,
         caps: HoldCaps,
     ) -> StoreResult<()> {
-        let at = Utc::now();
         // One statement, its own transaction (migration 0020): under the tenant's limits
         // lock, it counts the live holds, sweeps the expired ones and inserts the hold when
         // the counts allow it; its commit does not wait for the flush (migration 0023).
+        let row = self
+            .take_hold("norma_take_hold", tenant, &hold, caps)
+            .await?;
+        held(caps, row.as_ref())
+    }
+
+    /// The session as read and its hold, in one statement (migration 0024: the session read
+    /// first, then the hold taken as [`PgStore::acquire_hold_tx`] takes it); no row when
+    /// the session is not the tenant's.
+    pub(in crate::store) async fn read_session_and_hold_tx(
+        &self,
+        tenant: &TenantId,
+        hold: NewHold,
+        caps: HoldCaps,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let Some(row) = self
+            .take_hold("norma_take_session_hold", tenant, &hold, caps)
+            .await?
+        else {
+            return Ok(None);
+        };
+        held(caps, Some(&row))?;
+        crate::store::sessions::session_from_row(&row).map(Some)
+    }
+
+    /// Calls `function` (one of the hold-taking functions: their first ten arguments are
+    /// the same) as one statement on a tenant connection.
+    async fn take_hold(
+        &self,
+        function: &str,
+        tenant: &TenantId,
+        hold: &NewHold,
+        caps: HoldCaps,
+    ) -> StoreResult<Option<sqlx::postgres::PgRow>> {
+        let at = Utc::now();
         let mut conn = self.tenant_conn(tenant).await?;
         let per_session = caps.per_session.map(|(_, max)| i64::from(max));
-        let (in_session, in_tenant, inserted): (i64, i64, i64) = sqlx::query_as(
-            "SELECT * FROM norma_take_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(LIMITS_LOCK_SPACE)
-        .bind(tenant.as_str())
-        .bind(hold.kind.as_str())
-        .bind(hold.session.as_str())
-        .bind(&hold.id)
-        .bind(&hold.replica)
-        .bind(at + lease_span(hold.lease))
-        .bind(at)
-        .bind(per_session)
-        .bind(i64::from(caps.per_tenant.1))
-        .fetch_one(&mut *conn)
-        .await?;
+        let sql = format!("SELECT * FROM {function}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
+        let row = sqlx::query(&sql)
+            .bind(LIMITS_LOCK_SPACE)
+            .bind(tenant.as_str())
+            .bind(hold.kind.as_str())
+            .bind(hold.session.as_str())
+            .bind(&hold.id)
+            .bind(&hold.replica)
+            .bind(at + lease_span(hold.lease))
+            .bind(at)
+            .bind(per_session)
+            .bind(i64::from(caps.per_tenant.1))
+            .fetch_optional(&mut *conn)
+            .await?;
         conn.commit().await?;
-        if inserted == 0 {
-            if let Some((limit, max)) = caps.per_session {
-                over(limit, max, in_session)?;
-            }
-            over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
-            return Err(StoreError::Internal(
-                "a hold within its caps was not inserted".into(),
-            ));
-        }
-        Ok(())
+        Ok(row)
     }
 
     pub(in crate::store) async fn record_workspace_bytes_tx(

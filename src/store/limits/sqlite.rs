@@ -84,6 +84,24 @@ pub(in crate::store) fn admit_approval(
 }
 
 impl SqliteStore {
+    /// The session as read, then its hold: a read on the caller's thread and the hold
+    /// through the writer (no round trip to save); nothing when the session is not the
+    /// tenant's.
+    pub(in crate::store) async fn read_session_and_hold_tx(
+        &self,
+        tenant: &TenantId,
+        hold: NewHold,
+        caps: HoldCaps,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let Some(session) =
+            crate::store::sessions::sqlite::get_session(self, tenant, &hold.session).await?
+        else {
+            return Ok(None);
+        };
+        self.acquire_hold_tx(tenant, hold, caps).await?;
+        Ok(Some(session))
+    }
+
     /// Checks the caps against the tenant's live holds, then sweeps its expired ones and
     /// inserts the hold, committed with the other writes waiting (the group writer). A refusal
     /// writes nothing, so it never costs the group a rollback.
