@@ -77,6 +77,13 @@ pub(in crate::store) async fn admit_running(
     over(Limit::ConcurrentRuns, caps.concurrent_runs, running)
 }
 
+/// A hold (migrations 0020, 0023): the counts and whether it was inserted.
+const TAKE_HOLD: &str = "SELECT * FROM norma_take_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+/// A stream's session and its hold (migration 0024): the session's columns, then the hold's.
+const TAKE_SESSION_HOLD: &str =
+    "SELECT * FROM norma_take_session_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
 /// Whether a hold-taking function's row (`in_session`, `in_tenant`, `inserted`) took the
 /// hold; the limit that stopped it otherwise.
 fn held(caps: HoldCaps, row: Option<&sqlx::postgres::PgRow>) -> StoreResult<()> {
@@ -112,9 +119,7 @@ impl PgStore {
         // One statement, its own transaction (migration 0020): under the tenant's limits
         // lock, it counts the live holds, sweeps the expired ones and inserts the hold when
         // the counts allow it; its commit does not wait for the flush (migration 0023).
-        let row = self
-            .take_hold("norma_take_hold", tenant, &hold, caps)
-            .await?;
+        let row = self.take_hold(TAKE_HOLD, tenant, &hold, caps).await?;
         held(caps, row.as_ref())
     }
 
@@ -128,7 +133,7 @@ impl PgStore {
         caps: HoldCaps,
     ) -> StoreResult<Option<SessionRecord>> {
         let Some(row) = self
-            .take_hold("norma_take_session_hold", tenant, &hold, caps)
+            .take_hold(TAKE_SESSION_HOLD, tenant, &hold, caps)
             .await?
         else {
             return Ok(None);
@@ -137,11 +142,11 @@ impl PgStore {
         crate::store::sessions::session_from_row(&row).map(Some)
     }
 
-    /// Calls `function` (one of the hold-taking functions: their first ten arguments are
-    /// the same) as one statement on a tenant connection.
+    /// Runs `sql` (a call of one of the hold-taking functions: their ten arguments are the
+    /// same) as one statement on a tenant connection.
     async fn take_hold(
         &self,
-        function: &str,
+        sql: &'static str,
         tenant: &TenantId,
         hold: &NewHold,
         caps: HoldCaps,
@@ -149,8 +154,7 @@ impl PgStore {
         let at = Utc::now();
         let mut conn = self.tenant_conn(tenant).await?;
         let per_session = caps.per_session.map(|(_, max)| i64::from(max));
-        let sql = format!("SELECT * FROM {function}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(sql)
             .bind(LIMITS_LOCK_SPACE)
             .bind(tenant.as_str())
             .bind(hold.kind.as_str())
