@@ -82,6 +82,10 @@ fn main() -> anyhow::Result<()> {
         norma::sandbox::launcher::main_from_args(args);
     }
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Serve { .. } | Command::Migrate) {
+        // Before anything uses SQLite (see the function's doc).
+        norma::store::sqlite::disable_memory_statistics();
+    }
     let (bind, dev) = match &cli.command {
         Command::Serve { bind, dev } => (*bind, dev.then_some(true)),
         _ => (None, None),
