@@ -86,13 +86,8 @@ const TAKE_SESSION_HOLD: &str =
 
 /// Whether a hold-taking function's row (`in_session`, `in_tenant`, `inserted`) took the
 /// hold; the limit that stopped it otherwise.
-fn held(caps: HoldCaps, row: Option<&sqlx::postgres::PgRow>) -> StoreResult<()> {
+fn held(caps: HoldCaps, row: &sqlx::postgres::PgRow) -> StoreResult<()> {
     use sqlx::Row;
-    let Some(row) = row else {
-        return Err(StoreError::Internal(
-            "a hold function answered no row".into(),
-        ));
-    };
     if row.try_get::<i64, _>("inserted")? > 0 {
         return Ok(());
     }
@@ -119,8 +114,11 @@ impl PgStore {
         // One statement, its own transaction (migration 0020): under the tenant's limits
         // lock, it counts the live holds, sweeps the expired ones and inserts the hold when
         // the counts allow it; its commit does not wait for the flush (migration 0023).
-        let row = self.take_hold(TAKE_HOLD, tenant, &hold, caps).await?;
-        held(caps, row.as_ref())
+        let row = self
+            .take_hold(TAKE_HOLD, tenant, &hold, caps)
+            .await?
+            .ok_or_else(|| StoreError::Internal("norma_take_hold answered no row".into()))?;
+        held(caps, &row)
     }
 
     /// The session as read and its hold, in one statement (migration 0024: the session read
@@ -138,7 +136,7 @@ impl PgStore {
         else {
             return Ok(None);
         };
-        held(caps, Some(&row))?;
+        held(caps, &row)?;
         crate::store::sessions::session_from_row(&row).map(Some)
     }
 
