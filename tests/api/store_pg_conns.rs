@@ -16,6 +16,15 @@ async fn store(options: ConnectOptions) -> Option<PgStore> {
     Some(store_and_url(options).await?.0)
 }
 
+/// A store whose tenant pool has one connection: every use reuses it.
+async fn one_connection_store() -> Option<PgStore> {
+    store(ConnectOptions {
+        max_connections: 1,
+        ..ConnectOptions::default()
+    })
+    .await
+}
+
 async fn store_and_url(options: ConnectOptions) -> Option<(PgStore, String)> {
     let url = crate::helpers::fresh_pg_database().await?;
     Some((PgStore::connect(&url, &options).await.unwrap(), url))
@@ -51,12 +60,7 @@ async fn backend_and_visible(store: &PgStore, tenant: &str) -> (i32, Vec<String>
 
 #[tokio::test]
 async fn one_connection_serves_tenant_after_tenant_each_seeing_only_its_rows() {
-    let Some(store) = store(ConnectOptions {
-        max_connections: 1,
-        ..ConnectOptions::default()
-    })
-    .await
-    else {
+    let Some(store) = one_connection_store().await else {
         return;
     };
     session(&store, "alpha").await;
@@ -81,12 +85,7 @@ async fn one_connection_serves_tenant_after_tenant_each_seeing_only_its_rows() {
 
 #[tokio::test]
 async fn a_transaction_given_back_without_commit_is_rolled_back_before_reuse() {
-    let Some(store) = store(ConnectOptions {
-        max_connections: 1,
-        ..ConnectOptions::default()
-    })
-    .await
-    else {
+    let Some(store) = one_connection_store().await else {
         return;
     };
     let tenant = TenantId::new("alpha");
@@ -294,12 +293,7 @@ async fn connections_the_server_dropped_are_never_taken_even_when_just_used() {
 #[tokio::test]
 async fn a_hold_commits_without_waiting_for_its_flush_and_the_setting_ends_with_it() {
     use norma::limits::{HoldCaps, HoldKind, Limit, NewHold};
-    let Some(store) = store(ConnectOptions {
-        max_connections: 1,
-        ..ConnectOptions::default()
-    })
-    .await
-    else {
+    let Some(store) = one_connection_store().await else {
         return;
     };
     let tenant = TenantId::new("acme");
