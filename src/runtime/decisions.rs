@@ -13,8 +13,9 @@
 use super::approvals::{ApprovalHub, LiveGrants};
 use crate::ids::{ApprovalId, SessionId, TenantId};
 use crate::store::{ApprovalDecision, ApprovalRecord, ApprovalStatus, Store, StoreError};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Why a decision was not written.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +50,8 @@ pub struct Approvals {
     hub: Arc<ApprovalHub>,
     /// Session → the live grants of its running run.
     live: Mutex<HashMap<SessionId, Arc<LiveGrants>>>,
+    /// Grants revoked here lately (see [`Approvals::track_session`]).
+    revoked: Mutex<VecDeque<(Instant, String)>>,
     /// Counts each decision's answer latency.
     metrics: Option<Arc<crate::metrics::Metrics>>,
 }
@@ -59,6 +62,7 @@ impl Approvals {
             store,
             hub,
             live: Mutex::new(HashMap::new()),
+            revoked: Mutex::new(VecDeque::new()),
             metrics: None,
         }
     }
@@ -126,12 +130,21 @@ impl Approvals {
         }
     }
 
-    /// Registers the live grants of a session whose run starts here.
+    /// Registers the live grants of a session whose run starts here. They were read a moment
+    /// before (with the run's admission): a grant revoked here since then is withdrawn from
+    /// them now. (A revocation marks itself before it withdraws the grant from the tracked
+    /// sessions, and a run is tracked before it looks at the marks: one of the two sees the
+    /// other.)
     pub fn track_session(&self, session: &SessionId, grants: Arc<LiveGrants>) {
         self.live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(session.clone(), grants);
+            .insert(session.clone(), grants.clone());
+        let mut revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
+        forget_old_revocations(&mut revoked);
+        for (_, id) in revoked.iter() {
+            grants.remove(id);
+        }
     }
 
     /// Forgets them when the run ends.
@@ -142,8 +155,18 @@ impl Approvals {
             .remove(session);
     }
 
-    /// Withdraws a revoked grant from every running session.
+    /// Withdraws a revoked grant from every running session, and from the sessions whose
+    /// runs read their grants before the revocation and start after it (see
+    /// [`Approvals::track_session`]).
     pub fn grant_revoked(&self, id: &str) {
+        {
+            let mut revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
+            forget_old_revocations(&mut revoked);
+            if revoked.len() == REVOCATIONS_KEPT {
+                revoked.pop_front();
+            }
+            revoked.push_back((Instant::now(), id.to_owned()));
+        }
         for grants in self.live.lock().unwrap_or_else(|e| e.into_inner()).values() {
             grants.remove(id);
         }
@@ -155,6 +178,20 @@ impl Approvals {
             .unwrap_or_else(|e| e.into_inner())
             .get(session)
             .cloned()
+    }
+}
+
+/// Revocations kept at most (the oldest give way), and for how long: far longer than a run
+/// takes from its admission to its start.
+const REVOCATIONS_KEPT: usize = 1024;
+const REVOCATION_MEMORY: Duration = Duration::from_secs(60);
+
+fn forget_old_revocations(revoked: &mut VecDeque<(Instant, String)>) {
+    while revoked
+        .front()
+        .is_some_and(|(at, _)| at.elapsed() > REVOCATION_MEMORY)
+    {
+        revoked.pop_front();
     }
 }
 
@@ -277,6 +314,29 @@ mod tests {
                 .await
                 .expect("the waiter is woken by the winning decision");
         }
+    }
+
+    #[tokio::test]
+    async fn a_grant_revoked_before_its_run_is_tracked_is_withdrawn_when_it_is() {
+        let f = fixture().await;
+        // A run read g_old and g_kept with its admission; g_old is revoked before it starts.
+        f.approvals.grant_revoked("g_old");
+        let grants = Arc::new(LiveGrants::default());
+        grants.add("g_old", "Bash(git push)", GrantScope::Session);
+        grants.add("g_kept", "Bash(git status)", GrantScope::Tenant);
+        f.approvals.track_session(&f.session, grants.clone());
+        assert_eq!(grants.scope_of("g_old"), None);
+        assert_eq!(grants.scope_of("g_kept"), Some(GrantScope::Tenant));
+        // A revocation while the run is tracked reaches it too.
+        f.approvals.grant_revoked("g_kept");
+        assert_eq!(grants.scope_of("g_kept"), None);
+        // The memory is bounded: the oldest revocations give way.
+        for n in 0..REVOCATIONS_KEPT {
+            f.approvals.grant_revoked(&format!("g_{n}"));
+        }
+        let revoked = f.approvals.revoked.lock().unwrap();
+        assert_eq!(revoked.len(), REVOCATIONS_KEPT);
+        assert!(!revoked.iter().any(|(_, id)| id == "g_old"));
     }
 
     #[tokio::test]

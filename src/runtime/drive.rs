@@ -6,13 +6,13 @@ use super::*;
 
 impl SessionRuntime {
     /// Drives a claimed run in a task; then starts the session's next queued run.
-    /// `known` is the session's record when the caller has just read it (a new prompt); the
-    /// run reads it from the store otherwise.
+    /// `known` is what the caller has just read for the run (a new prompt: the session and
+    /// its permission state); the run reads it from the store otherwise.
     pub(super) fn spawn_run(
         self: &Arc<Self>,
         record: crate::store::RunRecord,
         resume: bool,
-        known: Option<SessionRecord>,
+        known: Option<run_factory::Known>,
     ) {
         let Some(lease) = record.lease() else {
             return;
@@ -30,7 +30,7 @@ impl SessionRuntime {
         lease: RunLease,
         prompt: String,
         resume: bool,
-        known: Option<SessionRecord>,
+        known: Option<run_factory::Known>,
     ) {
         let runtime = self.clone();
         let span = crate::telemetry::genai::invoke_agent(&crate::telemetry::genai::RunIds {

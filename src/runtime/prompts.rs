@@ -68,17 +68,22 @@ impl SessionRuntime {
             prompt: text,
         };
         if starts_now {
-            let claim = Some((self.settings.replica_id.as_str(), self.settings.run_lease));
+            let claim = (self.settings.replica_id.as_str(), self.settings.run_lease);
             let caps = self.settings.limits.run_caps();
             match self
                 .store
-                .create_run_keyed(&session.tenant, new_run, claim, caps, key)
+                .start_run(&session.tenant, new_run, claim, caps, key)
                 .await
             {
-                Ok(record) => {
-                    // The session was loaded for this prompt a moment ago: the run starts from
-                    // that record (no second read of the session and its config).
-                    self.spawn_run(record, false, Some(session.clone()));
+                Ok(started) => {
+                    // The session was loaded for this prompt a moment ago and its permission
+                    // state read with the admission: the run starts from them (no second
+                    // read of the session and its config, no read of its grants).
+                    let known = run_factory::Known {
+                        session: session.clone(),
+                        permissions: started.permissions,
+                    };
+                    self.spawn_run(started.run, false, Some(known));
                     return Ok((run_id, PromptStatus::Started));
                 }
                 Err(error) => {

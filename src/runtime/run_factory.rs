@@ -13,9 +13,17 @@ pub(super) struct RunStart {
     pub resume: bool,
     /// When this replica took it up (its duration is counted from here).
     pub started: std::time::Instant,
-    /// The session's record when the caller has just read it (a new prompt); the run reads
-    /// it from the store otherwise.
-    pub known: Option<SessionRecord>,
+    /// What the caller has just read for the run (a new prompt); the run reads it from the
+    /// store otherwise.
+    pub known: Option<Known>,
+}
+
+/// What a new prompt's caller read for its run a moment before: the session's record (read
+/// to admit the prompt) and its permission state (read with the run's admission,
+/// [`crate::store::Store::start_run`]).
+pub(super) struct Known {
+    pub session: SessionRecord,
+    pub permissions: crate::store::PermissionState,
 }
 
 impl SessionRuntime {
@@ -324,13 +332,18 @@ impl SessionRuntime {
             known,
         } = start;
         let run_id = &lease.run_id;
-        let record = match known {
-            Some(record) => record,
-            None => self
-                .store
-                .get_session(tenant, session)
-                .await?
-                .ok_or(RuntimeError::Closed)?,
+        let (record, permissions) = match known {
+            Some(Known {
+                session,
+                permissions,
+            }) => (session, Some(permissions)),
+            None => (
+                self.store
+                    .get_session(tenant, session)
+                    .await?
+                    .ok_or(RuntimeError::Closed)?,
+                None,
+            ),
         };
         let config: SessionConfig = serde_json::from_value(record.config)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
@@ -379,7 +392,10 @@ impl SessionRuntime {
         let rules = RuleSet::parse(&config.permission.allow, &config.permission.deny)
             .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         // The live grants and the durable mode override (it wins over the configured mode).
-        let permissions = self.store.permission_state(tenant, session).await?;
+        let permissions = match permissions {
+            Some(permissions) => permissions,
+            None => self.store.permission_state(tenant, session).await?,
+        };
         let grants = Arc::new(approvals::LiveGrants::default());
         for grant in &permissions.grants {
             grants.add(&grant.id, &grant.rule, grant.scope);

@@ -91,6 +91,9 @@ macro_rules! store_facade {
             }
 
             // --- runs ---
+            async fn start_run(&self, tenant: &TenantId, run: NewRun, claim: (&str, Duration), caps: RunCaps, key: Option<&NewIdempotencyKey>) -> StoreResult<StartedRun> {
+                runs::$backend::start_run(self, tenant, run, claim, caps, key).await
+            }
             async fn create_run_keyed(&self, tenant: &TenantId, run: NewRun, claim: Option<(&str, Duration)>, caps: RunCaps, key: Option<&NewIdempotencyKey>) -> StoreResult<RunRecord> {
                 runs::$backend::create_run_keyed(self, tenant, run, claim, caps, key).await
             }

@@ -333,6 +333,19 @@ pub trait Store: Send + Sync + 'static {
         key: Option<&NewIdempotencyKey>,
     ) -> StoreResult<RunRecord>;
 
+    /// [`Store::create_run_keyed`] for a run that starts at once, running under a fresh lease
+    /// of `claim.0` for `claim.1`, answered with the session's permission state (as
+    /// [`Store::permission_state`]) the run starts from: on Postgres one statement where the
+    /// two were two round trips.
+    async fn start_run(
+        &self,
+        tenant: &TenantId,
+        run: NewRun,
+        claim: (&str, Duration),
+        caps: RunCaps,
+        key: Option<&NewIdempotencyKey>,
+    ) -> StoreResult<StartedRun>;
+
     /// Records a cancel of a running run for the replica that holds it (its signal may be
     /// lost); false when the run is not running.
     async fn request_cancel(

@@ -622,6 +622,14 @@ pub struct PermissionState {
     pub mode: Option<crate::store::ModeOverride>,
 }
 
+/// A run created running ([`Store::start_run`](crate::store::Store::start_run)) and the
+/// permission state of its session it starts from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StartedRun {
+    pub run: RunRecord,
+    pub permissions: PermissionState,
+}
+
 /// A stored grant.
 #[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 pub struct GrantRecord {

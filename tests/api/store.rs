@@ -25,7 +25,10 @@ use crate::store_limits::{
     pending_approvals_are_capped_per_tenant, run_admission_counts_live_running_and_queued_runs,
     spend_totals_sum_every_session_of_the_tenant, workspace_bytes_sum_open_sessions_of_the_tenant,
 };
-use crate::store_permissions::permission_state_reads_live_grants_and_the_mode_override_together;
+use crate::store_permissions::{
+    a_started_run_comes_with_the_permission_state_it_starts_from,
+    permission_state_reads_live_grants_and_the_mode_override_together,
+};
 use crate::store_runs::{
     cancels_are_recorded_for_the_replica_holding_the_run,
     queued_runs_are_claimed_in_order_and_cancellable,
@@ -99,6 +102,7 @@ store_suite!(
     a_fork_is_written_whole_or_not_at_all,
     run_ends_are_written_whole_run_after_run,
     permission_state_reads_live_grants_and_the_mode_override_together,
+    a_started_run_comes_with_the_permission_state_it_starts_from,
 );
 
 pub(crate) async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {

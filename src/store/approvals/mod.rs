@@ -67,15 +67,28 @@ pub(in crate::store) const LIVE_GRANTS: &str = "SELECT id, session_id, scope, ru
 
 /// A session's permission-mode override (one row; NULLs when none) joined with the live grants
 /// that apply to it ([`LIVE_GRANTS`]' conditions; the grant columns NULL when none applies):
-/// `$1` tenant, `$2` session, `$3` now (bound in order of first use on SQLite too).
-pub(in crate::store) const PERMISSION_STATE: &str = "SELECT m.mode, m.previous_mode, g.id, \
-     g.session_id, g.scope, g.rule, g.created_by, g.approval_id, g.expires_at, g.created_at \
-     FROM (SELECT 1) AS one \
-     LEFT JOIN session_modes m ON m.tenant_id = $1 AND m.session_id = $2 \
-     LEFT JOIN grants g ON g.tenant_id = $1 AND (g.scope = 'tenant' OR g.session_id = $2) \
-         AND g.revoked_at IS NULL AND g.consumed_at IS NULL \
-         AND (g.expires_at IS NULL OR g.expires_at > $3) \
-     ORDER BY g.created_at, g.id";
+/// `$1` tenant, `$2` session, `$3` now (bound in order of first use on SQLite too), read
+/// beside the one row of `$source` with its `$columns` first.
+macro_rules! permission_state_over {
+    ($columns:literal, $source:literal) => {
+        concat!(
+            "SELECT ",
+            $columns,
+            "m.mode, m.previous_mode, g.id, g.session_id, g.scope, g.rule, g.created_by, \
+             g.approval_id, g.expires_at, g.created_at FROM ",
+            $source,
+            " LEFT JOIN session_modes m ON m.tenant_id = $1 AND m.session_id = $2 \
+             LEFT JOIN grants g ON g.tenant_id = $1 AND (g.scope = 'tenant' OR g.session_id = $2) \
+                 AND g.revoked_at IS NULL AND g.consumed_at IS NULL \
+                 AND (g.expires_at IS NULL OR g.expires_at > $3) \
+             ORDER BY g.created_at, g.id"
+        )
+    };
+}
+pub(in crate::store) use permission_state_over;
+
+/// The session's permission state alone (see [`permission_state_over`]).
+pub(in crate::store) const PERMISSION_STATE: &str = permission_state_over!("", "(SELECT 1) AS one");
 
 /// A row of [`PERMISSION_STATE`]: the override's columns, and the grant's when one applies.
 pub(in crate::store) struct PermissionRow {

@@ -169,6 +169,13 @@ pub(in crate::store) async fn permission_state(
         .fetch_all(&mut *conn)
         .await?;
     conn.commit().await?;
+    permission_state_of(&rows)
+}
+
+/// The permission state the rows of a [`permission_state_over`] statement describe.
+pub(in crate::store) fn permission_state_of(
+    rows: &[sqlx::postgres::PgRow],
+) -> StoreResult<PermissionState> {
     let rows = rows
         .iter()
         .map(|row| {

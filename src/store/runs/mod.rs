@@ -82,6 +82,32 @@ impl<'a> RunStart<'a> {
     }
 }
 
+impl RunStart<'_> {
+    /// The record of `run` as its insert with this start at `created_at` stored it (a new
+    /// run's every column is known to the writer: nothing to read back).
+    pub(in crate::store) fn record(
+        &self,
+        run: &crate::store::NewRun,
+        tenant: &TenantId,
+        created_at: DateTime<Utc>,
+    ) -> RunRecord {
+        RunRecord {
+            id: run.id.to_string(),
+            session_id: run.session.to_string(),
+            tenant: tenant.clone(),
+            prompt: run.prompt.clone(),
+            status: self.status,
+            owner: self.owner.map(str::to_owned),
+            lease_expires_at: self.lease_expires_at,
+            fence: self.fence,
+            terminal: None,
+            created_at,
+            started_at: self.started_at,
+            ended_at: None,
+        }
+    }
+}
+
 fn parse_status(status: &str) -> StoreResult<RunStatus> {
     RunStatus::parse(status)
         .ok_or_else(|| StoreError::Internal(format!("unknown run status {status}")))

@@ -77,18 +77,101 @@ async fn insert_admitted(
     .bind(start.started_at)
     .fetch_optional(conn)
     .await
-    .map_err(|error| {
-        crate::store::limits::postgres::refusal(
-            error,
-            &[
-                (Limit::ConcurrentRuns, caps.concurrent_runs),
-                (Limit::QueuedPromptsPerSession, caps.queued_per_session),
-                (Limit::QueuedPrompts, caps.queued_per_tenant),
-            ],
-        )
-    })?
+    .map_err(|error| refusal(error, caps))?
     .ok_or(StoreError::NotFound)?;
     run_from_row(&row)
+}
+
+/// A run admission's error: `TenantLimit` naming the cap that refused it, or the error.
+fn refusal(error: sqlx::Error, caps: RunCaps) -> StoreError {
+    crate::store::limits::postgres::refusal(
+        error,
+        &[
+            (Limit::ConcurrentRuns, caps.concurrent_runs),
+            (Limit::QueuedPromptsPerSession, caps.queued_per_session),
+            (Limit::QueuedPrompts, caps.queued_per_tenant),
+        ],
+    )
+}
+
+/// A running run's admission (`norma_create_run`, run once: a materialised `WITH`) and the
+/// session's permission state, in one statement: `$1` tenant, `$2` session, `$3` now (the
+/// permission state's parameters, see [`permission_state_over`]), `$4` limits lock space,
+/// `$5` running cap (NULL: none), `$6` run, `$7` prompt, `$8` owner, `$9` lease expiry,
+/// `$10` fence, `$11` started. Column `created` counts the inserted run (0: the session is
+/// not the tenant's); the state is read from the statement's snapshot, taken as it starts.
+const START_RUN: &str = concat!(
+    "WITH admitted AS MATERIALIZED (SELECT count(*) AS created FROM norma_create_run(\
+         $4, $5, NULL, NULL, $6, $2, $1, $7, 'running', $8, $9, $10, $3, $11)) ",
+    crate::store::approvals::permission_state_over!("admitted.created, ", "admitted")
+);
+
+/// Creates a running run under the tenant's caps and reads the session's permission state
+/// with it (see [`START_RUN`]); with `key`, the key's insert comes first in one transaction.
+pub(in crate::store) async fn start_run(
+    store: &PgStore,
+    tenant: &TenantId,
+    run: NewRun,
+    claim: (&str, Duration),
+    caps: RunCaps,
+    key: Option<&NewIdempotencyKey>,
+) -> StoreResult<StartedRun> {
+    let created_at = now();
+    let start = RunStart::new(Some(claim), created_at);
+    let statement = sqlx::query(START_RUN)
+        .bind(tenant.as_str())
+        .bind(run.session.as_str())
+        .bind(created_at)
+        .bind(crate::store::limits::postgres::LIMITS_LOCK_SPACE)
+        .bind(
+            caps.caps_running()
+                .then_some(i64::from(caps.concurrent_runs)),
+        )
+        .bind(run.id.as_str())
+        .bind(&run.prompt)
+        .bind(start.owner)
+        .bind(start.lease_expires_at)
+        .bind(start.fence)
+        .bind(start.started_at);
+    let rows = match key {
+        None => {
+            let mut conn = store.tenant_conn(tenant).await?;
+            let rows = statement
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|error| refusal(error, caps))?;
+            conn.commit().await?;
+            rows
+        }
+        Some(key) => {
+            let mut tx = store.tenant_tx(tenant).await?;
+            crate::store::idempotency::postgres::insert(
+                &mut tx,
+                tenant,
+                key,
+                run.id.as_str(),
+                created_at,
+            )
+            .await?;
+            let rows = statement
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|error| refusal(error, caps))?;
+            tx.commit().await?;
+            rows
+        }
+    };
+    let created: i64 = match rows.first() {
+        Some(row) => row.try_get("created")?,
+        None => 0,
+    };
+    if created == 0 {
+        return Err(StoreError::NotFound);
+    }
+    Ok(StartedRun {
+        run: start.record(&run, tenant, created_at),
+        permissions: crate::store::approvals::postgres::permission_state_of(&rows)?,
+    })
 }
 
 pub(in crate::store) async fn request_cancel(

@@ -69,22 +69,26 @@ pub(in crate::store) async fn create_run_keyed(
             if inserted == 0 {
                 return Err(StoreError::NotFound);
             }
-            Ok(RunRecord {
-                id: run.id.to_string(),
-                session_id: run.session.to_string(),
-                tenant: tenant.clone(),
-                prompt: run.prompt.clone(),
-                status: start.status,
-                owner: start.owner.map(str::to_owned),
-                lease_expires_at: start.lease_expires_at,
-                fence: start.fence,
-                terminal: None,
-                created_at,
-                started_at: start.started_at,
-                ended_at: None,
-            })
+            Ok(start.record(&run, &tenant, created_at))
         })
         .await
+}
+
+/// Creates a running run under the tenant's caps (as [`create_run_keyed`]), then reads the
+/// session's permission state (a point read on the caller's thread: no round trip to save).
+pub(in crate::store) async fn start_run(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    run: NewRun,
+    claim: (&str, Duration),
+    caps: RunCaps,
+    key: Option<&NewIdempotencyKey>,
+) -> StoreResult<StartedRun> {
+    let session = run.session.clone();
+    let run = create_run_keyed(store, tenant, run, Some(claim), caps, key).await?;
+    let permissions =
+        crate::store::approvals::sqlite::permission_state(store, tenant, &session).await?;
+    Ok(StartedRun { run, permissions })
 }
 
 pub(in crate::store) async fn request_cancel(
