@@ -4,8 +4,8 @@
 //! synchronous answer, the expiry timeout and a cancelled run (both as `system`), and the
 //! `deny` policy for pending approvals when a new prompt arrives (see the runtime's `//!` doc).
 //! It writes the decision with one conditional update in the store (`pending` → decided, in
-//! the transaction that also stores a grant added with an allow and, on Postgres, sends the
-//! cross-replica `ApprovalDecided` signal), so however many answers race exactly one wins; the
+//! the transaction that also stores a grant added with an allow; on Postgres the cross-replica
+//! `ApprovalDecided` signal follows its commit), so however many answers race exactly one wins; the
 //! others get [`DecideError::AlreadyDecided`] (or [`DecideError::Expired`]) with the decision
 //! that stands. The winner's grant goes live in the running session at once, and the run
 //! waiting on the approval in this process is woken (or resumed, when it parked).

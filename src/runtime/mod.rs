@@ -13,8 +13,8 @@
 //! (`approvals::RunApprover`), and the `deny` policy for pending approvals on a new prompt or a
 //! cancelled parked run (`parking::deny_approvals`). It writes once (conditional update; racing
 //! answers get the decision that stands), makes an added grant live, and wakes the waiting or
-//! parked run here; other replicas are woken by the store's `ApprovalDecided` signal, sent in the
-//! same transaction.
+//! parked run here; other replicas are woken by the store's `ApprovalDecided` signal, sent once
+//! the decision is committed (advisory: a lost one is caught up by their reconcile).
 //!
 //! **Layout:** this file holds the runtime's state (the sessions with a run in flight, parked
 //! runs, live session environments) and its accessors; [`prompts`] turns prompts into runs

@@ -1,11 +1,14 @@
-//! The `events` signals between replicas on Postgres (`store::pg_notifier`): sent after each
+//! The signals between replicas on Postgres (`store::pg_notifier`): `events` sent after each
 //! append commits — by the one-statement path and by the transaction path (a retry) — and
 //! heard by the other replica's listener with the right range, while a replica never hears its
-//! own.
+//! own; `approval_decided` after each decision's commit; none while a replica is alone.
 
-use norma::ids::{SessionId, TenantId};
+use norma::ids::{ApprovalId, GrantId, SessionId, TenantId};
 use norma::store::postgres::PgStore;
-use norma::store::{AppendBatch, ConnectOptions, NewEvent, NewSession, Signal, Store};
+use norma::store::{
+    AppendBatch, ApprovalDecision, ApprovalStatus, ConnectOptions, GrantScope, NewEvent, NewGrant,
+    NewSession, Signal, Store,
+};
 use serde_json::json;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -132,4 +135,82 @@ async fn a_replica_alone_sends_no_events_signals_until_another_starts() {
     b.set_other_replicas(true);
     b.append(&tenant, &session, events(1)).await.unwrap();
     assert_eq!(next_events(&mut heard_by_a).await, (session.clone(), 4, 4));
+}
+
+/// The next `approval_decided` signal heard (other signals skipped), within a bound.
+async fn next_decided(signals: &mut UnboundedReceiver<Signal>) -> String {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Signal::ApprovalDecided { id } = signals.recv().await.expect("the listener runs")
+            {
+                return id;
+            }
+        }
+    })
+    .await
+    .expect("an approval_decided signal within 10 s")
+}
+
+/// A decision reaches the other replicas once committed — with or without the grant it adds —
+/// and only while other replicas share the store; an answer that loses signals nothing.
+#[tokio::test]
+async fn approval_decisions_are_signalled_after_their_commit_to_replicas_that_share_the_store() {
+    let Some(url) = crate::helpers::fresh_pg_database().await else {
+        return;
+    };
+    let (a, b, tenant, session) = two_replicas_and_a_session(&url).await;
+    let mut heard_by_a = a.signals().await.unwrap().expect("Postgres signals");
+    let request = || async {
+        let approval = crate::store_limits::approval(&session, chrono::Duration::minutes(5));
+        let id = ApprovalId::from_string(approval.id.to_string());
+        b.create_approval(&tenant, approval, 10).await.unwrap();
+        id
+    };
+    let allow = |grant: Option<NewGrant>| ApprovalDecision {
+        status: ApprovalStatus::Allowed,
+        decided_by: "test".into(),
+        reason: None,
+        updated_input: None,
+        grant,
+    };
+    let (alone, granted, third) = (request().await, request().await, request().await);
+
+    // B alone: its decision is written and signals nothing.
+    b.set_other_replicas(false);
+    let decided = b
+        .decide_approval(&tenant, &session, &alone, allow(None))
+        .await;
+    assert_eq!(
+        decided.unwrap().expect("decided").status,
+        ApprovalStatus::Allowed
+    );
+    b.set_other_replicas(true);
+    // With a grant: one transaction, then the signal; the grant is stored.
+    let grant = NewGrant {
+        id: GrantId::generate(),
+        session: session.clone(),
+        scope: GrantScope::Session,
+        rule: "Bash(true)".into(),
+        created_by: "test".into(),
+        approval_id: Some(granted.to_string()),
+        expires_at: None,
+    };
+    let decided = b
+        .decide_approval(&tenant, &session, &granted, allow(Some(grant.clone())))
+        .await;
+    assert!(decided.unwrap().is_some());
+    assert_eq!(next_decided(&mut heard_by_a).await, granted.to_string());
+    let grants = b.list_grants(&tenant, &session).await.unwrap();
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].id, grant.id.to_string());
+    // A second answer loses (nothing written, nothing signalled); the next decision is heard.
+    let lost = b
+        .decide_approval(&tenant, &session, &granted, allow(None))
+        .await;
+    assert!(lost.unwrap().is_none());
+    let decided = b
+        .decide_approval(&tenant, &session, &third, allow(None))
+        .await;
+    assert!(decided.unwrap().is_some());
+    assert_eq!(next_decided(&mut heard_by_a).await, third.to_string());
 }

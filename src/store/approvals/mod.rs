@@ -1,6 +1,7 @@
 //! Approvals (a tool call waiting for a decision) and the grants a decision can leave behind.
 //! Row types and the statements both databases read alike are here; the decisions differ
-//! (Postgres signals the other replicas with NOTIFY in the deciding transaction).
+//! (Postgres signals the other replicas once the decision is committed, through the store's
+//! notifier, and only while other replicas share the store).
 
 pub(in crate::store) mod postgres;
 pub(in crate::store) mod sqlite;

@@ -3,7 +3,6 @@
 use super::*;
 use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
 use crate::store::dialect::now;
-use crate::store::dialect::postgres::notify;
 use crate::store::postgres::PgStore;
 use crate::store::*;
 use chrono::SubsecRound;
@@ -60,9 +59,8 @@ pub(in crate::store) async fn decide_approval(
     decision: ApprovalDecision,
 ) -> StoreResult<Option<ApprovalRecord>> {
     let at = now();
-    let mut tx = store.tenant_tx(tenant).await?;
     let must_be_live = decision.status != ApprovalStatus::Expired;
-    let row = sqlx::query(DECIDE_APPROVAL)
+    let decide = sqlx::query(DECIDE_APPROVAL)
         .bind(id.as_str())
         .bind(session.as_str())
         .bind(tenant.as_str())
@@ -72,34 +70,44 @@ pub(in crate::store) async fn decide_approval(
         .bind(decision.reason.as_deref())
         .bind(decision.updated_input.as_ref().map(Json))
         .bind(decision.grant.as_ref().map(|g| g.id.as_str()))
-        .bind(must_be_live)
-        .fetch_optional(&mut *tx)
-        .await?;
+        .bind(must_be_live);
+    let row = match &decision.grant {
+        // The conditional update alone: its own transaction, one round trip.
+        None => {
+            let mut conn = store.tenant_conn(tenant).await?;
+            let row = decide.fetch_optional(&mut *conn).await?;
+            conn.commit().await?;
+            row
+        }
+        // With the grant it adds, in one transaction.
+        Some(grant) => {
+            let mut tx = store.tenant_tx(tenant).await?;
+            let row = decide.fetch_optional(&mut *tx).await?;
+            if row.is_some() {
+                sqlx::query(INSERT_GRANT)
+                    .bind(grant.id.as_str())
+                    .bind(tenant.as_str())
+                    .bind(grant.session.as_str())
+                    .bind(grant.scope.as_str())
+                    .bind(&grant.rule)
+                    .bind(&grant.created_by)
+                    .bind(grant.approval_id.as_deref())
+                    .bind(grant.expires_at.map(|t| t.trunc_subsecs(6)))
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            row
+        }
+    };
     let Some(row) = row else {
         return Ok(None);
     };
-    if let Some(grant) = &decision.grant {
-        sqlx::query(INSERT_GRANT)
-            .bind(grant.id.as_str())
-            .bind(tenant.as_str())
-            .bind(grant.session.as_str())
-            .bind(grant.scope.as_str())
-            .bind(&grant.rule)
-            .bind(&grant.created_by)
-            .bind(grant.approval_id.as_deref())
-            .bind(grant.expires_at.map(|t| t.trunc_subsecs(6)))
-            .bind(at)
-            .execute(&mut *tx)
-            .await?;
-    }
-    notify(
-        &mut tx,
-        &store.origin,
-        &Signal::ApprovalDecided { id: id.to_string() },
-    )
-    .await?;
     let record = approval_from_row(&row)?;
-    tx.commit().await?;
+    // Once committed, the other replicas are told (a run parked there on this approval
+    // resumes at once; a lost signal is caught up by their reconcile).
+    store.signal_after_commit(&Signal::ApprovalDecided { id: id.to_string() });
     Ok(Some(record))
 }
 

@@ -63,15 +63,24 @@ impl PgStore {
         if count == 0 || !self.notifier.sending() {
             return;
         }
-        let signal = Signal::Events {
+        self.signal_after_commit(&Signal::Events {
             tenant: tenant.clone(),
             session: session.clone(),
             first: appended.first_event,
             last: appended.first_event + count as i64 - 1,
-        };
-        match signal_payload(&self.origin, &signal) {
+        });
+    }
+
+    /// Queues `signal` for the other replicas, to be sent after the commit it reports (by the
+    /// notifier, in a batch, outside any transaction: see `pg_notifier`); nothing while no
+    /// other replica shares the store.
+    pub(in crate::store) fn signal_after_commit(&self, signal: &Signal) {
+        if !self.notifier.sending() {
+            return;
+        }
+        match signal_payload(&self.origin, signal) {
             Ok(payload) => self.notifier.send(payload),
-            Err(error) => tracing::warn!(%error, "an events signal could not be written"),
+            Err(error) => tracing::warn!(%error, "a signal could not be written"),
         }
     }
 }
