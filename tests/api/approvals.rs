@@ -50,14 +50,32 @@ async fn concurrent_answers_decide_once(app: TestApp) {
         404
     );
     let path = format!("/v1/sessions/{id}/approvals/{approval_id}");
+    // The answer reads the approval by tenant and session (no session read first): another
+    // tenant's session reads as no session, an unknown approval of ours as no approval.
+    let not_found = |response: reqwest::Response| async move {
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap();
+        (status, body["code"].clone(), body["message"].clone())
+    };
     assert_eq!(
-        error_code(
+        not_found(
             app.post_json(&path, &other, &json!({"decision": "allow"}))
                 .await
         )
-        .await
-        .0,
-        404
+        .await,
+        (404, json!("NOT_FOUND"), json!("session not found"))
+    );
+    assert_eq!(
+        not_found(
+            app.post_json(
+                &format!("/v1/sessions/{id}/approvals/apr_unknown"),
+                &token,
+                &json!({"decision": "allow"})
+            )
+            .await
+        )
+        .await,
+        (404, json!("NOT_FOUND"), json!("approval not found"))
     );
     let reader = app.token_with_scopes("acme", &["sessions:read", "sessions:write"]);
     assert_eq!(

@@ -249,7 +249,7 @@ pub async fn run(
             let record = decide_answer(
                 &state,
                 &principal,
-                &session,
+                &session.id,
                 entry.interrupt_id.clone(),
                 answer,
             )
