@@ -81,6 +81,7 @@ impl SessionRuntime {
                     }
                 }
                 crate::store::Signal::ApprovalDecided { id } => self.hub.wake(&id),
+                crate::store::Signal::GrantRevoked { id } => self.approvals.grant_revoked(&id),
                 crate::store::Signal::ReplicaStarted { replica } => {
                     if replica != self.settings.replica_id {
                         self.replica_started();

@@ -1,6 +1,7 @@
 //! Two replicas sharing one Postgres database: a client may talk to either. Events committed
 //! by one replica reach SSE subscribers of the other live; an approval answered on one wakes
-//! the run parked on the other; a cancel sent to one stops the run on the other.
+//! the run parked on the other; a cancel sent to one stops the run on the other; a grant
+//! revoked through one is withdrawn from the run holding it on the other.
 
 use crate::helpers::{Backend, TestApp, count, fresh_pg_database, test_settings};
 use eventsource_stream::Eventsource;
@@ -125,4 +126,65 @@ async fn replicas_share_live_events_approvals_and_cancels() {
         .await;
     let terminal = events.iter().find(|e| e["type"] == "terminal").unwrap();
     assert_eq!(terminal["payload"]["reason"], "cancelled");
+}
+
+/// A grant revoked through one replica is withdrawn from the run that holds it on the other
+/// (the `grant_revoked` signal): the run's next call the grant covered asks again.
+#[tokio::test]
+async fn a_grant_revoked_on_one_replica_is_withdrawn_from_the_run_on_the_other() {
+    let Some(url) = fresh_pg_database().await else {
+        return;
+    };
+    let a = replica(&url, "replica-a").await;
+    let b = replica(&url, "replica-b").await;
+    let token = a.token("acme");
+    let id = a
+        .create_session(
+            "acme",
+            &json!({
+                "model": {"script": {"turns": [
+                    {"tool_calls": [{"name": "Bash", "input": {"command": "echo one"}}]},
+                    {"tool_calls": [{"name": "Bash", "input": {"command": "echo hold"}}]},
+                    {"tool_calls": [{"name": "Bash", "input": {"command": "echo two"}}]},
+                    {"text": "done"}
+                ]}}
+            }),
+        )
+        .await;
+    assert_eq!(a.prompt(&token, &id, "go").await.status(), 202);
+    let asked = |n: usize| move |e: &[Value]| count(e, "approval_requested") == n;
+    a.wait_for_events(&token, &id, asked(1)).await;
+    // Allowed on A with a grant covering the third call; the run (on A) holds it in force.
+    let first = a.first_pending_approval(&token, &id).await;
+    let allow_with_grant = json!({"decision": "allow",
+        "grant": {"scope": "session", "rule": "Bash(echo two)"}});
+    let answered = a.answer(&token, &id, &first, &allow_with_grant).await;
+    assert_eq!(answered.status(), 200);
+    let grant = answered.json::<Value>().await.unwrap()["grant_id"]
+        .as_str()
+        .expect("the answer names its grant")
+        .to_owned();
+    a.wait_for_events(&token, &id, asked(2)).await;
+    // While the second call waits: the grant is revoked through B, then the call allowed
+    // through B (B's signals go out in that order).
+    let revoked = b
+        .delete(&format!("/v1/sessions/{id}/grants/{grant}"), &token)
+        .await;
+    assert_eq!(revoked.status(), 204);
+    let second = b.first_pending_approval(&token, &id).await;
+    let answered = b
+        .answer(&token, &id, &second, &json!({"decision": "allow"}))
+        .await;
+    assert_eq!(answered.status(), 200);
+    // Without the grant the third call asks; with it the run would have gone on to its end.
+    let events = a
+        .wait_for_events(&token, &id, |e| {
+            count(e, "approval_requested") == 3 || count(e, "terminal") == 1
+        })
+        .await;
+    assert_eq!(
+        count(&events, "approval_requested"),
+        3,
+        "the revoked grant still allowed `echo two` on replica A"
+    );
 }

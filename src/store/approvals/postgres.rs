@@ -211,7 +211,12 @@ pub(in crate::store) async fn revoke_grant(
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(done.rows_affected() == 1)
+    let revoked = done.rows_affected() == 1;
+    if revoked {
+        // Runs of other replicas holding the grant withdraw it (advisory, see `Signal`).
+        store.signal_after_commit(&Signal::GrantRevoked { id: id.to_string() });
+    }
+    Ok(revoked)
 }
 
 pub(in crate::store) async fn consume_grant(

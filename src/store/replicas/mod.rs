@@ -19,6 +19,8 @@ pub enum Signal {
     },
     /// An approval was decided (by REST, webhook or the system).
     ApprovalDecided { id: String },
+    /// A grant was revoked: runs of other replicas that hold it in force withdraw it.
+    GrantRevoked { id: String },
     /// The replica running `run` should cancel it.
     CancelRun { session: SessionId, run: RunId },
     /// A stopping replica released the leases of its unfinished runs: live replicas take them
