@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// Why a run was not admitted. The session was read for the prompt a moment before, so a
+/// session the store no longer admits runs for was closed (or removed) meanwhile.
+fn admission_error(error: crate::store::StoreError) -> RuntimeError {
+    match error {
+        crate::store::StoreError::NotFound => RuntimeError::Closed,
+        other => other.into(),
+    }
+}
+
 impl SessionRuntime {
     /// Accepts a prompt for `session` (already loaded for the caller's tenant). `key` (an
     /// `Idempotency-Key`) is recorded with the run, in the transaction that creates it.
@@ -91,7 +100,7 @@ impl SessionRuntime {
                     let runtime = self.clone();
                     let (tenant, id) = (session.tenant.clone(), session.id.clone());
                     tokio::spawn(async move { runtime.advance(tenant, id).await });
-                    return Err(error.into());
+                    return Err(admission_error(error));
                 }
             }
         }
@@ -103,7 +112,8 @@ impl SessionRuntime {
                 self.settings.limits.run_caps(),
                 key,
             )
-            .await?;
+            .await
+            .map_err(admission_error)?;
         let mut started_after_end = false;
         let orphaned = {
             let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());

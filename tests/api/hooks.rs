@@ -253,3 +253,91 @@ async fn a_prompt_hook_on_a_private_address_fails_closed_with_only_hook_failed()
         "nothing reached the loopback server"
     );
 }
+
+/// What the closing hook needs: where the server is and who the session belongs to.
+#[derive(Clone)]
+struct Closer {
+    client: reqwest::Client,
+    session_url: Arc<Mutex<String>>,
+    token: String,
+}
+
+/// A `UserPromptSubmit` hook that closes the session (through the API) before it answers.
+async fn close_then_allow(State(closer): State<Closer>) -> axum::Json<Value> {
+    let url = closer.session_url.lock().unwrap().clone();
+    let closed = closer
+        .client
+        .delete(url)
+        .bearer_auth(&closer.token)
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    axum::Json(json!({}))
+}
+
+/// A session closed while its prompt's `UserPromptSubmit` hook runs (after the prompt read
+/// the session as active) gets no run: the admission itself refuses a closed session, and
+/// the prompt answers `409 SESSION_CLOSED`.
+async fn a_session_closed_during_the_prompt_hook_gets_no_run(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, |s| s.allow_private_webhooks = true).await else {
+        return;
+    };
+    let token = app.token("acme");
+    let closer = Closer {
+        client: reqwest::Client::new(),
+        session_url: Arc::default(),
+        token: token.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(
+        axum::serve(
+            listener,
+            axum::Router::new()
+                .route("/hook", axum::routing::post(close_then_allow))
+                .with_state(closer.clone()),
+        )
+        .into_future(),
+    );
+    let id = app
+        .create_session(
+            "acme",
+            &json!({
+                "hooks": [{"name": "closer", "event": "UserPromptSubmit",
+                           "handler": {"type": "remote", "url": url, "secret": SECRET}}],
+                "model": {"script": {"turns": [{"text": "hi"}]}}
+            }),
+        )
+        .await;
+    *closer.session_url.lock().unwrap() = app.url(&format!("/v1/sessions/{id}"));
+    let prompt = app.prompt(&token, &id, "go").await;
+    assert_eq!(error_code(prompt).await, (409, "SESSION_CLOSED".into()));
+    let runs: Value = app
+        .get(&format!("/v1/sessions/{id}/runs"), &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(runs["runs"], json!([]), "no run for the closed session");
+    // The server goes on serving: another session of the tenant runs its prompt.
+    let other = app
+        .create_session(
+            "acme",
+            &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}),
+        )
+        .await;
+    assert_eq!(app.prompt(&token, &other, "go").await.status(), 202);
+    app.wait_for_events(&token, &other, |e| count(e, "terminal") == 1)
+        .await;
+}
+
+#[tokio::test]
+async fn a_session_closed_during_the_prompt_hook_gets_no_run_on_sqlite() {
+    a_session_closed_during_the_prompt_hook_gets_no_run(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_session_closed_during_the_prompt_hook_gets_no_run_on_postgres() {
+    a_session_closed_during_the_prompt_hook_gets_no_run(Backend::Postgres).await;
+}

@@ -52,7 +52,7 @@ pub(in crate::store) async fn create_run_keyed(
                     "INSERT INTO runs (id, session_id, tenant_id, prompt, status, owner, \
                          lease_expires_at, fence, created_at, started_at) \
                      SELECT ?1, id, tenant_id, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM sessions \
-                         WHERE id = ?2 AND tenant_id = ?3",
+                         WHERE id = ?2 AND tenant_id = ?3 AND status = 'active'",
                 )?
                 .execute(params![
                     run.id.as_str(),
