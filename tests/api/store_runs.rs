@@ -303,7 +303,21 @@ pub async fn queued_runs_are_claimed_in_order_and_cancellable(store: Arc<dyn Sto
         .unwrap();
     assert_eq!(first.status, RunStatus::Queued);
     assert!(first.owner.is_none());
-    // A run cannot be created in another tenant's session.
+    // The record answered is the run as stored.
+    let stored = store
+        .get_run(&tenant, &session, &RunId::from_string(first.id.clone()))
+        .await
+        .unwrap();
+    assert_eq!(stored.as_ref(), Some(&first));
+    // A run cannot be created in another tenant's session, nor in a closed one.
+    let closed = new_session(&store, "t1").await;
+    store.close_session(&tenant, &closed).await.unwrap();
+    assert!(matches!(
+        store
+            .create_run(&tenant, new_run(&closed, "late"), None, RunCaps::UNLIMITED)
+            .await,
+        Err(StoreError::NotFound)
+    ));
     assert!(matches!(
         store
             .create_run(&tenant, new_run(&other, "forged"), None, RunCaps::UNLIMITED)

@@ -18,34 +18,6 @@ pub(in crate::store) async fn create_run_keyed(
 ) -> StoreResult<RunRecord> {
     let created_at = now();
     let start = RunStart::new(claim, created_at);
-    let Some(key) = key else {
-        // The admitting insert is the whole write: its own transaction.
-        let mut conn = store.tenant_conn(tenant).await?;
-        let record = insert_admitted(&mut conn, tenant, &run, &start, caps, created_at).await?;
-        // (An error above drops the connection, which is checked before it is used again.)
-        conn.commit().await?;
-        return Ok(record);
-    };
-    // With the key, in one transaction (the admitting function's lock is held to its end).
-    let mut tx = store.tenant_tx(tenant).await?;
-    crate::store::idempotency::postgres::insert(&mut tx, tenant, key, run.id.as_str(), created_at)
-        .await?;
-    let record = insert_admitted(&mut tx, tenant, &run, &start, caps, created_at).await?;
-    tx.commit().await?;
-    Ok(record)
-}
-
-/// Inserts `run` if the tenant's caps admit it, in one statement (`norma_create_run`,
-/// migration 0020: the tenant's limits lock, the counts with a fresh snapshot, the insert);
-/// `NotFound` when the session is not the tenant's, `TenantLimit` when a cap is reached.
-async fn insert_admitted(
-    conn: &mut sqlx::PgConnection,
-    tenant: &TenantId,
-    run: &NewRun,
-    start: &RunStart<'_>,
-    caps: RunCaps,
-    created_at: chrono::DateTime<chrono::Utc>,
-) -> StoreResult<RunRecord> {
     let (running, queued) = match start.status {
         RunStatus::Running if caps.caps_running() => (Some(i64::from(caps.concurrent_runs)), None),
         RunStatus::Queued if caps.caps_queued() => (
@@ -57,82 +29,59 @@ async fn insert_admitted(
         ),
         _ => (None, None),
     };
-    let row = sqlx::query(&format!(
-        "SELECT {RUN_COLUMNS} FROM norma_create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14)"
-    ))
-    .bind(crate::store::limits::postgres::LIMITS_LOCK_SPACE)
-    .bind(running)
-    .bind(queued.map(|q| q.0))
-    .bind(queued.map(|q| q.1))
-    .bind(run.id.as_str())
-    .bind(run.session.as_str())
-    .bind(tenant.as_str())
-    .bind(&run.prompt)
-    .bind(start.status.as_str())
-    .bind(start.owner)
-    .bind(start.lease_expires_at)
-    .bind(start.fence)
-    .bind(created_at)
-    .bind(start.started_at)
-    .fetch_optional(conn)
-    .await
-    .map_err(|error| refusal(error, caps))?
-    .ok_or(StoreError::NotFound)?;
-    run_from_row(&row)
-}
-
-/// A run admission's error: `TenantLimit` naming the cap that refused it, or the error.
-fn refusal(error: sqlx::Error, caps: RunCaps) -> StoreError {
-    crate::store::limits::postgres::refusal(
-        error,
-        &[
-            (Limit::ConcurrentRuns, caps.concurrent_runs),
-            (Limit::QueuedPromptsPerSession, caps.queued_per_session),
-            (Limit::QueuedPrompts, caps.queued_per_tenant),
-        ],
-    )
-}
-
-/// A running run's admission (`norma_create_run`, run once: a materialised `WITH`) and the
-/// session's permission state, in one statement: `$1` tenant, `$2` session, `$3` now (the
-/// permission state's parameters, see [`permission_state_over`]), `$4` limits lock space,
-/// `$5` running cap (NULL: none), `$6` run, `$7` prompt, `$8` owner, `$9` lease expiry,
-/// `$10` fence, `$11` started. Column `created` counts the inserted run (0: the session is
-/// not the tenant's); the state is read from the statement's snapshot, taken as it starts.
-const START_RUN: &str = concat!(
-    "WITH admitted AS MATERIALIZED (SELECT count(*) AS created FROM norma_create_run(\
-         $4, $5, NULL, NULL, $6, $2, $1, $7, 'running', $8, $9, $10, $3, $11)) ",
-    crate::store::approvals::permission_state_over!("admitted.created, ", "admitted")
-);
-
-/// Creates a running run under the tenant's caps and reads the session's permission state
-/// with it (see [`START_RUN`]); with `key`, the key's insert comes first in one transaction.
-pub(in crate::store) async fn start_run(
-    store: &PgStore,
-    tenant: &TenantId,
-    run: NewRun,
-    claim: (&str, Duration),
-    caps: RunCaps,
-    key: Option<&NewIdempotencyKey>,
-) -> StoreResult<StartedRun> {
-    let created_at = now();
-    let start = RunStart::new(Some(claim), created_at);
-    let statement = sqlx::query(START_RUN)
-        .bind(tenant.as_str())
-        .bind(run.session.as_str())
-        .bind(created_at)
+    let statement = sqlx::query(CREATE_RUN)
         .bind(crate::store::limits::postgres::LIMITS_LOCK_SPACE)
-        .bind(
-            caps.caps_running()
-                .then_some(i64::from(caps.concurrent_runs)),
-        )
+        .bind(running)
+        .bind(queued.map(|q| q.0))
+        .bind(queued.map(|q| q.1))
         .bind(run.id.as_str())
+        .bind(run.session.as_str())
+        .bind(tenant.as_str())
         .bind(&run.prompt)
+        .bind(start.status.as_str())
         .bind(start.owner)
         .bind(start.lease_expires_at)
         .bind(start.fence)
+        .bind(created_at)
         .bind(start.started_at);
+    admit(store, tenant, &run, key, created_at, caps, statement).await?;
+    Ok(start.record(&run, tenant, created_at))
+}
+
+/// A run's admission in one statement (`norma_create_run`: the tenant's limits lock, the
+/// counts with a fresh snapshot, the insert of an active session's run): `$1` limits lock
+/// space, `$2` running cap, `$3`/`$4` queued caps per session/tenant (NULL: not capped),
+/// `$5` run, `$6` session, `$7` tenant, `$8` prompt, `$9` status, `$10` owner, `$11` lease
+/// expiry, `$12` fence, `$13` created, `$14` started. Column `created` counts the inserted
+/// run.
+const CREATE_RUN: &str = "SELECT count(*) AS created FROM norma_create_run($1, $2, $3, $4, \
+     $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+
+/// A running run's admission (`norma_create_run`, run once: a materialised `WITH`) and the
+/// session's permission state, in one statement: `$1` tenant, `$2` session, `$3` now (the
+/// permission state's parameters, see [`permission_state_over`]; also the run's creation and
+/// start), `$4` limits lock space, `$5` running cap (NULL: none), `$6` run, `$7` prompt,
+/// `$8` owner, `$9` lease expiry, `$10` fence. Column `created` counts the inserted run; the
+/// state is read from the statement's snapshot, taken as it starts.
+const START_RUN: &str = concat!(
+    "WITH admitted AS MATERIALIZED (SELECT count(*) AS created FROM norma_create_run(\
+         $4, $5, NULL, NULL, $6, $2, $1, $7, 'running', $8, $9, $10, $3, $3)) ",
+    crate::store::approvals::permission_state_over!("admitted.created, ", "admitted")
+);
+
+/// Runs a run's admitting statement ([`CREATE_RUN`], [`START_RUN`]): alone, its own
+/// transaction, or after `key`'s insert in one transaction (the admitting function's lock is
+/// held to its end). `NotFound` when it inserted no run (the session is not the tenant's, or
+/// not active), `TenantLimit` when a cap refused it; the statement's rows otherwise.
+async fn admit(
+    store: &PgStore,
+    tenant: &TenantId,
+    run: &NewRun,
+    key: Option<&NewIdempotencyKey>,
+    created_at: chrono::DateTime<chrono::Utc>,
+    caps: RunCaps,
+    statement: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> StoreResult<Vec<sqlx::postgres::PgRow>> {
     let rows = match key {
         None => {
             let mut conn = store.tenant_conn(tenant).await?;
@@ -140,6 +89,7 @@ pub(in crate::store) async fn start_run(
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(|error| refusal(error, caps))?;
+            // (An error above drops the connection, which is checked before it is used again.)
             conn.commit().await?;
             rows
         }
@@ -168,6 +118,48 @@ pub(in crate::store) async fn start_run(
     if created == 0 {
         return Err(StoreError::NotFound);
     }
+    Ok(rows)
+}
+
+/// A run admission's error: `TenantLimit` naming the cap that refused it, or the error.
+fn refusal(error: sqlx::Error, caps: RunCaps) -> StoreError {
+    crate::store::limits::postgres::refusal(
+        error,
+        &[
+            (Limit::ConcurrentRuns, caps.concurrent_runs),
+            (Limit::QueuedPromptsPerSession, caps.queued_per_session),
+            (Limit::QueuedPrompts, caps.queued_per_tenant),
+        ],
+    )
+}
+
+/// Creates a running run under the tenant's caps and reads the session's permission state
+/// with it (see [`START_RUN`]); with `key`, the key's insert comes first in one transaction.
+pub(in crate::store) async fn start_run(
+    store: &PgStore,
+    tenant: &TenantId,
+    run: NewRun,
+    claim: (&str, Duration),
+    caps: RunCaps,
+    key: Option<&NewIdempotencyKey>,
+) -> StoreResult<StartedRun> {
+    let created_at = now();
+    let start = RunStart::new(Some(claim), created_at);
+    let statement = sqlx::query(START_RUN)
+        .bind(tenant.as_str())
+        .bind(run.session.as_str())
+        .bind(created_at)
+        .bind(crate::store::limits::postgres::LIMITS_LOCK_SPACE)
+        .bind(
+            caps.caps_running()
+                .then_some(i64::from(caps.concurrent_runs)),
+        )
+        .bind(run.id.as_str())
+        .bind(&run.prompt)
+        .bind(start.owner)
+        .bind(start.lease_expires_at)
+        .bind(start.fence);
+    let rows = admit(store, tenant, &run, key, created_at, caps, statement).await?;
     Ok(StartedRun {
         run: start.record(&run, tenant, created_at),
         permissions: crate::store::approvals::postgres::permission_state_of(&rows)?,
