@@ -271,6 +271,15 @@ impl TestApp {
     }
 }
 
+/// Serves `router` on a fresh loopback port in a background task (a hook, a policy service,
+/// a page the test stands up); its base URL (`http://127.0.0.1:<port>`).
+pub async fn serve_local(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(axum::serve(listener, router).into_future());
+    base
+}
+
 /// The tool_result blocks of a messages page, in order.
 pub fn tool_results(messages: &Value) -> Vec<Value> {
     messages["messages"]

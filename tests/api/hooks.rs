@@ -1,7 +1,7 @@
 //! Session-level hooks over real HTTP: SessionStart, UserPromptSubmit (can block), Stop and
 //! SessionEnd reach a remote hook signed like a webhook; the status report names every hook.
 
-use crate::helpers::{Backend, TestApp, count, error_code};
+use crate::helpers::{Backend, TestApp, count, error_code, serve_local};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
@@ -42,17 +42,10 @@ async fn hook(State(seen): State<Seen>, headers: HeaderMap, body: String) -> axu
 #[tokio::test]
 async fn session_hooks_run_signed_and_can_block_prompts() {
     let seen: Seen = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(
-        axum::serve(
-            listener,
-            axum::Router::new()
-                .route("/hook", axum::routing::post(hook))
-                .with_state(seen.clone()),
-        )
-        .into_future(),
-    );
+    let router = axum::Router::new()
+        .route("/hook", axum::routing::post(hook))
+        .with_state(seen.clone());
+    let url = format!("{}/hook", serve_local(router).await);
 
     let app = TestApp::spawn_with(Backend::Sqlite, |s| s.allow_private_webhooks = true)
         .await
@@ -170,17 +163,10 @@ async fn session_hooks_run_signed_and_can_block_prompts() {
 #[tokio::test]
 async fn session_end_hooks_run_on_idle_expiry() {
     let seen: Seen = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(
-        axum::serve(
-            listener,
-            axum::Router::new()
-                .route("/hook", axum::routing::post(hook))
-                .with_state(seen.clone()),
-        )
-        .into_future(),
-    );
+    let router = axum::Router::new()
+        .route("/hook", axum::routing::post(hook))
+        .with_state(seen.clone());
+    let url = format!("{}/hook", serve_local(router).await);
     let app = TestApp::spawn_with(Backend::Sqlite, |s| {
         s.session_idle_expiry_seconds = 1;
         s.allow_private_webhooks = true;
@@ -289,17 +275,10 @@ async fn a_session_closed_during_the_prompt_hook_gets_no_run(backend: Backend) {
         session_url: Arc::default(),
         token: token.clone(),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(
-        axum::serve(
-            listener,
-            axum::Router::new()
-                .route("/hook", axum::routing::post(close_then_allow))
-                .with_state(closer.clone()),
-        )
-        .into_future(),
-    );
+    let router = axum::Router::new()
+        .route("/hook", axum::routing::post(close_then_allow))
+        .with_state(closer.clone());
+    let url = format!("{}/hook", serve_local(router).await);
     let id = app
         .create_session(
             "acme",

@@ -1,7 +1,7 @@
 //! A prompt still in flight when the server starts shutting down (here: held in its
 //! UserPromptSubmit hook) is refused with `503 SHUTTING_DOWN` and starts nothing.
 
-use crate::helpers::{Backend, TestApp, error_code};
+use crate::helpers::{Backend, TestApp, error_code, serve_local};
 use axum::extract::State;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -32,17 +32,10 @@ async fn prompt_in_flight_when_shutdown_begins_is_refused() {
         reached: Arc::new(Mutex::new(Some(reached))),
         release: Arc::default(),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(
-        axum::serve(
-            listener,
-            axum::Router::new()
-                .route("/hook", axum::routing::post(held_hook))
-                .with_state(gate.clone()),
-        )
-        .into_future(),
-    );
+    let router = axum::Router::new()
+        .route("/hook", axum::routing::post(held_hook))
+        .with_state(gate.clone());
+    let url = format!("{}/hook", serve_local(router).await);
 
     // The hook listens on loopback: private addresses are allowed for it.
     let mut app = TestApp::spawn_with(Backend::Sqlite, |s| s.allow_private_webhooks = true)

@@ -4,7 +4,7 @@
 //! an allowing answer lets the subagent run. Closing the session then runs SessionEnd hooks
 //! once, for the top-level session only.
 
-use crate::helpers::{Backend, TestApp, count, tool_results};
+use crate::helpers::{Backend, TestApp, count, serve_local, tool_results};
 use crate::subagents::{of_kind, wait_terminal};
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -49,17 +49,10 @@ async fn receiver(State(seen): State<Seen>, headers: HeaderMap, body: String) ->
 
 async fn start_hook(backend: Backend) {
     let seen: Seen = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(
-        axum::serve(
-            listener,
-            axum::Router::new()
-                .route("/hook", axum::routing::post(receiver))
-                .with_state(seen.clone()),
-        )
-        .into_future(),
-    );
+    let router = axum::Router::new()
+        .route("/hook", axum::routing::post(receiver))
+        .with_state(seen.clone());
+    let url = format!("{}/hook", serve_local(router).await);
     let Some(app) = TestApp::spawn_with(backend, |s| s.allow_private_webhooks = true).await else {
         return;
     };

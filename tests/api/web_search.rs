@@ -82,10 +82,7 @@ async fn search_stub() -> String {
             "/huge/search",
             get(|| async { ([("content-type", "application/json")], "[".repeat(300_000)) }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(axum::serve(listener, router).into_future());
-    base
+    crate::helpers::serve_local(router).await
 }
 
 fn searching(inputs: &[Value], egress: Value) -> Value {

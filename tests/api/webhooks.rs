@@ -1,7 +1,7 @@
 //! Approval webhooks to a policy service: signed, answered synchronously or over REST,
 //! refused for non-public addresses unless allowed, and never losing the request.
 
-use crate::helpers::{Backend, TestApp, count, error_code};
+use crate::helpers::{Backend, TestApp, count, error_code, serve_local};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
@@ -49,17 +49,10 @@ fn echo_session(webhook_url: &str) -> Value {
 #[tokio::test]
 async fn the_policy_service_answers_synchronously_in_its_response() {
     let seen: Seen = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/approvals", listener.local_addr().unwrap());
-    tokio::spawn(
-        axum::serve(
-            listener,
-            axum::Router::new()
-                .route("/approvals", axum::routing::post(policy))
-                .with_state(seen.clone()),
-        )
-        .into_future(),
-    );
+    let router = axum::Router::new()
+        .route("/approvals", axum::routing::post(policy))
+        .with_state(seen.clone());
+    let url = format!("{}/approvals", serve_local(router).await);
     let app = TestApp::spawn_with(Backend::Sqlite, |s| s.allow_private_webhooks = true)
         .await
         .unwrap();
