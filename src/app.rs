@@ -375,6 +375,9 @@ impl App {
         mut self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        // Before the first request: what an earlier process under this replica id held open
+        // is gone with it (this one's heartbeat would renew it for good).
+        self.state.runtime.holds().release_earlier().await;
         self.spawn_retention();
         self.spawn_idempotency_sweep();
         self.spawn_idle_expiry();

@@ -303,6 +303,9 @@ pub struct Holds {
     limits: TenantLimits,
     replica: String,
     lease: Duration,
+    /// When this process began taking holds: what its replica id holds from before is an
+    /// earlier process's.
+    since: chrono::DateTime<chrono::Utc>,
 }
 
 /// Why a hold was not taken.
@@ -335,6 +338,36 @@ impl Holds {
             limits,
             replica,
             lease,
+            since: chrono::Utc::now(),
+        }
+    }
+
+    /// Deletes the holds an earlier process under this replica's id left (one that crashed,
+    /// or stopped before its releases ran): this process's heartbeat would renew them and
+    /// they would count against their tenants for good. Called at start-up; holds this
+    /// process took meanwhile are kept.
+    pub async fn release_earlier(&self) {
+        self.release_before(self.since).await;
+    }
+
+    /// Deletes every hold of this replica (it is stopping: its streams were told to
+    /// reconnect, its tasks and shells stopped), so other replicas count them no longer.
+    pub async fn release_all(&self) {
+        self.release_before(chrono::Utc::now() + chrono::Duration::seconds(1))
+            .await;
+    }
+
+    async fn release_before(&self, before: chrono::DateTime<chrono::Utc>) {
+        match self
+            .store
+            .release_replica_holds(&self.replica, before)
+            .await
+        {
+            Ok(0) => {}
+            Ok(released) => tracing::info!(released, "holds of this replica released"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot release this replica's holds; they expire with their lease")
+            }
         }
     }
 

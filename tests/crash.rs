@@ -10,7 +10,10 @@
 //! - (d) killed while a subagent runs a slow tool: the subagent run resumes like any run (its
 //!   own call `INTERRUPTED`), and the parent's `Agent` call re-attaches to it (no
 //!   `INTERRUPTED` for the parent) and gets its final answer; the resumed parent's usage
-//!   counts the subagent's recorded calls.
+//!   counts the subagent's recorded calls;
+//! - (e) killed with a tenant's SSE streams open up to its cap: the restarted process (same
+//!   replica id, whose heartbeat renews that id's holds) does not count the dead process's
+//!   streams; the tenant opens as many as its cap again, and no more.
 //!
 //! Every case runs on SQLite (the default file in the data dir) and on Postgres (a fresh
 //! database; skipped loudly when Postgres is unreachable outside CI, failing in CI). In every
@@ -83,6 +86,7 @@ on_both_backends! {
     kill_while_parked_on_approval => kill_while_parked_on_approval;
     kill_during_slow_tool => kill_during_slow_tool;
     kill_during_subagent_run => kill_during_subagent_run;
+    kill_with_streams_open => kill_with_streams_open;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -629,4 +633,59 @@ async fn kill_during_subagent_run(mut server: ServerProcess) {
             "{usage}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (e) Killed with streams open
+// ---------------------------------------------------------------------------------------------
+
+/// `GET /v1/sessions/{id}/stream`: the response (headers read, body left open).
+async fn open_stream(server: &ServerProcess, token: &str, session: &str) -> reqwest::Response {
+    server
+        .client
+        .get(server.url(&format!("/v1/sessions/{session}/stream")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET stream: {e}\n{}", server.logs()))
+}
+
+/// Opens streams until the cap (2), and checks the next is refused with `TENANT_LIMIT`.
+async fn fill_stream_cap(
+    server: &ServerProcess,
+    token: &str,
+    session: &str,
+) -> Vec<reqwest::Response> {
+    let mut open = Vec::new();
+    for n in 0..2 {
+        let response = open_stream(server, token, session).await;
+        assert_eq!(response.status(), 200, "stream {n}\n{}", server.logs());
+        open.push(response);
+    }
+    let refused = open_stream(server, token, session).await;
+    assert_eq!(refused.status(), 429);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(
+        body["details"],
+        json!({"limit": "sse_streams", "max": 2}),
+        "{body}"
+    );
+    open
+}
+
+async fn kill_with_streams_open(server: ServerProcess) {
+    let mut server = server.env("NORMA_LIMITS__SSE_STREAMS", "2");
+    server.start().await;
+    let token = server.token(TENANT);
+    let (status, created) = server.post("/v1/sessions", &token, &json!({})).await;
+    assert_eq!(status, 201, "{created}");
+    let session = created["id"].as_str().unwrap().to_owned();
+    let before = fill_stream_cap(&server, &token, &session).await;
+    server.kill();
+    drop(before);
+    // Within the holds' lease (the run lease, 120 s): without the release at start-up, the
+    // dead process's two streams would still count, renewed by the new one's heartbeat.
+    server.start().await;
+    let after = fill_stream_cap(&server, &token, &session).await;
+    drop(after);
 }

@@ -123,6 +123,7 @@ impl SessionRuntime {
             env.shells.tasks.shutdown();
             env.shells.shells.shutdown();
         }
+        self.holds.release_all().await;
         let replica = self.settings.replica_id.clone();
         match self.store.release_leases(&replica).await {
             Ok(released) => {

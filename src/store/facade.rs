@@ -160,6 +160,9 @@ macro_rules! store_facade {
             async fn release_hold(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
                 self.release_hold_tx(tenant, id).await
             }
+            async fn release_replica_holds(&self, replica: &str, before: chrono::DateTime<chrono::Utc>) -> StoreResult<u64> {
+                self.release_replica_holds_tx(replica, before).await
+            }
             async fn count_holds(&self, tenant: &TenantId, kind: HoldKind, session: Option<&SessionId>) -> StoreResult<u64> {
                 self.count_holds_tx(tenant, kind, session).await
             }

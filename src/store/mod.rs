@@ -453,6 +453,16 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes a hold (idempotent).
     async fn release_hold(&self, tenant: &TenantId, id: &str) -> StoreResult<()>;
 
+    /// System-level: deletes the holds `replica` took before `before`, and answers how many.
+    /// A replica starting under an id deletes what an earlier process of that id left (a
+    /// crashed one's holds would otherwise be renewed by the new one's heartbeat and count
+    /// against their tenants for good); a replica stopping deletes its own.
+    async fn release_replica_holds(
+        &self,
+        replica: &str,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<u64>;
+
     /// Records the bytes measured in the session's workspace (replacing the last
     /// measurement); `NotFound` when the session is not `tenant`'s.
     async fn record_workspace_bytes(

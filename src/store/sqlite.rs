@@ -56,6 +56,8 @@ pub struct SqliteStore {
     pub(super) outbox: Arc<webhooks::sqlite::Outbox>,
     /// Point reads run on the caller's thread (see `sqlite_reads`).
     pub(super) reads: super::sqlite_reads::SyncReads,
+    /// What this process holds open per tenant (see `limits::local_holds`).
+    pub(super) holds: super::limits::local_holds::LocalHolds,
 }
 
 impl SqliteStore {
@@ -128,6 +130,7 @@ impl SqliteStore {
             group,
             outbox,
             reads: super::sqlite_reads::SyncReads::new(&filename, BUSY_TIMEOUT),
+            holds: Default::default(),
         })
     }
 }

@@ -26,7 +26,6 @@ const GROWING: &[&str] = &[
     "outputs",
     "sessions",
     "usage_records",
-    "tenant_holds",
     "webhook_deliveries",
 ];
 

@@ -18,6 +18,7 @@ use crate::store_groups::{
     run_ends_are_written_whole_run_after_run,
 };
 use crate::store_limits::{
+    a_replica_releases_the_holds_its_id_took_before_a_time,
     a_session_hold_reads_and_holds_only_the_tenants_session,
     concurrent_admissions_never_pass_a_cap, concurrent_session_creations_never_pass_the_open_cap,
     holds_are_capped_released_and_expire,
@@ -94,6 +95,7 @@ store_suite!(
     spend_totals_sum_every_session_of_the_tenant,
     holds_are_capped_released_and_expire,
     a_session_hold_reads_and_holds_only_the_tenants_session,
+    a_replica_releases_the_holds_its_id_took_before_a_time,
     open_sessions_are_counted_per_tenant_through_creations_and_closes,
     pending_approvals_are_capped_per_tenant,
     workspace_bytes_sum_open_sessions_of_the_tenant,

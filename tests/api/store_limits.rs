@@ -462,6 +462,82 @@ pub async fn a_session_hold_reads_and_holds_only_the_tenants_session(store: Arc<
     assert!(again.unwrap().is_some());
 }
 
+/// A replica starting under an id releases what an earlier process of that id held (its
+/// heartbeat would renew those holds for good): only that replica's holds, only those taken
+/// before the given time, of every tenant; the caps count the released slots free again.
+pub async fn a_replica_releases_the_holds_its_id_took_before_a_time(store: Arc<dyn Store>) {
+    let (acme, other) = (TenantId::new("acme"), TenantId::new("other"));
+    let (ours, theirs) = (
+        session(&store, "acme").await,
+        session(&store, "other").await,
+    );
+    let caps = HoldCaps {
+        per_session: None,
+        per_tenant: (Limit::SseStreams, 2),
+    };
+    let long = Duration::from_secs(60);
+    let take = |tenant: &TenantId, session: &SessionId, replica: &str| {
+        let (store, tenant) = (store.clone(), tenant.clone());
+        let hold = hold(HoldKind::SseStream, session, replica, long);
+        async move { store.acquire_hold(&tenant, hold, caps).await }
+    };
+    // An earlier process of `replica-a` left two streams of acme (the cap) and one of other;
+    // `replica-b` holds one of other.
+    take(&acme, &ours, "replica-a").await.unwrap();
+    take(&acme, &ours, "replica-a").await.unwrap();
+    take(&other, &theirs, "replica-a").await.unwrap();
+    take(&other, &theirs, "replica-b").await.unwrap();
+    assert_eq!(
+        limit_of(take(&acme, &ours, "replica-a").await),
+        (Limit::SseStreams, 2)
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let started = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The new process's own stream, taken after it started, is kept.
+    let third = TenantId::new("third");
+    let new_stream = session(&store, "third").await;
+    take(&third, &new_stream, "replica-a").await.unwrap();
+    let released = store
+        .release_replica_holds("replica-a", started)
+        .await
+        .unwrap();
+    assert_eq!(released, 3);
+    let count = |tenant: &TenantId| {
+        let (store, tenant) = (store.clone(), tenant.clone());
+        async move {
+            store
+                .count_holds(&tenant, HoldKind::SseStream, None)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(count(&acme).await, 0);
+    assert_eq!(count(&other).await, 1, "replica-b's hold is kept");
+    assert_eq!(count(&third).await, 1, "the new process's hold is kept");
+    take(&acme, &ours, "replica-a").await.unwrap();
+    take(&acme, &ours, "replica-a").await.unwrap();
+    take(&other, &theirs, "replica-a").await.unwrap();
+    // Later holds of the id are not released by a time before them.
+    let again = store
+        .release_replica_holds("replica-a", started)
+        .await
+        .unwrap();
+    assert_eq!(again, 0);
+    assert_eq!(count(&acme).await, 2);
+    // Stopping: everything the id holds, released.
+    let stopping = chrono::Utc::now() + chrono::Duration::seconds(1);
+    let all = store
+        .release_replica_holds("replica-a", stopping)
+        .await
+        .unwrap();
+    assert_eq!(all, 4);
+    assert_eq!(
+        (count(&acme).await, count(&other).await, count(&third).await),
+        (0, 1, 0)
+    );
+}
+
 /// A pending request for a `Bash` call in `session`, expiring in `expires_in`.
 pub(crate) fn approval(session: &SessionId, expires_in: chrono::Duration) -> NewApproval {
     NewApproval {

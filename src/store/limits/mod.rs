@@ -1,5 +1,6 @@
 //! Tenant limits on what a replica keeps open: holds and measured workspace bytes.
 
+pub(in crate::store) mod local_holds;
 pub(in crate::store) mod postgres;
 pub(in crate::store) mod sqlite;
 

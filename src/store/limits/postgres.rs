@@ -227,6 +227,20 @@ impl PgStore {
         Ok(count.max(0) as u64)
     }
 
+    /// System-level: the holds `replica` took before `before`, deleted.
+    pub(in crate::store) async fn release_replica_holds_tx(
+        &self,
+        replica: &str,
+        before: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let done = sqlx::query("DELETE FROM tenant_holds WHERE replica = $1 AND created_at < $2")
+            .bind(replica)
+            .bind(before)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Extends the expiry of every hold of `owner` (the heartbeat's second statement).
     pub(in crate::store) async fn renew_holds(
         &self,

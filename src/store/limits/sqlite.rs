@@ -1,10 +1,10 @@
 //! Tenant limits on SQLite: run admission and holds. All writes go through the store's one
 //! writer connection, so a check and the write after it in one transaction cannot interleave
-//! with another admission.
+//! with another admission. Holds are counted in memory (`local_holds`): the store is this
+//! process's alone.
 
 use super::over;
 use crate::limits::Limit;
-use crate::store::dialect::lease_span;
 use crate::store::sqlite::{SqliteStore, ts};
 use crate::store::*;
 use chrono::{DateTime, Utc};
@@ -84,9 +84,8 @@ pub(in crate::store) fn admit_approval(
 }
 
 impl SqliteStore {
-    /// The session as read, then its hold: a read on the caller's thread and the hold
-    /// through the writer (no round trip to save); nothing when the session is not the
-    /// tenant's.
+    /// The session as read, then its hold (both on the caller's thread: the read on a read
+    /// connection, the hold in memory); nothing when the session is not the tenant's.
     pub(in crate::store) async fn read_session_and_hold_tx(
         &self,
         tenant: &TenantId,
@@ -98,63 +97,19 @@ impl SqliteStore {
         else {
             return Ok(None);
         };
-        self.acquire_hold_tx(tenant, hold, caps).await?;
+        self.holds.acquire(tenant, hold, caps)?;
         Ok(Some(session))
     }
 
-    /// Checks the caps against the tenant's live holds, then sweeps its expired ones and
-    /// inserts the hold, committed with the other writes waiting (the group writer). A refusal
-    /// writes nothing, so it never costs the group a rollback.
+    /// Takes a hold when the tenant's live holds stay under the caps (in memory: see
+    /// `limits::local_holds`).
     pub(in crate::store) async fn acquire_hold_tx(
         &self,
         tenant: &TenantId,
         hold: NewHold,
         caps: HoldCaps,
     ) -> StoreResult<()> {
-        let at = Utc::now();
-        let now = ts(at);
-        let expires = ts(at + lease_span(hold.lease));
-        let tenant = tenant.clone();
-        self.group
-            .write(move |db| {
-                let (in_session, in_tenant) = db
-                    .prepare_cached(
-                        "SELECT COALESCE(SUM(session_id = ?), 0), count(*) FROM tenant_holds \
-                         WHERE tenant_id = ? AND kind = ? AND expires_at > ?",
-                    )?
-                    .query_row(
-                        rusqlite::params![
-                            hold.session.as_str(),
-                            tenant.as_str(),
-                            hold.kind.as_str(),
-                            now,
-                        ],
-                        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
-                    )?;
-                if let Some((limit, max)) = caps.per_session {
-                    over(limit, max, in_session)?;
-                }
-                over(caps.per_tenant.0, caps.per_tenant.1, in_tenant)?;
-                db.prepare_cached(
-                    "DELETE FROM tenant_holds WHERE tenant_id = ? AND expires_at <= ?",
-                )?
-                .execute(rusqlite::params![tenant.as_str(), now])?;
-                db.prepare_cached(
-                    "INSERT INTO tenant_holds (id, tenant_id, session_id, kind, replica, \
-                         expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                )?
-                .execute(rusqlite::params![
-                    hold.id,
-                    tenant.as_str(),
-                    hold.session.as_str(),
-                    hold.kind.as_str(),
-                    hold.replica,
-                    expires,
-                    now,
-                ])?;
-                Ok(())
-            })
-            .await
+        self.holds.acquire(tenant, hold, caps)
     }
 
     pub(in crate::store) async fn record_workspace_bytes_tx(
@@ -184,14 +139,8 @@ impl SqliteStore {
         tenant: &TenantId,
         id: &str,
     ) -> StoreResult<()> {
-        let (tenant, id) = (tenant.clone(), id.to_owned());
-        self.group
-            .write(move |db| {
-                db.prepare_cached("DELETE FROM tenant_holds WHERE id = ? AND tenant_id = ?")?
-                    .execute(rusqlite::params![id, tenant.as_str()])?;
-                Ok(())
-            })
-            .await
+        self.holds.release(tenant, id);
+        Ok(())
     }
 
     pub(in crate::store) async fn count_holds_tx(
@@ -200,31 +149,25 @@ impl SqliteStore {
         kind: HoldKind,
         session: Option<&SessionId>,
     ) -> StoreResult<u64> {
-        let count: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM tenant_holds WHERE tenant_id = ? AND kind = ? \
-                 AND expires_at > ? AND (? IS NULL OR session_id = ?)",
-        )
-        .bind(tenant.as_str())
-        .bind(kind.as_str())
-        .bind(ts(Utc::now()))
-        .bind(session.map(SessionId::as_str))
-        .bind(session.map(SessionId::as_str))
-        .fetch_one(self.reader())
-        .await?;
-        Ok(count.max(0) as u64)
+        Ok(self.holds.count(tenant, kind, session))
     }
 
-    /// Extends the expiry of every hold of `owner` (the heartbeat's second statement).
+    /// The holds `replica` took before `before`, given back.
+    pub(in crate::store) async fn release_replica_holds_tx(
+        &self,
+        replica: &str,
+        before: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        Ok(self.holds.release_replica(replica, before))
+    }
+
+    /// Extends the expiry of every hold of `owner` (the heartbeat's second step).
     pub(in crate::store) async fn renew_holds(
         &self,
         owner: &str,
         lease: Duration,
     ) -> StoreResult<()> {
-        sqlx::query("UPDATE tenant_holds SET expires_at = ? WHERE replica = ?")
-            .bind(ts(Utc::now() + lease_span(lease)))
-            .bind(owner)
-            .execute(&mut *self.writer().sqlx().await?)
-            .await?;
+        self.holds.renew(owner, lease);
         Ok(())
     }
 }
