@@ -80,6 +80,7 @@ store_suite!(
     a_retried_batch_whose_commit_answer_was_lost_is_not_stored_twice,
     cancels_are_recorded_for_the_replica_holding_the_run,
     append_numbers_events_and_messages_contiguously,
+    the_idle_clock_moves_with_an_append_only_when_it_is_a_second_old,
     a_long_history_reads_whole_in_order_and_in_pages,
     concurrent_appends_never_duplicate_a_seq,
     appends_are_tenant_scoped_and_atomic,
@@ -802,10 +803,70 @@ async fn active_sessions_are_counted_and_swept_through_their_own_indexes() {
     );
     assert!(count.contains("sessions_tenant_active"), "{count}");
     let idle = plan(
-        "SELECT id, tenant_id FROM sessions WHERE status = 'active' AND updated_at < ? \
-         ORDER BY updated_at LIMIT ?",
+        "SELECT id, tenant_id FROM sessions WHERE status = 'active' AND active_at < ? \
+         ORDER BY active_at LIMIT ?",
         &["2026-01-01T00:00:00Z", "10"],
     );
     assert!(idle.contains("sessions_idle_active"), "{idle}");
     assert!(!idle.contains("TEMP B-TREE"), "sorted by the index: {idle}");
+}
+
+/// The idle sweep's clock (`active_at`): a session is idle from its creation; an append moves
+/// the clock when it is a second old or more, not at every append (which would rewrite the
+/// sweep's index at every commit), while `updated_at` moves at every append.
+async fn the_idle_clock_moves_with_an_append_only_when_it_is_a_second_old(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("acme");
+    let id = new_session(&store, "acme").await;
+    let idle_before = |at: chrono::DateTime<chrono::Utc>| {
+        let store = store.clone();
+        async move {
+            store
+                .list_idle_sessions(at, 100)
+                .await
+                .unwrap()
+                .iter()
+                .map(|idle| idle.id.to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    let created = store.get_session(&tenant, &id).await.unwrap().unwrap();
+    let never = chrono::Duration::milliseconds(1);
+    assert!(idle_before(created.created_at - never).await.is_empty());
+    assert_eq!(
+        idle_before(created.created_at + never).await,
+        [id.to_string()]
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let append = |n: i64| {
+        let (store, tenant, id) = (store.clone(), tenant.clone(), id.clone());
+        async move {
+            store
+                .append(
+                    &tenant,
+                    &id,
+                    AppendBatch {
+                        events: vec![event("tick", n)],
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            store
+                .get_session(&tenant, &id)
+                .await
+                .unwrap()
+                .unwrap()
+                .updated_at
+        }
+    };
+    // A second after the creation, the append moves the clock to its time...
+    let first = append(1).await;
+    assert!(idle_before(first).await.is_empty(), "active since {first}");
+    // ...and the next append, moments later, leaves it there.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let second = append(2).await;
+    assert!(second > first, "updated_at moves at every append");
+    let between = first + (second - first) / 2;
+    assert_eq!(idle_before(between).await, [id.to_string()]);
+    assert!(idle_before(first).await.is_empty());
 }

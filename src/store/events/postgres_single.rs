@@ -41,7 +41,8 @@ pub(in crate::store) enum Written {
 /// counts, cost; their UTC day), `$27`–`$30` the spend deltas (period, key, tokens, cost),
 /// `$31`/`$32` the run's end (status and terminal reason) or nulls, `$33` whether the events
 /// notify webhooks, `$34` the session's workspace bytes or null, `$35` the session's spend
-/// shard. (The replicas' signal is sent after the commit: `store::pg_notifier`.)
+/// shard, `$36` the time before which the session's `active_at` moves
+/// ([`crate::store::sessions::ACTIVE_AT_STEP`]). (The replicas' signal is sent after the commit: `store::pg_notifier`.)
 const APPEND: &str = "WITH w AS ( \
          SELECT $33::bool AND EXISTS (SELECT 1 FROM webhook_subscriptions \
              WHERE tenant_id = $2 AND (session_id IS NULL OR session_id = $1)) AS subscribed), \
@@ -54,7 +55,8 @@ const APPEND: &str = "WITH w AS ( \
      s AS ( \
          UPDATE sessions SET last_event_seq = last_event_seq + $3::bigint, \
              last_message_seq = last_message_seq + $4::bigint, updated_at = $5, \
-             last_append_id = $6, workspace_snapshot = COALESCE($7, workspace_snapshot) \
+             last_append_id = $6, workspace_snapshot = COALESCE($7, workspace_snapshot), \
+             active_at = CASE WHEN active_at < $36 THEN $5 ELSE active_at END \
          WHERE id = $1 AND tenant_id = $2 AND NOT (SELECT subscribed FROM w) \
              AND CASE WHEN $31::text IS NOT NULL THEN EXISTS (SELECT 1 FROM r) \
                  WHEN $8::text IS NULL THEN true \
@@ -171,6 +173,7 @@ pub(in crate::store) async fn append(
                 .map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)),
         )
         .bind(crate::store::budgets::postgres::spend_shard(session))
+        .bind(created_at - crate::store::sessions::ACTIVE_AT_STEP)
         .fetch_one(conn)
         .await?;
     Ok(match row {

@@ -13,8 +13,8 @@ use rusqlite::params;
 
 /// A new session: `$1` id, `$2` tenant, `$3` config, `$4` time.
 const INSERT_SESSION: &str = concat!(
-    "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $4) RETURNING ",
+    "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at, active_at) \
+     VALUES ($1, $2, $3, $4, $4, $4) RETURNING ",
     session_columns!()
 );
 
