@@ -329,7 +329,13 @@ pub async fn get_run(
         crate::usage::UsageWithSubagents::own(
             state
                 .store
-                .usage_totals(&principal.tenant, crate::usage::UsageScope::Run(&run.id))
+                .usage_totals(
+                    &principal.tenant,
+                    crate::usage::UsageScope::Run {
+                        session: &run.session_id,
+                        run: &run.id,
+                    },
+                )
                 .await?,
         )
     };

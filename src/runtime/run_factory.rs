@@ -699,7 +699,13 @@ impl SessionRuntime {
             // Model calls made before the resume count too (the usage ledger has them).
             ledger.prior = self
                 .store
-                .usage_totals(tenant, crate::usage::UsageScope::Run(run_id.as_str()))
+                .usage_totals(
+                    tenant,
+                    crate::usage::UsageScope::Run {
+                        session: session.as_str(),
+                        run: run_id.as_str(),
+                    },
+                )
                 .await?
                 .into();
         }

@@ -120,7 +120,13 @@ fn run_usage_at<'a>(
 ) -> BoxFuture<'a, Result<UsageWithSubagents, StoreError>> {
     Box::pin(async move {
         let own = store
-            .usage_totals(tenant, UsageScope::Run(run.as_str()))
+            .usage_totals(
+                tenant,
+                UsageScope::Run {
+                    session: session.as_str(),
+                    run: run.as_str(),
+                },
+            )
             .await?;
         let part = subagents_at(store, tenant, session, run, depth).await?;
         Ok(with_part(own, part))

@@ -15,6 +15,7 @@ use super::runs::{
 };
 use super::sessions::{COUNT_OPEN_SESSIONS, IDLE_SESSIONS, SELECT_SESSION, WORKSPACE_SNAPSHOT};
 use super::tool_state::{GET_MODE, GET_TODOS, SESSION_OWNED};
+use crate::usage::UsageScope;
 
 /// Tables that grow with use; a statement may scan only the others (a handful of replicas).
 const GROWING: &[&str] = &[
@@ -94,6 +95,16 @@ async fn hot_statements_read_through_an_index() {
         GET_MODE,
         SESSION_OWNED,
     ];
+    // A run's and a session's usage totals: through the ledger's (session_id, run_id) index.
+    let run = UsageScope::Run {
+        session: "s",
+        run: "r",
+    };
+    for scope in [run, UsageScope::Session("s")] {
+        let (sql, _, _) = super::usage::totals_sql(scope);
+        let steps = plan(&db, &sql).join("; ");
+        assert!(steps.contains("usage_records_session_run"), "{steps}");
+    }
     let scans: Vec<(String, Vec<String>)> = statements
         .iter()
         .map(|sql| (sql.to_string(), growing_scans(&db, sql)))

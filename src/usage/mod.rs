@@ -273,16 +273,21 @@ pub const SUMS_SQL: &str = "CAST(COUNT(*) AS BIGINT) AS model_calls, \
 /// Which rows a total covers.
 #[derive(Clone, Copy, Debug)]
 pub enum UsageScope<'a> {
-    Run(&'a str),
+    /// One run, of the session that ran it.
+    Run {
+        session: &'a str,
+        run: &'a str,
+    },
     Session(&'a str),
 }
 
 impl<'a> UsageScope<'a> {
-    /// The column the scope filters on and its value.
-    pub fn column_and_id(self) -> (&'static str, &'a str) {
+    /// The rows' condition after the tenant's (`$2` the session, `$3` the run) and its
+    /// values; both scopes read through the ledger's index on `(session_id, run_id)`.
+    pub fn filter(self) -> (&'static str, &'a str, Option<&'a str>) {
         match self {
-            Self::Run(id) => ("run_id", id),
-            Self::Session(id) => ("session_id", id),
+            Self::Run { session, run } => ("session_id = $2 AND run_id = $3", session, Some(run)),
+            Self::Session(session) => ("session_id = $2", session, None),
         }
     }
 }

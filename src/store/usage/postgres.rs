@@ -57,15 +57,13 @@ pub(in crate::store) async fn totals(
     tenant: &TenantId,
     scope: UsageScope<'_>,
 ) -> StoreResult<UsageTotals> {
-    let (column, id) = scope.column_and_id();
+    let (sql, session, run) = super::totals_sql(scope);
     let mut conn = store.tenant_conn(tenant).await?;
-    let row = sqlx::query(&format!(
-        "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = $1 AND {column} = $2"
-    ))
-    .bind(tenant.as_str())
-    .bind(id)
-    .fetch_one(&mut *conn)
-    .await?;
+    let mut query = sqlx::query(&sql).bind(tenant.as_str()).bind(session);
+    if let Some(run) = run {
+        query = query.bind(run);
+    }
+    let row = query.fetch_one(&mut *conn).await?;
     conn.commit().await?;
     Ok(RawSums::from_row(&row)?.into())
 }

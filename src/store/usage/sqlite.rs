@@ -12,14 +12,12 @@ pub(in crate::store) async fn totals(
     tenant: &TenantId,
     scope: UsageScope<'_>,
 ) -> StoreResult<UsageTotals> {
-    let (column, id) = scope.column_and_id();
-    let row = sqlx::query(&format!(
-        "SELECT {SUMS_SQL} FROM usage_records WHERE tenant_id = ? AND {column} = ?"
-    ))
-    .bind(tenant.as_str())
-    .bind(id)
-    .fetch_one(store.reader())
-    .await?;
+    let (sql, session, run) = super::totals_sql(scope);
+    let mut query = sqlx::query(&sql).bind(tenant.as_str()).bind(session);
+    if let Some(run) = run {
+        query = query.bind(run);
+    }
+    let row = query.fetch_one(store.reader()).await?;
     Ok(RawSums::from_row(&row)?.into())
 }
 
