@@ -1,5 +1,6 @@
--- The idle sweep reads `active_at`, a clock an append moves only when it is a second old or
--- more (`store::sessions::ACTIVE_AT_STEP`), instead of `updated_at`, which every append moves.
+-- The idle sweep reads `active_at`, a clock an append moves only when it was set in an
+-- earlier second (`store::sessions::active_at_after_append`), instead of `updated_at`, which
+-- every append moves.
 -- With no indexed column changed, the append's update of the session row can be a HOT update
 -- (no new entry in any of the session's four indexes); room left on each page keeps the new
 -- row version on the old one's page.

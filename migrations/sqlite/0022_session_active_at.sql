@@ -1,5 +1,6 @@
--- The idle sweep reads `active_at`, a clock an append moves only when it is a second old or
--- more (`store::sessions::ACTIVE_AT_STEP`), instead of `updated_at`, which every append moves:
+-- The idle sweep reads `active_at`, a clock an append moves only when it was set in an
+-- earlier second (`store::sessions::active_at_after_append`), instead of `updated_at`, which
+-- every append moves:
 -- the index the sweep reads (`sessions_idle_active`) was rewritten, one page to the WAL, at
 -- nearly every commit of a run. A new session's `active_at` is its creation time.
 ALTER TABLE sessions ADD COLUMN active_at TEXT NOT NULL DEFAULT '';

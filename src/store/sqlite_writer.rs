@@ -420,16 +420,16 @@ pub(super) fn append_in(
         }
     }
     let sequences = db
-        .prepare_cached(
+        .prepare_cached(concat!(
             "UPDATE sessions SET last_event_seq = last_event_seq + ?1, \
                  last_message_seq = last_message_seq + ?2, updated_at = ?3, last_append_id = ?4, \
-                 workspace_snapshot = COALESCE(?5, workspace_snapshot), \
-                 active_at = CASE WHEN active_at < ?11 THEN ?3 ELSE active_at END \
-             WHERE id = ?6 AND tenant_id = ?7 \
+                 workspace_snapshot = COALESCE(?5, workspace_snapshot), ",
+            super::sessions::active_at_after_append!(sqlite, "?3"),
+            " WHERE id = ?6 AND tenant_id = ?7 \
                AND (?8 IS NULL OR EXISTS (SELECT 1 FROM runs WHERE id = ?8 AND owner = ?9 \
                     AND fence = ?10 AND status = 'running')) \
              RETURNING last_event_seq, last_message_seq",
-        )?
+        ))?
         .query_row(
             params![
                 event_count,
@@ -442,7 +442,6 @@ pub(super) fn append_in(
                 fenced_in_update.map(|lease| lease.run_id.as_str()),
                 fenced_in_update.map(|lease| lease.owner.as_str()),
                 fenced_in_update.map(|lease| lease.fence),
-                ts(created_at - super::sessions::ACTIVE_AT_STEP),
             ],
             |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
         )

@@ -80,7 +80,7 @@ store_suite!(
     a_retried_batch_whose_commit_answer_was_lost_is_not_stored_twice,
     cancels_are_recorded_for_the_replica_holding_the_run,
     append_numbers_events_and_messages_contiguously,
-    the_idle_clock_moves_with_an_append_only_when_it_is_a_second_old,
+    the_idle_clock_moves_with_an_append_only_in_a_later_second,
     a_long_history_reads_whole_in_order_and_in_pages,
     concurrent_appends_never_duplicate_a_seq,
     appends_are_tenant_scoped_and_atomic,
@@ -812,9 +812,9 @@ async fn active_sessions_are_counted_and_swept_through_their_own_indexes() {
 }
 
 /// The idle sweep's clock (`active_at`): a session is idle from its creation; an append moves
-/// the clock when it is a second old or more, not at every append (which would rewrite the
-/// sweep's index at every commit), while `updated_at` moves at every append.
-async fn the_idle_clock_moves_with_an_append_only_when_it_is_a_second_old(store: Arc<dyn Store>) {
+/// the clock when it was set in an earlier second, not at every append (which would rewrite
+/// the sweep's index at every commit), while `updated_at` moves at every append.
+async fn the_idle_clock_moves_with_an_append_only_in_a_later_second(store: Arc<dyn Store>) {
     let tenant = TenantId::new("acme");
     let id = new_session(&store, "acme").await;
     let idle_before = |at: chrono::DateTime<chrono::Utc>| {
@@ -836,7 +836,13 @@ async fn the_idle_clock_moves_with_an_append_only_when_it_is_a_second_old(store:
         idle_before(created.created_at + never).await,
         [id.to_string()]
     );
-    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    // Just past the start of a later second than the creation's, so both appends below fall
+    // in that second.
+    let into_second = chrono::Utc::now().timestamp_subsec_millis();
+    tokio::time::sleep(std::time::Duration::from_millis(
+        u64::from(2_000 - into_second) + 10,
+    ))
+    .await;
     let append = |n: i64| {
         let (store, tenant, id) = (store.clone(), tenant.clone(), id.clone());
         async move {
@@ -859,10 +865,10 @@ async fn the_idle_clock_moves_with_an_append_only_when_it_is_a_second_old(store:
                 .updated_at
         }
     };
-    // A second after the creation, the append moves the clock to its time...
+    // In a later second than the creation, the append moves the clock to its time...
     let first = append(1).await;
     assert!(idle_before(first).await.is_empty(), "active since {first}");
-    // ...and the next append, moments later, leaves it there.
+    // ...and the next append, moments later in the same second, leaves it there.
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     let second = append(2).await;
     assert!(second > first, "updated_at moves at every append");

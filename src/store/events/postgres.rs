@@ -215,16 +215,16 @@ pub(in crate::store) async fn append_in(
             }
         }
     }
-    let row = sqlx::query(
+    let row = sqlx::query(concat!(
         "UPDATE sessions SET last_event_seq = last_event_seq + $3, \
              last_message_seq = last_message_seq + $4, updated_at = $5, last_append_id = $6, \
-             workspace_snapshot = COALESCE($7, workspace_snapshot), \
-             active_at = CASE WHEN active_at < $11 THEN $5 ELSE active_at END \
-         WHERE id = $1 AND tenant_id = $2 AND ($8::text IS NULL OR EXISTS ( \
+             workspace_snapshot = COALESCE($7, workspace_snapshot), ",
+        crate::store::sessions::active_at_after_append!(postgres, "$5"),
+        " WHERE id = $1 AND tenant_id = $2 AND ($8::text IS NULL OR EXISTS ( \
              SELECT 1 FROM runs WHERE id = $8 AND owner = $9 AND fence = $10 \
                  AND status = 'running' FOR SHARE)) \
          RETURNING last_event_seq, last_message_seq",
-    )
+    ))
     .bind(session.as_str())
     .bind(tenant.as_str())
     .bind(event_count)
@@ -235,7 +235,6 @@ pub(in crate::store) async fn append_in(
     .bind(check.map(|lease| lease.run_id.as_str()))
     .bind(check.map(|lease| lease.owner.as_str()))
     .bind(check.map(|lease| lease.fence))
-    .bind(created_at - crate::store::sessions::ACTIVE_AT_STEP)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else {

@@ -41,9 +41,9 @@ pub(in crate::store) enum Written {
 /// counts, cost; their UTC day), `$27`–`$30` the spend deltas (period, key, tokens, cost),
 /// `$31`/`$32` the run's end (status and terminal reason) or nulls, `$33` whether the events
 /// notify webhooks, `$34` the session's workspace bytes or null, `$35` the session's spend
-/// shard, `$36` the time before which the session's `active_at` moves
-/// ([`crate::store::sessions::ACTIVE_AT_STEP`]). (The replicas' signal is sent after the commit: `store::pg_notifier`.)
-const APPEND: &str = "WITH w AS ( \
+/// shard. (The replicas' signal is sent after the commit: `store::pg_notifier`.)
+const APPEND: &str = concat!(
+    "WITH w AS ( \
          SELECT $33::bool AND EXISTS (SELECT 1 FROM webhook_subscriptions \
              WHERE tenant_id = $2 AND (session_id IS NULL OR session_id = $1)) AS subscribed), \
      r AS ( \
@@ -55,8 +55,9 @@ const APPEND: &str = "WITH w AS ( \
      s AS ( \
          UPDATE sessions SET last_event_seq = last_event_seq + $3::bigint, \
              last_message_seq = last_message_seq + $4::bigint, updated_at = $5, \
-             last_append_id = $6, workspace_snapshot = COALESCE($7, workspace_snapshot), \
-             active_at = CASE WHEN active_at < $36 THEN $5 ELSE active_at END \
+             last_append_id = $6, workspace_snapshot = COALESCE($7, workspace_snapshot), ",
+    crate::store::sessions::active_at_after_append!(postgres, "$5"),
+    " \
          WHERE id = $1 AND tenant_id = $2 AND NOT (SELECT subscribed FROM w) \
              AND CASE WHEN $31::text IS NOT NULL THEN EXISTS (SELECT 1 FROM r) \
                  WHEN $8::text IS NULL THEN true \
@@ -101,7 +102,8 @@ const APPEND: &str = "WITH w AS ( \
          ON CONFLICT (session_id) DO UPDATE SET bytes = EXCLUDED.bytes, \
              updated_at = EXCLUDED.updated_at) \
      SELECT s.last_event_seq, s.last_message_seq, w.subscribed \
-     FROM w LEFT JOIN s ON true";
+     FROM w LEFT JOIN s ON true",
+);
 
 /// Writes `batch` (which [`fits`]) in one statement on `conn` (outside a transaction: the
 /// statement is its own).
@@ -173,7 +175,6 @@ pub(in crate::store) async fn append(
                 .map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)),
         )
         .bind(crate::store::budgets::postgres::spend_shard(session))
-        .bind(created_at - crate::store::sessions::ACTIVE_AT_STEP)
         .fetch_one(conn)
         .await?;
     Ok(match row {

@@ -37,18 +37,40 @@ pub(in crate::store) const LIST_SESSIONS: &str = concat!(
     " FROM sessions WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
 );
 
-/// System-level: `$1` idle before, `$2` limit. Idle by `active_at` (see [`ACTIVE_AT_STEP`]).
+/// System-level: `$1` idle before, `$2` limit. Idle by `active_at` (see `active_at_after_append`).
 pub(in crate::store) const IDLE_SESSIONS: &str = "SELECT id, tenant_id FROM sessions \
      WHERE status = 'active' AND active_at < $1 ORDER BY active_at LIMIT $2";
 
-/// How far a session's `active_at`, the idle sweep's clock (migrations: Postgres 0026,
-/// SQLite 0022), may lag its last append. An append moves it only when it is older than this
-/// (`updated_at` moves with every append), so the appends of a run leave the column and its
-/// index (`sessions_idle_active`) untouched: on SQLite no index page is written to the WAL per
-/// commit for it, on Postgres the session's update changes no indexed column and can be a HOT
-/// update (no new entry in any of the session's indexes). An idle session is expired at most
-/// this much early.
-pub(in crate::store) const ACTIVE_AT_STEP: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
+/// A session's `active_at`, the idle sweep's clock (migrations: Postgres 0026, SQLite 0022),
+/// as an append leaves it: moved to the append's time (`$t`) only when it was set in an
+/// earlier second, while `updated_at` moves with every append. The appends of a run within a
+/// second leave the column and its index (`sessions_idle_active`) untouched: on SQLite no
+/// index page is written to the WAL per commit for it, on Postgres the session's update
+/// changes no indexed column and can be a HOT update (no new entry in any of the session's
+/// indexes). The clock lags the last append by less than a second, so an idle session expires
+/// at most that much early. (SQLite's times are RFC 3339 text of fixed width: the first 19
+/// characters are the second.)
+macro_rules! active_at_after_append {
+    (sqlite, $t:literal) => {
+        concat!(
+            "active_at = CASE WHEN active_at < substr(",
+            $t,
+            ", 1, 19) THEN ",
+            $t,
+            " ELSE active_at END"
+        )
+    };
+    (postgres, $t:literal) => {
+        concat!(
+            "active_at = CASE WHEN active_at < date_trunc('second', ",
+            $t,
+            "::timestamptz) THEN ",
+            $t,
+            " ELSE active_at END"
+        )
+    };
+}
+pub(in crate::store) use active_at_after_append;
 
 /// `$1` tenant. The count is kept by triggers (migration 0018), not counted.
 pub(in crate::store) const COUNT_OPEN_SESSIONS: &str = "SELECT COALESCE((SELECT open FROM \
