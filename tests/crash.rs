@@ -639,17 +639,6 @@ async fn kill_during_subagent_run(mut server: ServerProcess) {
 // (e) Killed with streams open
 // ---------------------------------------------------------------------------------------------
 
-/// `GET /v1/sessions/{id}/stream`: the response (headers read, body left open).
-async fn open_stream(server: &ServerProcess, token: &str, session: &str) -> reqwest::Response {
-    server
-        .client
-        .get(server.url(&format!("/v1/sessions/{session}/stream")))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET stream: {e}\n{}", server.logs()))
-}
-
 /// Opens streams until the cap (2), and checks the next is refused with `TENANT_LIMIT`.
 async fn fill_stream_cap(
     server: &ServerProcess,
@@ -658,11 +647,11 @@ async fn fill_stream_cap(
 ) -> Vec<reqwest::Response> {
     let mut open = Vec::new();
     for n in 0..2 {
-        let response = open_stream(server, token, session).await;
+        let response = server.open_stream(token, session).await;
         assert_eq!(response.status(), 200, "stream {n}\n{}", server.logs());
         open.push(response);
     }
-    let refused = open_stream(server, token, session).await;
+    let refused = server.open_stream(token, session).await;
     assert_eq!(refused.status(), 429);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(

@@ -31,16 +31,6 @@ async fn start_sleeping(server: &ServerProcess, session: &str) {
     assert_eq!(status, 202, "{body}");
 }
 
-async fn open_stream(server: &ServerProcess, token: &str, session: &str) -> reqwest::Response {
-    server
-        .client
-        .get(server.url(&format!("/v1/sessions/{session}/stream")))
-        .bearer_auth(token)
-        .send()
-        .await
-        .expect("stream request")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_enqueued_prompts_are_bounded() {
     let server = start_server(&[]).await;
@@ -80,12 +70,12 @@ async fn many_sse_streams_are_bounded() {
     let session = create_session(&server, ATTACKER, &json!({})).await;
     let mut open = Vec::new();
     for _ in 0..4 {
-        let response = open_stream(&server, &token, &session).await;
+        let response = server.open_stream(&token, &session).await;
         assert_eq!(response.status(), 200);
         open.push(response);
     }
     for _ in 0..50 {
-        let response = open_stream(&server, &token, &session).await;
+        let response = server.open_stream(&token, &session).await;
         assert_eq!(response.status(), 429);
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["details"], json!({"limit": "sse_streams", "max": 4}));
@@ -93,10 +83,7 @@ async fn many_sse_streams_are_bounded() {
     // The bystander streams while the attacker's streams are open.
     let bystander = server.token("bystander");
     let theirs = create_session(&server, "bystander", &json!({})).await;
-    assert_eq!(
-        open_stream(&server, &bystander, &theirs).await.status(),
-        200
-    );
+    assert_eq!(server.open_stream(&bystander, &theirs).await.status(), 200);
     assert_still_serves(&server).await;
     drop(open);
 }
@@ -162,9 +149,9 @@ async fn a_killed_replica_leaks_no_stream_slot() {
     survivor.start().await;
     let token = doomed.token(ATTACKER);
     let session = create_session(&doomed, ATTACKER, &json!({})).await;
-    let held = open_stream(&doomed, &token, &session).await;
+    let held = doomed.open_stream(&token, &session).await;
     assert_eq!(held.status(), 200);
-    let refused = open_stream(&survivor, &token, &session).await;
+    let refused = survivor.open_stream(&token, &session).await;
     assert_eq!(
         refused.status(),
         429,
@@ -174,7 +161,7 @@ async fn a_killed_replica_leaks_no_stream_slot() {
     drop(held);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let response = open_stream(&survivor, &token, &session).await;
+        let response = survivor.open_stream(&token, &session).await;
         if response.status() == 200 {
             break;
         }

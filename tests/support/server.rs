@@ -337,6 +337,18 @@ impl ServerProcess {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// `GET /v1/sessions/{session}/stream`: the response, its headers read and its body left
+    /// open (the stream stays open, and counts against the tenant's `sse_streams`, until the
+    /// response is dropped).
+    pub async fn open_stream(&self, token: &str, session: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(&format!("/v1/sessions/{session}/stream")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET stream: {e}\n{}", self.logs()))
+    }
+
     /// POST a JSON body to `path`; `(status, JSON body or Null)`.
     pub async fn post(&self, path: &str, token: &str, body: &Value) -> (u16, Value) {
         let response = self

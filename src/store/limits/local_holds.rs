@@ -107,13 +107,10 @@ impl LocalHolds {
     /// Gives back the holds `replica` took before `before`; answers how many.
     pub(in crate::store) fn release_replica(&self, replica: &str, before: DateTime<Utc>) -> u64 {
         let mut released = 0;
-        self.lock().retain(|_, held| {
-            held.retain(|_, h| {
-                let gone = h.replica == replica && h.taken_at < before;
-                released += u64::from(gone);
-                !gone
-            });
-            !held.is_empty()
+        self.retain(|h| {
+            let gone = h.replica == replica && h.taken_at < before;
+            released += u64::from(gone);
+            !gone
         });
         released
     }
@@ -122,12 +119,19 @@ impl LocalHolds {
     /// of every tenant.
     pub(in crate::store) fn renew(&self, replica: &str, lease: Duration) {
         let now = Instant::now();
-        let mut by_tenant = self.lock();
-        by_tenant.retain(|_, held| {
-            held.retain(|_, h| h.expires > now);
-            for h in held.values_mut().filter(|h| h.replica == replica) {
+        self.retain(|h| {
+            if h.replica == replica && h.expires > now {
                 h.expires = until(now, lease);
             }
+            h.expires > now
+        });
+    }
+
+    /// Keeps, across every tenant, the holds `keep` answers true for (it may change them); a
+    /// tenant left with none loses its entry.
+    fn retain(&self, mut keep: impl FnMut(&mut Held) -> bool) {
+        self.lock().retain(|_, held| {
+            held.retain(|_, h| keep(h));
             !held.is_empty()
         });
     }
