@@ -243,46 +243,13 @@ impl Workspace {
 
     /// Reads a regular file (see [`Workspace::open_regular`]), refusing files over `max_bytes`.
     pub fn read_file(&self, rel: &Path, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
-        let display = self.display(rel);
-        let (file, meta) = self.open_regular(rel)?;
-        if meta.len() > max_bytes {
-            return Err(ToolError::new(
-                codes::FILE_TOO_LARGE,
-                format!(
-                    "{display} is {} bytes, more than the {max_bytes}-byte limit",
-                    meta.len()
-                ),
-            ));
-        }
-        let mut buf = Vec::with_capacity(meta.len() as usize);
-        // Read at most one byte past the limit so a file growing during the call is caught.
-        file.take(max_bytes + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| map_io(e, &display))?;
-        if buf.len() as u64 > max_bytes {
-            return Err(ToolError::new(
-                codes::FILE_TOO_LARGE,
-                format!("{display} is larger than the {max_bytes}-byte limit"),
-            ));
-        }
-        Ok(buf)
+        OpenedFile::open(self, rel)?.into_bytes(max_bytes)
     }
 
     /// Reads a UTF-8 text file (see [`Workspace::read_file`]); binary content is `BINARY_FILE`.
     pub fn read_text(&self, rel: &Path, max_bytes: u64) -> Result<String, ToolError> {
         let bytes = self.read_file(rel, max_bytes)?;
-        if looks_binary(&bytes) {
-            return Err(ToolError::new(
-                crate::tools::builtin::codes::BINARY_FILE,
-                format!("{} is a binary file", self.display(rel)),
-            ));
-        }
-        String::from_utf8(bytes).map_err(|_| {
-            ToolError::new(
-                crate::tools::builtin::codes::BINARY_FILE,
-                format!("{} is not valid UTF-8 text", self.display(rel)),
-            )
-        })
+        text_of(&self.display(rel), bytes)
     }
 
     /// Writes `contents` atomically: a temporary file beside the target, then a rename.
@@ -385,6 +352,94 @@ pub fn tenant_dir_name(tenant: &TenantId) -> String {
     } else {
         format!("t-{}", hex::encode(Sha256::digest(id.as_bytes())))
     }
+}
+
+/// A regular file opened for reading (see [`Workspace::open_regular`]) and what has been read
+/// of it so far.
+pub struct OpenedFile {
+    display: String,
+    file: std::fs::File,
+    /// Its size when it was opened (`fstat`).
+    len: u64,
+    bytes: Vec<u8>,
+}
+
+impl OpenedFile {
+    /// Opens `rel` beneath `ws` (a regular file with one link).
+    pub fn open(ws: &Workspace, rel: &Path) -> Result<Self, ToolError> {
+        let (file, meta) = ws.open_regular(rel)?;
+        Ok(Self {
+            display: ws.display(rel),
+            file,
+            len: meta.len(),
+            bytes: Vec::new(),
+        })
+    }
+
+    /// The path shown to the model.
+    pub fn display(&self) -> &str {
+        &self.display
+    }
+
+    /// Reads the file to its end if that is at most `upto` bytes: `true` when it is read
+    /// whole. A file larger when opened is not read at all; one that grows past `upto` while
+    /// it is read stops there (what was read is kept for [`OpenedFile::into_bytes`]).
+    pub fn read_upto(&mut self, upto: u64) -> Result<bool, ToolError> {
+        if self.len > upto {
+            return Ok(false);
+        }
+        self.read_on(upto)
+    }
+
+    /// The whole file, read on to its end; over `max_bytes` is `FILE_TOO_LARGE`, also when
+    /// it grows past the limit while it is read.
+    pub fn into_bytes(mut self, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
+        if self.len > max_bytes {
+            return Err(ToolError::new(
+                codes::FILE_TOO_LARGE,
+                format!(
+                    "{} is {} bytes, more than the {max_bytes}-byte limit",
+                    self.display, self.len
+                ),
+            ));
+        }
+        if !self.read_on(max_bytes)? {
+            return Err(ToolError::new(
+                codes::FILE_TOO_LARGE,
+                format!("{} is larger than the {max_bytes}-byte limit", self.display),
+            ));
+        }
+        Ok(self.bytes)
+    }
+
+    /// Reads on until the end or one byte past `upto` in all; `true` at the end.
+    fn read_on(&mut self, upto: u64) -> Result<bool, ToolError> {
+        let room = (upto + 1).saturating_sub(self.bytes.len() as u64);
+        if self.bytes.capacity() == 0 {
+            self.bytes.reserve_exact(self.len.min(upto) as usize);
+        }
+        (&self.file)
+            .take(room)
+            .read_to_end(&mut self.bytes)
+            .map_err(|e| map_io(e, &self.display))?;
+        Ok(self.bytes.len() as u64 <= upto)
+    }
+}
+
+/// A file's bytes as UTF-8 text; binary content is `BINARY_FILE`.
+pub fn text_of(display: &str, bytes: Vec<u8>) -> Result<String, ToolError> {
+    if looks_binary(&bytes) {
+        return Err(ToolError::new(
+            crate::tools::builtin::codes::BINARY_FILE,
+            format!("{display} is a binary file"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        ToolError::new(
+            crate::tools::builtin::codes::BINARY_FILE,
+            format!("{display} is not valid UTF-8 text"),
+        )
+    })
 }
 
 fn dot_if_empty(rel: &Path) -> &Path {

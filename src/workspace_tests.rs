@@ -74,3 +74,43 @@ fn write_atomic_then_read_and_remove() {
     ws.remove().expect("remove");
     assert!(!root.exists());
 }
+
+/// A file that grows while it is read: `read_upto` stops one byte past its bound and keeps
+/// what it read, `into_bytes` reads on from there to the end, and growth past the limit is
+/// `FILE_TOO_LARGE`.
+#[test]
+fn an_opened_file_is_read_on_from_where_a_bounded_read_stopped() {
+    use std::io::Write as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ws = Workspace::create(tmp.path(), &TenantId::new("acme"), &SessionId::generate())
+        .expect("workspace");
+    let path = ws.root().join("grows.txt");
+    std::fs::write(&path, b"0123456789").expect("write");
+    let rel = ws.resolve("grows.txt").expect("rel");
+
+    let mut small = OpenedFile::open(&ws, &rel).expect("open");
+    assert!(small.read_upto(50).expect("read"), "10 bytes fit");
+    assert_eq!(small.into_bytes(50).expect("bytes"), b"0123456789");
+
+    let mut grown = OpenedFile::open(&ws, &rel).expect("open");
+    let mut append = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("append");
+    append.write_all(&[b'x'; 90]).expect("grow");
+    assert!(!grown.read_upto(50).expect("read"), "grew past the bound");
+    let bytes = grown.into_bytes(1000).expect("read on");
+    assert_eq!(bytes.len(), 100);
+    assert!(bytes.starts_with(b"0123456789x") && bytes.ends_with(b"xx"));
+
+    let opened = OpenedFile::open(&ws, &rel).expect("open");
+    append.write_all(&[b'x'; 100]).expect("grow");
+    let error = opened.into_bytes(150).expect_err("grew past the limit");
+    assert_eq!(error.code, codes::FILE_TOO_LARGE);
+    assert!(
+        !OpenedFile::open(&ws, &rel)
+            .expect("open")
+            .read_upto(150)
+            .expect("read")
+    );
+}

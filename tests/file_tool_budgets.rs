@@ -3,11 +3,12 @@
 //! for FIFOs, sockets, symlinks and directories), Grep's per-line / total / pattern limits,
 //! Glob's and LS's pattern limits.
 
+use futures::FutureExt;
 use nix::sys::stat::Mode;
 use nix::unistd::mkfifo;
 use norma::ids::{SessionId, TenantId};
-use norma::tools::builtin::{MAX_FILE_BYTES, file_tools, grep};
-use norma::tools::{DynTool, ToolContext, ToolError, ToolOutput};
+use norma::tools::builtin::{INLINE_FILE_BYTES, MAX_FILE_BYTES, file_tools, grep};
+use norma::tools::{DynTool, FileIo, ToolContext, ToolError, ToolOutput};
 use norma::workspace::Workspace;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -33,6 +34,13 @@ impl Fixture {
             tools: file_tools(),
             ctx,
         }
+    }
+
+    /// A workspace on a local filesystem: small file work runs on the calling thread.
+    fn local() -> Self {
+        let mut fx = Self::new();
+        fx.ctx.file_io = FileIo::Local;
+        fx
     }
 
     async fn call(&self, name: &str, input: Value) -> Result<ToolOutput, ToolError> {
@@ -108,7 +116,12 @@ async fn write_and_notebook_results_are_bounded() {
 
 #[tokio::test]
 async fn only_regular_files_are_opened() {
-    let fx = Fixture::new();
+    for fx in [Fixture::new(), Fixture::local()] {
+        only_regular_files_are_opened_in(fx).await;
+    }
+}
+
+async fn only_regular_files_are_opened_in(fx: Fixture) {
     mkfifo(&fx.root.join("p"), Mode::S_IRWXU).expect("mkfifo");
     let listener = std::os::unix::net::UnixListener::bind(fx.root.join("s")).expect("socket");
     std::fs::write(fx.root.join("real.txt"), "needle\n").expect("write");
@@ -279,5 +292,67 @@ async fn read_of_many_short_lines_stops_at_its_output_budget() {
         note.starts_with("(lines 1-")
             && note.ends_with(" of 1048576; use offset/limit to read more)"),
         "{note}"
+    );
+}
+
+/// On a local workspace a small file is read, and small content written, within the call's
+/// first poll (on the calling thread, no hand-off to the blocking pool); a file past the bound
+/// is read on the pool. Both give the answers the pooled path gives, at the bound and past it,
+/// and the file limit holds on both.
+#[tokio::test]
+async fn a_local_workspace_reads_and_writes_small_files_on_the_calling_thread() {
+    let mut fx = Fixture::local();
+    std::fs::write(fx.root.join("small.txt"), "one\ntwo\n").expect("write");
+    let read = json!({"file_path": "small.txt"});
+    let small = fx
+        .call("Read", read)
+        .now_or_never()
+        .expect("read within the first poll")
+        .expect("read");
+    assert_eq!(small.text, "     1\tone\n     2\ttwo\n");
+    let write = json!({"file_path": "new/out.txt", "content": "x".repeat(1000)});
+    fx.call("Write", write)
+        .now_or_never()
+        .expect("written within the first poll")
+        .expect("write");
+    assert_eq!(
+        std::fs::read(fx.root.join("new/out.txt")).expect("written"),
+        vec![b'x'; 1000]
+    );
+
+    let bound = INLINE_FILE_BYTES as usize;
+    for len in [bound, bound + 1, 1 << 20] {
+        let text: String = (0..)
+            .map(|i| format!("line {i}\n"))
+            .scan(0, |size, line| {
+                *size += line.len();
+                (*size <= len).then_some(line)
+            })
+            .collect();
+        let text = format!("{text}{}", "z".repeat(len - text.len()));
+        assert_eq!(text.len(), len);
+        std::fs::write(fx.root.join("f.txt"), &text).expect("write");
+        let input = json!({"file_path": "f.txt", "limit": 1_000_000});
+        fx.ctx.file_io = FileIo::Local;
+        let local = fx.call("Read", input.clone()).await.expect("local read");
+        fx.ctx.file_io = FileIo::Pooled;
+        let pooled = fx.call("Read", input).await.expect("pooled read");
+        assert_eq!(local.text, pooled.text, "{len} bytes");
+        assert!(local.text.starts_with("     1\tline 0\n"), "{len} bytes");
+        let content = "y".repeat(len);
+        fx.ctx.file_io = FileIo::Local;
+        let write = json!({"file_path": "w.txt", "content": content});
+        fx.call("Write", write).await.expect("local write");
+        assert_eq!(std::fs::read(fx.root.join("w.txt")).expect("w").len(), len);
+    }
+
+    std::fs::write(
+        fx.root.join("big.txt"),
+        vec![b'a'; MAX_FILE_BYTES as usize + 1],
+    )
+    .expect("write");
+    assert_eq!(
+        fx.code("Read", json!({"file_path": "big.txt"})).await,
+        "FILE_TOO_LARGE"
     );
 }

@@ -390,7 +390,9 @@ async fn todo_write_persists_reports_and_validates(store: Arc<dyn Store>) {
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut ctx = ToolContext::for_tests();
-    ctx.progress = Some(tx);
+    ctx.progress = Some(norma::tools::ProgressSink::new(move |report| {
+        let _ = tx.send(report);
+    }));
     ctx.tool_use_id = "toolu_todo".into();
     let out = todo_write.call(input.clone(), &ctx).await.unwrap();
     assert!(out.text.contains("1/3 completed"), "{}", out.text);

@@ -45,7 +45,7 @@ pub struct CallScope {
     pub tool_use_id: String,
     /// The registry name (`mcp__<server>__<tool>`).
     pub tool_name: String,
-    progress: Option<tokio::sync::mpsc::UnboundedSender<ToolProgress>>,
+    progress: Option<crate::tools::ProgressSink>,
     rate: Mutex<(u32, Option<Instant>)>,
     /// The request's progress token, once a notification told it.
     token: Mutex<Option<ProgressToken>>,
@@ -105,7 +105,7 @@ impl ClientState {
         self: &Arc<Self>,
         tool_use_id: &str,
         tool_name: &str,
-        progress: Option<tokio::sync::mpsc::UnboundedSender<ToolProgress>>,
+        progress: Option<crate::tools::ProgressSink>,
     ) -> CallGuard {
         let scope = Arc::new(CallScope {
             tool_use_id: tool_use_id.to_owned(),
@@ -356,7 +356,7 @@ impl ClientHandler for McpClient {
             .message
             .as_deref()
             .map(|m| m.chars().take(MAX_PROGRESS_MESSAGE_CHARS).collect());
-        let _ = sink.send(ToolProgress {
+        sink.send(ToolProgress {
             tool_use_id: call.tool_use_id.clone(),
             data: json!({
                 "kind": "mcp_progress",

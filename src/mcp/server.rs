@@ -6,7 +6,6 @@ use super::config::{McpServerConfig, McpTransport};
 use super::guard::{CutOff, GuardLimits, OutputGuard};
 use super::status::{McpServerState, McpServerStatus};
 use crate::sandbox::Sandbox;
-use crate::tools::ToolProgress;
 use crate::tools::builtin::SessionNetwork;
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool as McpTool};
 use rmcp::service::{RunningService, ServiceError};
@@ -104,7 +103,7 @@ pub struct CallSpec<'a> {
     pub tool_use_id: &'a str,
     /// The registry name (`mcp__<server>__<tool>`).
     pub tool_name: &'a str,
-    pub progress: Option<tokio::sync::mpsc::UnboundedSender<ToolProgress>>,
+    pub progress: Option<crate::tools::ProgressSink>,
 }
 
 /// See the module docs.

@@ -26,6 +26,8 @@ pub struct StoreHost {
     pub session: SessionId,
     pub run_id: RunId,
     pub workspace: Option<PathBuf>,
+    /// Where the workspace's small file work runs (from `workspace.storage`).
+    pub file_io: crate::tools::FileIo,
     /// Deferred tools this session may run (N12).
     pub unlocked: crate::tools::deferred::UnlockSet,
     /// Background-task notifications of the session, filled as tasks end.
@@ -275,21 +277,19 @@ impl StoreHost {
             return (parked, None);
         }
         // Progress (e.g. TodoWrite's list) becomes `tool_progress` events as it happens.
-        let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel::<ToolProgress>();
         let writer = self.writer.clone();
-        let forward = tokio::spawn(async move {
-            while let Some(report) = reports.recv().await {
-                writer.push_event(RunEvent::ToolProgress(run_event::ToolProgress {
-                    tool_use_id: report.tool_use_id,
-                    data: report.data,
-                }));
-            }
+        let progress = crate::tools::ProgressSink::new(move |report: ToolProgress| {
+            writer.push_event(RunEvent::ToolProgress(run_event::ToolProgress {
+                tool_use_id: report.tool_use_id,
+                data: report.data,
+            }));
         });
         let ctx = ToolContext {
             tenant: self.tenant.clone(),
             session_id: self.session.clone(),
             tool_use_id: call.tool_use_id.clone(),
             workspace: self.workspace.clone(),
+            file_io: self.file_io,
             cancel,
             progress: Some(progress),
         };
@@ -333,7 +333,6 @@ impl StoreHost {
                 .await;
         }
         drop(ctx);
-        let _ = forward.await;
         if outcome.result.code.as_deref() == Some(crate::tools::codes::PARKED) {
             // The call did not run: the local copy is what it was.
             if let (Some((snapshots, _)), Some(before)) = (&snapshots, before) {

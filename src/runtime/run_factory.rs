@@ -613,6 +613,11 @@ impl SessionRuntime {
             session: session.clone(),
             run_id: run_id.clone(),
             workspace: Some(env.workspace.clone()),
+            file_io: match self.settings.workspace_storage {
+                crate::config::WorkspaceStorage::Shared => crate::tools::FileIo::Pooled,
+                crate::config::WorkspaceStorage::Local
+                | crate::config::WorkspaceStorage::Snapshot => crate::tools::FileIo::Local,
+            },
             unlocked: unlocked.clone(),
             notifications: env.notifications.clone(),
             store: self.store.clone(),

@@ -88,6 +88,42 @@ pub struct ToolProgress {
     pub data: Value,
 }
 
+/// Where a call's progress reports go: straight to the run's writer, as `tool_progress`
+/// events in order with the call's other events (no channel, no task of its own per call).
+#[derive(Clone)]
+pub struct ProgressSink(Arc<dyn Fn(ToolProgress) + Send + Sync>);
+
+impl ProgressSink {
+    pub fn new(report: impl Fn(ToolProgress) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(report))
+    }
+
+    /// Reports `progress` now.
+    pub fn send(&self, progress: ToolProgress) {
+        (self.0)(progress);
+    }
+}
+
+impl std::fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressSink")
+    }
+}
+
+/// Where a file tool's small reads and writes run (see [`builtin::file_io`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileIo {
+    /// The workspace is on this machine's own filesystem (`local` and `snapshot` storage): a
+    /// file of at most [`builtin::INLINE_FILE_BYTES`] is read or written on the calling
+    /// task's thread — a few system calls on cached pages, where a hand-off to the blocking
+    /// pool and back costs two thread wake-ups.
+    Local,
+    /// The workspace may be on a network filesystem (`shared` storage), whose calls can wait
+    /// on a server: every call goes to the blocking pool.
+    #[default]
+    Pooled,
+}
+
 /// Everything a call may use. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
@@ -96,9 +132,11 @@ pub struct ToolContext {
     pub tool_use_id: String,
     /// The session's server-owned workspace directory, when the session has one.
     pub workspace: Option<PathBuf>,
+    /// Where the workspace's small file work runs.
+    pub file_io: FileIo,
     /// Cancelled when the run is cancelled or the session closes.
     pub cancel: CancellationToken,
-    pub progress: Option<tokio::sync::mpsc::UnboundedSender<ToolProgress>>,
+    pub progress: Option<ProgressSink>,
 }
 
 impl ToolContext {
@@ -109,6 +147,7 @@ impl ToolContext {
             session_id: SessionId::generate(),
             tool_use_id: "toolu_test".into(),
             workspace: None,
+            file_io: FileIo::Pooled,
             cancel: CancellationToken::new(),
             progress: None,
         }
@@ -116,8 +155,7 @@ impl ToolContext {
 
     pub fn report_progress(&self, data: Value) {
         if let Some(sink) = &self.progress {
-            // A closed sink only means nobody is listening any more.
-            let _ = sink.send(ToolProgress {
+            sink.send(ToolProgress {
                 tool_use_id: self.tool_use_id.clone(),
                 data,
             });

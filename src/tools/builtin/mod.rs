@@ -30,7 +30,7 @@ pub mod write;
 use crate::ids::{SessionId, TenantId};
 use crate::sandbox::Sandbox;
 use crate::store::{Store, StoreError};
-use crate::tools::{DynTool, ToolError, codes as tool_codes};
+use crate::tools::{DynTool, FileIo, ToolError, codes as tool_codes};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::sync::Arc;
@@ -60,6 +60,11 @@ pub mod codes {
 /// Largest file the file tools read, and largest result Write, Edit, MultiEdit and
 /// NotebookEdit may produce (`FILE_TOO_LARGE`).
 pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+
+/// Largest file Read reads, and largest content Write writes, on the calling task's thread
+/// when the workspace is local ([`FileIo::Local`]): at most tens of microseconds of work on
+/// cached pages; a larger file goes to the blocking pool.
+pub const INLINE_FILE_BYTES: u64 = 64 * 1024;
 
 /// The eight file tools.
 pub fn file_tools() -> Vec<DynTool> {
@@ -252,6 +257,20 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| ToolError::failed(format!("worker failed: {e}")))?;
     drop(guard);
     result
+}
+
+/// Runs a file tool's work on `bytes` bytes on the calling thread when the workspace is local
+/// and `bytes` is at most [`INLINE_FILE_BYTES`] (a hop to the blocking pool and back costs
+/// more than such work), otherwise on the blocking pool ([`blocking`]).
+pub(crate) async fn file_io<T: Send + 'static>(
+    io: FileIo,
+    bytes: u64,
+    work: impl FnOnce(&Interrupt) -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    if io == FileIo::Local && bytes <= INLINE_FILE_BYTES {
+        return work(&Interrupt::new());
+    }
+    blocking(work).await
 }
 
 #[cfg(test)]

@@ -4,14 +4,15 @@
 //! numbered answer stops at [`MAX_OUTPUT_BYTES`] (numbering a file of empty lines would
 //! otherwise multiply its size by eight) and says which lines it holds.
 
-use super::{MAX_FILE_BYTES, blocking, parse_input};
+use super::{INLINE_FILE_BYTES, MAX_FILE_BYTES, blocking, parse_input};
 use crate::permission::{SelfDecision, Subject};
 use crate::tools::schema::{StaticSchema, static_schema};
-use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
-use crate::workspace::Workspace;
+use crate::tools::{FileIo, Tool, ToolContext, ToolError, ToolOutput};
+use crate::workspace::{OpenedFile, Workspace, text_of};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
+use std::path::PathBuf;
 
 /// Lines returned when no limit is given.
 pub const DEFAULT_LIMIT: usize = 2000;
@@ -136,31 +137,49 @@ impl Tool for ReadTool {
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(input)?;
         let root = ctx.workspace.clone();
-        blocking(move |_| {
-            let ws = Workspace::for_tool(root.as_ref())?;
-            let rel = ws.resolve(&input.file_path)?;
-            let text = ws.read_text(&rel, MAX_FILE_BYTES)?;
-            let offset = input.offset.unwrap_or(1).max(1);
-            let limit = input.limit.unwrap_or(DEFAULT_LIMIT);
-            let total = text.lines().count();
-            if text.is_empty() {
-                return Ok(ToolOutput::text("(the file is empty)"));
+        if ctx.file_io == FileIo::Local {
+            // Opened on this thread (a few calls on the dentry cache), and a small file read
+            // here too; a larger one, or one that grows past the bound while it is read, is
+            // read on (from where this stopped) on the blocking pool.
+            let mut file = open(root.as_ref(), &input.file_path)?;
+            if file.read_upto(INLINE_FILE_BYTES)? {
+                return answer(file, &input);
             }
-            if offset > total {
-                return Ok(ToolOutput::text(format!(
-                    "(the file has {total} lines; offset {offset} is past the end)"
-                )));
-            }
-            let (mut out, last) = number_lines(&text, offset, limit);
-            if last < total {
-                out.push_str(&format!(
-                    "(lines {offset}-{last} of {total}; use offset/limit to read more)\n"
-                ));
-            }
-            Ok(ToolOutput::text(out))
-        })
-        .await
+            return blocking(move |_| answer(file, &input)).await;
+        }
+        blocking(move |_| answer(open(root.as_ref(), &input.file_path)?, &input)).await
     }
+}
+
+/// Opens the file `path` names in the workspace at `root`.
+fn open(root: Option<&PathBuf>, path: &str) -> Result<OpenedFile, ToolError> {
+    let ws = Workspace::for_tool(root)?;
+    let rel = ws.resolve(path)?;
+    OpenedFile::open(&ws, &rel)
+}
+
+/// Reads the rest of `file` and numbers the lines `input` asks for.
+fn answer(file: OpenedFile, input: &Input) -> Result<ToolOutput, ToolError> {
+    let display = file.display().to_owned();
+    let text = text_of(&display, file.into_bytes(MAX_FILE_BYTES)?)?;
+    let offset = input.offset.unwrap_or(1).max(1);
+    let limit = input.limit.unwrap_or(DEFAULT_LIMIT);
+    let total = text.lines().count();
+    if text.is_empty() {
+        return Ok(ToolOutput::text("(the file is empty)"));
+    }
+    if offset > total {
+        return Ok(ToolOutput::text(format!(
+            "(the file has {total} lines; offset {offset} is past the end)"
+        )));
+    }
+    let (mut out, last) = number_lines(&text, offset, limit);
+    if last < total {
+        out.push_str(&format!(
+            "(lines {offset}-{last} of {total}; use offset/limit to read more)\n"
+        ));
+    }
+    Ok(ToolOutput::text(out))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! [`super::MAX_FILE_BYTES`] is refused with `FILE_TOO_LARGE`; an existing target that is not a
 //! regular file (FIFO, socket, device, directory) with `NOT_A_REGULAR_FILE`.
 
-use super::{MAX_FILE_BYTES, blocking, parse_input};
+use super::{MAX_FILE_BYTES, file_io, parse_input};
 use crate::permission::Subject;
 use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
@@ -77,7 +77,7 @@ impl Tool for WriteTool {
             ));
         }
         let root = ctx.workspace.clone();
-        blocking(move |_| {
+        file_io(ctx.file_io, input.content.len() as u64, move |_| {
             let ws = Workspace::for_tool(root.as_ref())?;
             let rel = ws.resolve(&input.file_path)?;
             ws.write_atomic(&rel, input.content.as_bytes())?;
