@@ -3,8 +3,9 @@
 //! tenant), uncommitted work rolled back before reuse, a
 //! statement cancelled mid-reply never leaks into the next user's results, a bounded wait for
 //! a connection, tenant ids outside their alphabet refused before any SQL is sent, the
-//! limits lock taken with `BEGIN` holding up the same tenant only, and connections used a
-//! moment before the server dropped them never taken again.
+//! limits lock taken with `BEGIN` holding up the same tenant only, connections used a
+//! moment before the server dropped them never taken again, and a tenant's workspace
+//! measurements not waiting for each other (its total kept in shards).
 
 use norma::ids::{SessionId, TenantId};
 use norma::store::postgres::PgStore;
@@ -353,4 +354,57 @@ async fn a_hold_commits_without_waiting_for_its_flush_and_the_setting_ends_with_
     store.release_hold(&tenant, &hold.id).await.unwrap();
     assert_eq!(synchronous_commit().await, "on");
     store.acquire_hold(&tenant, second, caps).await.unwrap();
+}
+
+/// A session's workspace measurement not yet committed locks its shard of the tenant's total
+/// only: a measurement of the tenant's session on another shard goes through at once (with one
+/// row per tenant it waited for the first transaction's end), and the total is the sum.
+#[tokio::test]
+async fn a_tenants_workspace_measurements_do_not_wait_for_each_other() {
+    let Some(store) = store(ConnectOptions::default()).await else {
+        return;
+    };
+    let alpha = TenantId::new("alpha");
+    let shard = |session: SessionId| {
+        let store = store.clone();
+        async move {
+            let mut conn = store.tenant_conn(&TenantId::new("alpha")).await.unwrap();
+            let shard: i32 = sqlx::query_scalar("SELECT hashtext($1) & 15")
+                .bind(session.as_str())
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            conn.commit().await.unwrap();
+            shard
+        }
+    };
+    let first = session(&store, "alpha").await;
+    let first_shard = shard(first.clone()).await;
+    let second = loop {
+        let candidate = session(&store, "alpha").await;
+        if shard(candidate.clone()).await != first_shard {
+            break candidate;
+        }
+    };
+    let mut open = store.tenant_tx(&alpha).await.unwrap();
+    sqlx::query(
+        "INSERT INTO workspace_usage (session_id, tenant_id, bytes, updated_at) \
+         VALUES ($1, 'alpha', 100, now())",
+    )
+    .bind(first.as_str())
+    .execute(&mut *open)
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        store.record_workspace_bytes(&alpha, &second, 50),
+    )
+    .await
+    .expect("the other shard is not held up")
+    .unwrap();
+    assert_eq!(store.workspace_bytes(&alpha).await.unwrap(), 50);
+    open.commit().await.unwrap();
+    assert_eq!(store.workspace_bytes(&alpha).await.unwrap(), 150);
+    store.close_session(&alpha, &first).await.unwrap();
+    assert_eq!(store.workspace_bytes(&alpha).await.unwrap(), 50);
 }
