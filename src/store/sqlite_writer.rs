@@ -23,21 +23,23 @@
 //! alone, each in its own transaction. Sequence numbers come from the session row as left by
 //! the jobs before it, and results are answered only after the commit.
 //!
+//! One run writing alone (at low load) skips the task: an append of the same session as the
+//! job submitted just before it, with no job waiting and the connection free, is written by
+//! its caller on its own thread, in its own transaction — the hand-off to the task and back
+//! (two wake-ups, and the task's yield) bought nothing for a group of one. An append of
+//! another session in between, or any job waiting, sends it to the task as before.
+//!
 //! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait
 //! (back-pressure), it never grows without bound. Reads keep using the read connections.
 
-use super::dialect::now;
-use super::postgres::role_str;
-use super::sqlite::{parse_ts, ts};
+use super::events::sqlite_append::append_in;
 use super::sqlite_webhooks::Outbox;
-use super::{AppendBatch, Appended, StorableBatch, StoreError, StoreResult};
+use super::{Appended, StorableBatch, StoreError, StoreResult};
 use crate::ids::{SessionId, TenantId};
-use crate::usage::sql_count;
-use chrono::{DateTime, Utc};
-use rusqlite::{OptionalExtension, params};
 use sqlx::SqlitePool;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard, mpsc, oneshot};
 
@@ -185,6 +187,14 @@ where
     }
 }
 
+/// A session's key for [`GroupWriter::alone`]: a hash of its id, never 0.
+fn session_key(session: &SessionId) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default()
+        .hash_one(session.as_str())
+        .max(1)
+}
+
 fn unanswered() -> StoreError {
     StoreError::Internal("a grouped write was never attempted".into())
 }
@@ -196,14 +206,35 @@ fn stopped() -> StoreError {
 /// The handle of the group writer task (it ends when the handle is dropped).
 pub(super) struct GroupWriter {
     jobs: mpsc::Sender<Box<dyn Job>>,
+    writer: Arc<Writer>,
+    outbox: Arc<Outbox>,
+    /// The session of the job submitted last, when it was an append (a hash; 0: none).
+    last_session: AtomicU64,
 }
 
 impl GroupWriter {
     /// Starts the writer task on the current runtime; it writes through `writer`.
     pub(super) fn start(writer: Arc<Writer>, outbox: Arc<Outbox>) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
-        tokio::spawn(run(writer, queue, outbox));
-        Self { jobs }
+        tokio::spawn(run(writer.clone(), queue, outbox.clone()));
+        Self {
+            jobs,
+            writer,
+            outbox,
+            last_session: AtomicU64::new(0),
+        }
+    }
+
+    /// The write connection, for an append of `session` (a hash, 0 for any other write)
+    /// that comes alone: the job submitted before it was an append of the same session (one
+    /// run writing, none of another in between), no job waits for the task, and nobody
+    /// writes or waits to.
+    fn alone(&self, session: u64) -> Option<MutexGuard<'_, rusqlite::Connection>> {
+        let last = self.last_session.swap(session, Ordering::Relaxed);
+        if session == 0 || last != session || self.jobs.capacity() < self.jobs.max_capacity() {
+            return None;
+        }
+        self.writer.db.try_lock().ok()
     }
 
     /// Appends `batch` for `session`, committed with whatever other writes are waiting.
@@ -213,8 +244,11 @@ impl GroupWriter {
         session: SessionId,
         batch: StorableBatch,
     ) -> StoreResult<Appended> {
-        self.submit(move |db, outbox| append_in(db, outbox, &tenant, &session, &batch))
-            .await
+        let key = session_key(&session);
+        self.submit(key, move |db, outbox| {
+            append_in(db, outbox, &tenant, &session, &batch)
+        })
+        .await
     }
 
     /// Runs `write` in the writer's next transaction, committed with whatever other writes
@@ -227,21 +261,36 @@ impl GroupWriter {
         T: Send + 'static,
         F: FnMut(&rusqlite::Connection) -> StoreResult<T> + Send + 'static,
     {
-        self.submit(move |db, _: &Outbox| write(db)).await
+        self.submit(0, move |db, _: &Outbox| write(db)).await
     }
 
-    async fn submit<T, F>(&self, write: F) -> StoreResult<T>
+    /// Submits `write`, an append of the session `session` hashes to (0: another write).
+    async fn submit<T, F>(&self, session: u64, write: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnMut(&rusqlite::Connection, &Outbox) -> StoreResult<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job = WriteJob {
+        let job: Box<dyn Job> = Box::new(WriteJob {
             write,
             answer: None,
             reply,
-        };
-        self.jobs.send(Box::new(job)).await.map_err(|_| stopped())?;
+        });
+        match self.alone(session) {
+            // One run writing: its append is written here, on the caller's thread, instead
+            // of handing the job to the task and back (a wake-up each way, and the task's
+            // yield to gather others, for a group of one). When runs of several sessions
+            // write, each job goes to the task, whose groups gather them.
+            Some(db) => {
+                let mut jobs = [job];
+                write_group(&db, &self.outbox, &mut jobs);
+                drop(db);
+                let [job] = jobs;
+                job.reply();
+                self.outbox.wake_if_written();
+            }
+            None => self.jobs.send(job).await.map_err(|_| stopped())?,
+        }
         answer.await.map_err(|_| stopped())?
     }
 }
@@ -341,248 +390,4 @@ fn in_transaction<T>(
     let value = write(&tx)?;
     tx.commit()?;
     Ok(value)
-}
-
-/// Whether `session` of `tenant` exists (a write that changed nothing: gone, or fenced off?).
-pub(super) fn session_exists(
-    db: &rusqlite::Connection,
-    tenant: &TenantId,
-    session: &SessionId,
-) -> StoreResult<bool> {
-    Ok(db
-        .prepare_cached("SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?")?
-        .exists(params![session.as_str(), tenant.as_str()])?)
-}
-
-/// One append inside an open transaction.
-pub(super) fn append_in(
-    db: &rusqlite::Connection,
-    outbox: &Outbox,
-    tenant: &TenantId,
-    session: &SessionId,
-    batch: &StorableBatch,
-) -> StoreResult<Appended> {
-    let created_at = now();
-    let created = ts(created_at);
-    let event_count = batch.events.len() as i64;
-    let message_count = batch.messages.len() as i64;
-    if let (true, Some(id)) = (batch.retry, batch.id.as_deref()) {
-        // The first attempt may have committed before its answer was lost.
-        let row = db
-            .prepare_cached(
-                "SELECT last_append_id, last_event_seq, last_message_seq, updated_at \
-                 FROM sessions WHERE id = ? AND tenant_id = ?",
-            )?
-            .query_row(params![session.as_str(), tenant.as_str()], |row| {
-                Ok((
-                    row.get::<_, Option<String>>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, i64>(2)?,
-                    row.get::<_, String>(3)?,
-                ))
-            })
-            .optional()?
-            .ok_or(StoreError::NotFound)?;
-        let (last_append, last_event, last_message, updated_at) = row;
-        if last_append.as_deref() == Some(id) {
-            return Ok(Appended {
-                first_event: last_event - event_count + 1,
-                first_message: last_message - message_count + 1,
-                created_at: parse_ts(&updated_at)?,
-            });
-        }
-    }
-    // The run's end is written with the fence check; any other append of a leased run checks
-    // its fence inside the session's sequence update (one statement, not two).
-    let mut fenced_in_update = None;
-    if let Some(lease) = &batch.lease {
-        match &batch.run_end {
-            Some(end) => {
-                let held =
-                    db.prepare_cached(
-                        "UPDATE runs SET status = ?, terminal = ?, ended_at = ?, \
-                             lease_expires_at = NULL \
-                         WHERE id = ? AND owner = ? AND fence = ? AND status = 'running'",
-                    )?
-                    .execute(params![
-                        end.status.as_str(),
-                        end.terminal.to_string(),
-                        created,
-                        lease.run_id.as_str(),
-                        lease.owner,
-                        lease.fence,
-                    ])? == 1;
-                if !held {
-                    return Err(StoreError::LeaseLost);
-                }
-            }
-            None => fenced_in_update = Some(lease),
-        }
-    }
-    let sequences = db
-        .prepare_cached(concat!(
-            "UPDATE sessions SET last_event_seq = last_event_seq + ?1, \
-                 last_message_seq = last_message_seq + ?2, updated_at = ?3, last_append_id = ?4, \
-                 workspace_snapshot = COALESCE(?5, workspace_snapshot), ",
-            super::sessions::active_at_after_append!(sqlite, "?3"),
-            " WHERE id = ?6 AND tenant_id = ?7 \
-               AND (?8 IS NULL OR EXISTS (SELECT 1 FROM runs WHERE id = ?8 AND owner = ?9 \
-                    AND fence = ?10 AND status = 'running')) \
-             RETURNING last_event_seq, last_message_seq",
-        ))?
-        .query_row(
-            params![
-                event_count,
-                message_count,
-                created,
-                batch.id.as_deref(),
-                batch.workspace_snapshot.as_deref(),
-                session.as_str(),
-                tenant.as_str(),
-                fenced_in_update.map(|lease| lease.run_id.as_str()),
-                fenced_in_update.map(|lease| lease.owner.as_str()),
-                fenced_in_update.map(|lease| lease.fence),
-            ],
-            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
-        )
-        .optional()?;
-    let Some((last_event, last_message)) = sequences else {
-        // Nothing was written: the session is gone, or the run's lease is another claim's.
-        if fenced_in_update.is_none() {
-            return Err(StoreError::NotFound);
-        }
-        return Err(if session_exists(db, tenant, session)? {
-            StoreError::LeaseLost
-        } else {
-            StoreError::NotFound
-        });
-    };
-    let result = Appended {
-        first_event: last_event - event_count + 1,
-        first_message: last_message - message_count + 1,
-        created_at,
-    };
-    insert_usage(db, tenant, session, batch, created_at, &created)?;
-    if let Some(bytes) = batch.workspace_bytes {
-        crate::store::limits::sqlite::record_workspace_bytes_in(
-            db, tenant, session, bytes, &created,
-        )?;
-    }
-    if !batch.events.is_empty() {
-        let mut insert = db.prepare_cached(
-            "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, \
-                     created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )?;
-        let payloads = batch.event_payloads();
-        for ((event, payload), seq) in batch.events.iter().zip(payloads).zip(result.first_event..) {
-            insert.execute(params![
-                session.as_str(),
-                seq,
-                tenant.as_str(),
-                event.kind.as_str(),
-                payload,
-                event.run_id.as_deref(),
-                created,
-            ])?;
-        }
-    }
-    let notices = crate::webhooks::notices(
-        session.as_str(),
-        super::event_views(&batch.events, result.first_event),
-        created_at,
-    );
-    outbox.insert_sync(db, tenant, session, &created, &notices)?;
-    if !batch.messages.is_empty() {
-        let mut insert = db.prepare_cached(
-            "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
-                     compaction_boundary, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )?;
-        for (message, seq) in batch.messages.iter().zip(result.first_message..) {
-            let content = crate::json_text::json_text(&message.message.content)
-                .map_err(|error| StoreError::Internal(error.to_string()))?;
-            insert.execute(params![
-                session.as_str(),
-                seq,
-                tenant.as_str(),
-                role_str(message.message.role),
-                content,
-                message.run_id.as_deref(),
-                message.compaction_boundary,
-                created,
-            ])?;
-        }
-    }
-    for output in &batch.outputs {
-        db.prepare_cached(
-            "INSERT INTO outputs (id, session_id, tenant_id, tool_use_id, tool_name, sha256, \
-                 size_bytes, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )?
-        .execute(params![
-            output.id.as_str(),
-            session.as_str(),
-            tenant.as_str(),
-            output.tool_use_id,
-            output.tool_name,
-            output.sha256,
-            output.content.len() as i64,
-            output.content,
-            created,
-        ])?;
-    }
-    Ok(result)
-}
-
-/// The usage ledger rows of the batch and the tenant's budget totals they add to, in the
-/// append's transaction: the totals always equal the ledger.
-fn insert_usage(
-    db: &rusqlite::Connection,
-    tenant: &TenantId,
-    session: &SessionId,
-    batch: &AppendBatch,
-    at: DateTime<Utc>,
-    created: &str,
-) -> StoreResult<()> {
-    if batch.usage.is_empty() {
-        return Ok(());
-    }
-    let day = at.format("%Y-%m-%d").to_string();
-    let mut insert = db.prepare_cached(
-        "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, \
-                 input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, \
-                 day, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )?;
-    for record in &batch.usage {
-        insert.execute(params![
-            tenant.as_str(),
-            session.as_str(),
-            record.run_id.as_str(),
-            record.provider.as_str(),
-            record.model.as_str(),
-            sql_count(record.tokens.input_tokens),
-            sql_count(record.tokens.output_tokens),
-            sql_count(record.tokens.cache_read_tokens),
-            sql_count(record.tokens.cache_write_tokens),
-            record.cost_pico,
-            day,
-            created,
-        ])?;
-    }
-    // An integer sum past the largest integer becomes a real in SQLite; MIN brings it back.
-    let mut spend = db.prepare_cached(
-        "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) \
-             VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
-             tokens = CAST(MIN(tokens + excluded.tokens, 9223372036854775807) AS INTEGER), \
-             cost_pico = CAST(MIN(cost_pico + excluded.cost_pico, 9223372036854775807) AS INTEGER)",
-    )?;
-    for delta in crate::budgets::spend_deltas(&batch.usage, at) {
-        spend.execute(params![
-            tenant.as_str(),
-            delta.period.as_str(),
-            delta.key,
-            delta.tokens,
-            delta.cost_pico,
-        ])?;
-    }
-    Ok(())
 }

@@ -368,3 +368,48 @@ pub async fn run_ends_are_written_whole_run_after_run(store: Arc<dyn Store>) {
         assert_eq!(run.status, RunStatus::Completed, "run {n}");
     }
 }
+
+/// SQLite: the appends of one run writing alone are written by their caller (the append is
+/// done within its first poll, without the writer task), one of another session in between
+/// goes to the writer task (not done at its first poll on this one-thread runtime: the task
+/// has not run yet), and either way every append is stored in order.
+#[tokio::test]
+async fn the_appends_of_a_run_writing_alone_skip_the_writer_task() {
+    use futures::FutureExt;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let store = norma::store::connect(&url, &norma::store::ConnectOptions::default())
+        .await
+        .unwrap();
+    let tenant = TenantId::new("acme");
+    let (a, lease_a) = session_with_run(&store, &tenant).await;
+    let (b, lease_b) = session_with_run(&store, &tenant).await;
+    // The first append of `a` follows other writes: through the task.
+    store
+        .append(&tenant, &a, batch(Some(lease_a.clone()), 2))
+        .await
+        .unwrap();
+    let alone = store
+        .append(&tenant, &a, batch(Some(lease_a.clone()), 2))
+        .now_or_never()
+        .expect("written by the caller, within the first poll")
+        .unwrap();
+    assert_eq!(alone.events.first().map(|e| e.seq), Some(3));
+    let mut other = Box::pin(store.append(&tenant, &b, batch(Some(lease_b), 1)));
+    assert!(
+        (&mut other).now_or_never().is_none(),
+        "another session's append goes to the task"
+    );
+    other.await.unwrap();
+    let mut after = Box::pin(store.append(&tenant, &a, batch(Some(lease_a), 1)));
+    assert!(
+        (&mut after).now_or_never().is_none(),
+        "after another session's append: the task again"
+    );
+    after.await.unwrap();
+    let events = store.list_events(&tenant, &a, 0, 100).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5]
+    );
+}

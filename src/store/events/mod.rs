@@ -120,6 +120,7 @@ impl From<OutputRow> for OutputRecord {
 pub(in crate::store) mod postgres;
 mod postgres_single;
 pub(in crate::store) mod sqlite;
+pub(in crate::store) mod sqlite_append;
 
 pub(in crate::store) fn role_str(role: Role) -> &'static str {
     match role {

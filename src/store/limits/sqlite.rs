@@ -196,7 +196,7 @@ pub(in crate::store) fn record_workspace_bytes_in(
             session.as_str(),
             tenant.as_str()
         ])?;
-    if changed == 0 && !crate::store::sqlite_writer::session_exists(db, tenant, session)? {
+    if changed == 0 && !crate::store::events::sqlite_append::session_exists(db, tenant, session)? {
         return Err(StoreError::NotFound);
     }
     Ok(())
