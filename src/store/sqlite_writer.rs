@@ -23,12 +23,6 @@
 //! alone, each in its own transaction. Sequence numbers come from the session row as left by
 //! the jobs before it, and results are answered only after the commit.
 //!
-//! One run writing alone (at low load) skips the task: an append of the same session as the
-//! job submitted just before it, with no job waiting and the connection free, is written by
-//! its caller on its own thread, in its own transaction — the hand-off to the task and back
-//! (two wake-ups, and the task's yield) bought nothing for a group of one. An append of
-//! another session in between, or any job waiting, sends it to the task as before.
-//!
 //! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait
 //! (back-pressure), it never grows without bound. Reads keep using the read connections.
 
@@ -39,7 +33,6 @@ use crate::ids::{SessionId, TenantId};
 use sqlx::SqlitePool;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard, mpsc, oneshot};
 
@@ -187,14 +180,6 @@ where
     }
 }
 
-/// A session's key for [`GroupWriter::alone`]: a hash of its id, never 0.
-fn session_key(session: &SessionId) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    BuildHasherDefault::<DefaultHasher>::default()
-        .hash_one(session.as_str())
-        .max(1)
-}
-
 fn unanswered() -> StoreError {
     StoreError::Internal("a grouped write was never attempted".into())
 }
@@ -206,35 +191,14 @@ fn stopped() -> StoreError {
 /// The handle of the group writer task (it ends when the handle is dropped).
 pub(super) struct GroupWriter {
     jobs: mpsc::Sender<Box<dyn Job>>,
-    writer: Arc<Writer>,
-    outbox: Arc<Outbox>,
-    /// The session of the job submitted last, when it was an append (a hash; 0: none).
-    last_session: AtomicU64,
 }
 
 impl GroupWriter {
     /// Starts the writer task on the current runtime; it writes through `writer`.
     pub(super) fn start(writer: Arc<Writer>, outbox: Arc<Outbox>) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
-        tokio::spawn(run(writer.clone(), queue, outbox.clone()));
-        Self {
-            jobs,
-            writer,
-            outbox,
-            last_session: AtomicU64::new(0),
-        }
-    }
-
-    /// The write connection, for an append of `session` (a hash, 0 for any other write)
-    /// that comes alone: the job submitted before it was an append of the same session (one
-    /// run writing, none of another in between), no job waits for the task, and nobody
-    /// writes or waits to.
-    fn alone(&self, session: u64) -> Option<MutexGuard<'_, rusqlite::Connection>> {
-        let last = self.last_session.swap(session, Ordering::Relaxed);
-        if session == 0 || last != session || self.jobs.capacity() < self.jobs.max_capacity() {
-            return None;
-        }
-        self.writer.db.try_lock().ok()
+        tokio::spawn(run(writer, queue, outbox));
+        Self { jobs }
     }
 
     /// Appends `batch` for `session`, committed with whatever other writes are waiting.
@@ -244,11 +208,8 @@ impl GroupWriter {
         session: SessionId,
         batch: StorableBatch,
     ) -> StoreResult<Appended> {
-        let key = session_key(&session);
-        self.submit(key, move |db, outbox| {
-            append_in(db, outbox, &tenant, &session, &batch)
-        })
-        .await
+        self.submit(move |db, outbox| append_in(db, outbox, &tenant, &session, &batch))
+            .await
     }
 
     /// Runs `write` in the writer's next transaction, committed with whatever other writes
@@ -261,36 +222,21 @@ impl GroupWriter {
         T: Send + 'static,
         F: FnMut(&rusqlite::Connection) -> StoreResult<T> + Send + 'static,
     {
-        self.submit(0, move |db, _: &Outbox| write(db)).await
+        self.submit(move |db, _: &Outbox| write(db)).await
     }
 
-    /// Submits `write`, an append of the session `session` hashes to (0: another write).
-    async fn submit<T, F>(&self, session: u64, write: F) -> StoreResult<T>
+    async fn submit<T, F>(&self, write: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnMut(&rusqlite::Connection, &Outbox) -> StoreResult<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job: Box<dyn Job> = Box::new(WriteJob {
+        let job = WriteJob {
             write,
             answer: None,
             reply,
-        });
-        match self.alone(session) {
-            // One run writing: its append is written here, on the caller's thread, instead
-            // of handing the job to the task and back (a wake-up each way, and the task's
-            // yield to gather others, for a group of one). When runs of several sessions
-            // write, each job goes to the task, whose groups gather them.
-            Some(db) => {
-                let mut jobs = [job];
-                write_group(&db, &self.outbox, &mut jobs);
-                drop(db);
-                let [job] = jobs;
-                job.reply();
-                self.outbox.wake_if_written();
-            }
-            None => self.jobs.send(job).await.map_err(|_| stopped())?,
-        }
+        };
+        self.jobs.send(Box::new(job)).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
