@@ -12,7 +12,8 @@
 //! descriptor is `fstat`ed and anything but a regular file — a FIFO, a socket, a device, a
 //! directory, a symlink as the last component — is refused with `NOT_A_REGULAR_FILE` before a
 //! single byte is read. Without this a FIFO made by a command (`mkfifo p`) would block a
-//! blocking-pool thread forever on `open` or `read`.
+//! thread forever on `open` or `read` (a tokio worker, where Read and Write do small files on
+//! a local workspace, or a blocking-pool thread).
 
 use crate::ids::{SessionId, TenantId};
 use crate::tools::ToolError;
@@ -248,8 +249,7 @@ impl Workspace {
 
     /// Reads a UTF-8 text file (see [`Workspace::read_file`]); binary content is `BINARY_FILE`.
     pub fn read_text(&self, rel: &Path, max_bytes: u64) -> Result<String, ToolError> {
-        let bytes = self.read_file(rel, max_bytes)?;
-        text_of(&self.display(rel), bytes)
+        OpenedFile::open(self, rel)?.into_text(max_bytes)
     }
 
     /// Writes `contents` atomically: a temporary file beside the target, then a rename.
@@ -376,11 +376,6 @@ impl OpenedFile {
         })
     }
 
-    /// The path shown to the model.
-    pub fn display(&self) -> &str {
-        &self.display
-    }
-
     /// Reads the file to its end if that is at most `upto` bytes: `true` when it is read
     /// whole. A file larger when opened is not read at all; one that grows past `upto` while
     /// it is read stops there (what was read is kept for [`OpenedFile::into_bytes`]).
@@ -412,6 +407,13 @@ impl OpenedFile {
         Ok(self.bytes)
     }
 
+    /// The whole file as UTF-8 text ([`OpenedFile::into_bytes`]); binary content is
+    /// `BINARY_FILE`.
+    pub fn into_text(self, max_bytes: u64) -> Result<String, ToolError> {
+        let display = self.display.clone();
+        text_of(&display, self.into_bytes(max_bytes)?)
+    }
+
     /// Reads on until the end or one byte past `upto` in all; `true` at the end.
     fn read_on(&mut self, upto: u64) -> Result<bool, ToolError> {
         let room = (upto + 1).saturating_sub(self.bytes.len() as u64);
@@ -427,7 +429,7 @@ impl OpenedFile {
 }
 
 /// A file's bytes as UTF-8 text; binary content is `BINARY_FILE`.
-pub fn text_of(display: &str, bytes: Vec<u8>) -> Result<String, ToolError> {
+fn text_of(display: &str, bytes: Vec<u8>) -> Result<String, ToolError> {
     if looks_binary(&bytes) {
         return Err(ToolError::new(
             crate::tools::builtin::codes::BINARY_FILE,

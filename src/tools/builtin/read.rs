@@ -8,7 +8,7 @@ use super::{INLINE_FILE_BYTES, MAX_FILE_BYTES, blocking, parse_input};
 use crate::permission::{SelfDecision, Subject};
 use crate::tools::schema::{StaticSchema, static_schema};
 use crate::tools::{FileIo, Tool, ToolContext, ToolError, ToolOutput};
-use crate::workspace::{OpenedFile, Workspace, text_of};
+use crate::workspace::{OpenedFile, Workspace};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
@@ -160,8 +160,7 @@ fn open(root: Option<&PathBuf>, path: &str) -> Result<OpenedFile, ToolError> {
 
 /// Reads the rest of `file` and numbers the lines `input` asks for.
 fn answer(file: OpenedFile, input: &Input) -> Result<ToolOutput, ToolError> {
-    let display = file.display().to_owned();
-    let text = text_of(&display, file.into_bytes(MAX_FILE_BYTES)?)?;
+    let text = file.into_text(MAX_FILE_BYTES)?;
     let offset = input.offset.unwrap_or(1).max(1);
     let limit = input.limit.unwrap_or(DEFAULT_LIMIT);
     let total = text.lines().count();
