@@ -19,7 +19,9 @@
 //! **Layout:** this file holds the runtime's state (the sessions with a run in flight, parked
 //! runs, live session environments) and its accessors; [`prompts`] turns prompts into runs
 //! and cancels and closes; [`drive`] runs each claimed run in a task and starts the next
-//! queued one; [`run_factory`] builds a run (environment, tools, gate, provider, engine);
+//! queued one; [`run_factory`] builds a run (gate, pipeline, host, engine) and drives it, from
+//! the session's live environment ([`session_env`]), its tools ([`run_tools`]) and its provider
+//! ([`run_provider`]);
 //! [`parking`], [`resume`] and [`handoff`] are what happens when a run waits, crashed, or its
 //! replica stops.
 
@@ -41,6 +43,9 @@ mod replicas;
 pub mod resume;
 mod run_factory;
 mod run_journal;
+mod run_provider;
+mod run_tools;
+mod session_env;
 pub mod session_writer;
 mod skills;
 mod snapshots;
