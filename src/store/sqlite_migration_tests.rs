@@ -1,5 +1,6 @@
 //! SQLite migrations keep what is stored: the history tables rebuilt as rowid tables
-//! (migration 0020) hold the same rows, keep their key and their cascade from `sessions`.
+//! (migration 0020) and `runs` and `usage_records` rebuilt without AUTOINCREMENT (migration
+//! 0024) hold the same rows, keep their key, their indexes and their cascade from `sessions`.
 
 use rusqlite::{Connection, params};
 use std::path::PathBuf;
@@ -122,6 +123,124 @@ fn the_history_tables_rebuilt_as_rowid_tables_keep_every_row_and_their_key() {
         .expect("count");
     assert_eq!(left, 0);
     assert_eq!(rows(&db, EVENTS).len(), 5);
+    let broken: Vec<Vec<rusqlite::types::Value>> = rows(&db, "PRAGMA foreign_key_check");
+    assert!(broken.is_empty(), "{broken:?}");
+}
+
+const RUNS: &str = "SELECT position, id, session_id, tenant_id, prompt, status, owner, \
+                    lease_expires_at, fence, terminal, created_at, started_at, ended_at, \
+                    cancel_requested_at FROM runs ORDER BY position";
+const USAGE: &str = "SELECT * FROM usage_records ORDER BY id";
+const INDEXES: &str = "SELECT name, tbl_name, sql FROM sqlite_master \
+                       WHERE type = 'index' AND tbl_name IN ('runs', 'usage_records') ORDER BY name";
+
+fn insert_run(db: &Connection, position: Option<i64>, id: &str, session: &str) {
+    db.execute(
+        "INSERT INTO runs (position, id, session_id, tenant_id, prompt, status, created_at) \
+         VALUES (?1, ?2, ?3, 'acme', 'p', 'completed', '2026-12-06T09:30:01Z')",
+        params![position, id, session],
+    )
+    .expect("run");
+}
+
+fn insert_usage(db: &Connection, session: &str, run: &str) {
+    db.execute(
+        "INSERT INTO usage_records (tenant_id, session_id, run_id, provider, model, input_tokens, \
+             output_tokens, cache_read_tokens, cache_write_tokens, cost_pico, day, created_at) \
+         VALUES ('acme', ?1, ?2, 'anthropic', 'm', 10, 20, 0, 0, NULL, '2026-12-06', \
+             '2026-12-06T09:30:01Z')",
+        params![session, run],
+    )
+    .expect("usage");
+}
+
+fn sequence_rows(db: &Connection) -> i64 {
+    db.query_row(
+        "SELECT count(*) FROM sqlite_sequence WHERE name IN ('runs', 'usage_records')",
+        [],
+        |row| row.get(0),
+    )
+    .expect("sqlite_sequence")
+}
+
+#[test]
+fn runs_and_usage_rows_keep_their_keys_and_order_without_autoincrement() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Connection::open(dir.path().join("old.db")).expect("open");
+    db.pragma_update(None, "foreign_keys", true)
+        .expect("foreign keys");
+    for (_, sql) in migrations(Some(24)) {
+        db.execute_batch(&sql).expect("an older migration");
+    }
+    for session in ["ses_a", "ses_b"] {
+        db.execute(
+            "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
+             VALUES (?1, 'acme', '{}', '2026-12-06T09:30:01Z', '2026-12-06T09:30:01Z')",
+            params![session],
+        )
+        .expect("session");
+    }
+    // Keys with a gap (a position given explicitly).
+    insert_run(&db, None, "run_1", "ses_a");
+    insert_run(&db, Some(7), "run_2", "ses_b");
+    insert_run(&db, None, "run_3", "ses_a");
+    for run in ["run_1", "run_2", "run_3"] {
+        insert_usage(&db, if run == "run_2" { "ses_b" } else { "ses_a" }, run);
+    }
+    assert_eq!(
+        sequence_rows(&db),
+        2,
+        "AUTOINCREMENT kept its counters before"
+    );
+    let (runs, usage, indexes) = (rows(&db, RUNS), rows(&db, USAGE), rows(&db, INDEXES));
+
+    for (version, sql) in migrations(None).into_iter().filter(|(v, _)| *v >= 24) {
+        db.execute_batch(&format!("BEGIN; {sql} COMMIT;"))
+            .unwrap_or_else(|error| panic!("migration {version}: {error}"));
+    }
+    assert_eq!(rows(&db, RUNS), runs);
+    assert_eq!(rows(&db, USAGE), usage);
+    assert_eq!(
+        rows(&db, INDEXES),
+        indexes,
+        "the indexes are restated as they were"
+    );
+    for table in ["runs", "usage_records"] {
+        let sql: String = db
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE name = ?1",
+                [table],
+                |row| row.get(0),
+            )
+            .expect("schema");
+        assert!(!sql.to_uppercase().contains("AUTOINCREMENT"), "{sql}");
+    }
+
+    // A new run comes after every run stored; inserts keep no counter (no page written for it).
+    insert_run(&db, None, "run_4", "ses_a");
+    insert_usage(&db, "ses_a", "run_4");
+    assert_eq!(sequence_rows(&db), 0);
+    let order: Vec<String> = db
+        .prepare("SELECT id FROM runs WHERE session_id = 'ses_a' ORDER BY position")
+        .expect("prepare")
+        .query_map([], |row| row.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("ids");
+    assert_eq!(order, ["run_1", "run_3", "run_4"]);
+    let position: i64 = db
+        .query_row("SELECT position FROM runs WHERE id = 'run_4'", [], |row| {
+            row.get(0)
+        })
+        .expect("position");
+    assert_eq!(position, 9, "the largest key stored + 1");
+    // The status check and the cascade from `sessions` still hold.
+    let bad = db.execute("UPDATE runs SET status = 'lost' WHERE id = 'run_4'", []);
+    assert!(bad.is_err(), "a status outside the check was accepted");
+    db.execute("DELETE FROM sessions WHERE id = 'ses_a'", [])
+        .expect("delete");
+    assert_eq!(rows(&db, RUNS).len(), 1);
+    assert_eq!(rows(&db, USAGE).len(), 1);
     let broken: Vec<Vec<rusqlite::types::Value>> = rows(&db, "PRAGMA foreign_key_check");
     assert!(broken.is_empty(), "{broken:?}");
 }
