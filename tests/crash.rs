@@ -89,6 +89,51 @@ on_both_backends! {
     kill_with_streams_open => kill_with_streams_open;
 }
 
+/// The embedded SQLite store is one process's alone: a second server on the same data dir
+/// (the same SQLite file) is refused at start-up with an error that says why, after the busy
+/// timeout, while the first keeps serving; once the first is killed, the file is free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_on_the_same_sqlite_file_is_refused() {
+    let mut first = server_on(Backend::Sqlite).await.expect("sqlite server");
+    first.start().await;
+    let token = first.token(TENANT);
+    let (status, before) = first.post("/v1/sessions", &token, &json!({})).await;
+    assert_eq!(status, 201, "{before}");
+
+    let mut second = ServerProcess::new(None)
+        .env("NORMA_DATA_DIR", first.data_dir().display().to_string())
+        .env("NORMA_REPLICA_ID", "crash-replica-2");
+    let (exit, log) = second.start_expecting_refusal().await;
+    assert!(!exit.success(), "the second process started: {log}");
+    assert!(log.contains("is in use by another process"), "{log}");
+
+    // The first is untouched: it serves, and what it stored is still there.
+    let (status, after) = first.post("/v1/sessions", &token, &json!({})).await;
+    assert_eq!(status, 201, "{after}");
+    let (status, listed) = first.get("/v1/sessions", &token).await;
+    assert_eq!(status, 200, "{listed}");
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .filter_map(|session| session["id"].as_str())
+        .collect();
+    for session in [&before, &after] {
+        assert!(ids.contains(&session["id"].as_str().unwrap()), "{listed}");
+    }
+
+    // A killed process leaves no lock behind.
+    first.kill();
+    second.start().await;
+    let (status, found) = second
+        .get(
+            &format!("/v1/sessions/{}", before["id"].as_str().unwrap()),
+            &second.token(TENANT),
+        )
+        .await;
+    assert_eq!(status, 200, "{found}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------

@@ -57,9 +57,10 @@ impl Writer {
         autocheckpoint: u32,
     ) -> StoreResult<Self> {
         use rusqlite::OpenFlags;
-        let db = rusqlite::Connection::open_with_flags(
+        let db = rusqlite::Connection::open_with_flags_and_vfs(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            super::sqlite::VFS,
         )?;
         db.busy_timeout(busy_timeout)?;
         db.pragma_update(None, "foreign_keys", true)?;
