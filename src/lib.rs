@@ -30,6 +30,7 @@ pub mod skills;
 pub mod store;
 pub mod subagents;
 pub mod telemetry;
+pub mod timestamp;
 pub mod tools;
 pub mod usage;
 pub mod webhooks;

@@ -29,10 +29,11 @@ impl LiveEvent {
     /// store wrote) and the record's other fields: the same text as [`LiveEvent::new`]
     /// renders, without serialising the payload again.
     pub fn with_payload_json(record: EventRecord, payload: &str) -> Self {
-        use std::io::Write;
         let mut out = Vec::with_capacity(payload.len() + 64 + record.kind.len());
         // Writes into a Vec<u8> cannot fail; the fields are strings, an integer and a time.
-        let _ = write!(out, "{{\"seq\":{},\"type\":", record.seq);
+        out.extend_from_slice(b"{\"seq\":");
+        let _ = serde_json::to_writer(&mut out, &record.seq);
+        out.extend_from_slice(b",\"type\":");
         let _ = serde_json::to_writer(&mut out, &record.kind);
         out.extend_from_slice(b",\"payload\":");
         out.extend_from_slice(payload.as_bytes());
@@ -41,7 +42,7 @@ impl LiveEvent {
             let _ = serde_json::to_writer(&mut out, run);
         }
         out.extend_from_slice(b",\"created_at\":");
-        let _ = serde_json::to_writer(&mut out, &record.created_at);
+        crate::timestamp::write_json(&record.created_at, &mut out);
         out.push(b'}');
         Self {
             json: String::from_utf8(out).unwrap_or_default(),

@@ -5,9 +5,9 @@ use crate::store::{StoreError, StoreResult};
 use chrono::{DateTime, Utc};
 
 /// Timestamps are fixed-width RFC 3339 in UTC so text order is time order
-/// (`%Y-%m-%dT%H:%M:%S%.6fZ`, written without parsing a format string each time).
+/// (`%Y-%m-%dT%H:%M:%S%.6fZ`, written byte by byte: [`crate::timestamp::micros`]).
 pub(in crate::store) fn ts(value: DateTime<Utc>) -> String {
-    value.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    crate::timestamp::micros(&value)
 }
 
 pub(in crate::store) fn parse_ts(value: &str) -> StoreResult<DateTime<Utc>> {
