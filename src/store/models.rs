@@ -173,7 +173,7 @@ pub struct EventRecord {
     pub payload: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    /// Written as `chrono` writes it, without its per-character path (see [`crate::timestamp`]).
+    // Written as `chrono` writes it, without its per-character path (see `crate::timestamp`).
     #[serde(serialize_with = "crate::timestamp::serialize")]
     pub created_at: DateTime<Utc>,
 }
