@@ -15,7 +15,7 @@ use crate::tools::{ToolContext, ToolProgress};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// The host of one run.
@@ -31,7 +31,7 @@ pub struct StoreHost {
     /// Deferred tools this session may run (N12).
     pub unlocked: crate::tools::deferred::UnlockSet,
     /// Background-task notifications of the session, filled as tasks end.
-    pub notifications: Arc<Mutex<Vec<String>>>,
+    pub notifications: Arc<super::task_inbox::TaskInbox>,
     pub store: Arc<dyn Store>,
     pub grants: Arc<super::approvals::LiveGrants>,
     /// The run's effective permission mode, shared with its gate.
@@ -422,14 +422,11 @@ impl StoreHost {
     }
 
     fn pending_task_notifications_inner(&self) -> u32 {
-        self.notifications.lock().map_or(0, |n| n.len() as u32)
+        self.notifications.pending()
     }
 
     fn take_task_notifications_inner(&self) -> Vec<String> {
-        self.notifications
-            .lock()
-            .map(|mut n| std::mem::take(&mut *n))
-            .unwrap_or_default()
+        self.notifications.take()
     }
 
     async fn tenant_budget_spent_inner(&self, pending: &[RunEvent]) -> Option<BudgetKind> {

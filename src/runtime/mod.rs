@@ -52,6 +52,7 @@ mod snapshots;
 pub mod subagent;
 mod subagent_close;
 pub mod subagent_usage;
+pub mod task_inbox;
 pub mod webhook;
 pub mod workspace_quota;
 
@@ -293,7 +294,7 @@ struct SessionEnv {
     /// Where the egress proxy records commands' connections (the current run's journal).
     egress_journal: EgressSlot,
     /// Notifications of finished background tasks, waiting for the loop.
-    notifications: Arc<Mutex<Vec<String>>>,
+    notifications: Arc<task_inbox::TaskInbox>,
     /// `snapshot` storage: the workspace's snapshots.
     snapshots: Option<Arc<crate::workspace_snapshot::SessionSnapshots>>,
     /// The session's MCP servers (started with its first run, stopped when it ends).

@@ -13,7 +13,7 @@ impl SessionRuntime {
         let unused = envs.get(session).is_some_and(|env| {
             env.shells.tasks.list().is_empty()
                 && env.shells.shells.ids().is_empty()
-                && env.notifications.lock().is_ok_and(|notes| notes.is_empty())
+                && env.notifications.is_empty()
                 && env.mcp.is_empty()
         });
         if unused {
@@ -52,6 +52,7 @@ impl SessionRuntime {
             session: session.clone(),
         };
         tasks.set_holds(holds.clone());
+        let finished = tasks.notifications();
         let shells = builtin::pty::ShellRegistry::new();
         shells.set_holds(holds);
         let egress_journal = EgressSlot::default();
@@ -82,23 +83,8 @@ impl SessionRuntime {
             workspace: workspace.root().to_owned(),
             web_cache: Default::default(),
             egress_journal,
-            notifications: Arc::new(Mutex::new(Vec::new())),
+            notifications: Arc::new(super::task_inbox::TaskInbox::new(finished)),
         });
-        if let Some(mut finished) = env.shells.tasks.notifications() {
-            let inbox = env.notifications.clone();
-            tokio::spawn(async move {
-                while let Some(note) = finished.recv().await {
-                    let text = format!(
-                        "task {} {:?} (exit code {}): {}",
-                        note.task_id,
-                        note.status,
-                        note.exit_code.map_or("none".to_owned(), |c| c.to_string()),
-                        note.command
-                    );
-                    inbox.lock().unwrap_or_else(|e| e.into_inner()).push(text);
-                }
-            });
-        }
         envs.insert(session.clone(), env.clone());
         Ok(env)
     }
