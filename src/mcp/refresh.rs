@@ -81,19 +81,7 @@ pub fn register_tools(registry: &mut ToolRegistry, tools: McpTools) {
 /// `SearchExtraTools` and `ExecuteExtraTool` over the registry's deferred tools as they are
 /// now (when it has any).
 fn rebuild_deferred_wrappers(registry: &mut ToolRegistry, unlocked: &UnlockSet) {
-    let hidden = registry.deferred_tools();
-    if hidden.is_empty() {
-        return;
-    }
-    let inner = hidden
-        .iter()
-        .filter_map(|tool| registry.lookup(&tool.name))
-        .map(|entry| entry.tool.clone())
-        .collect();
-    for tool in [
-        deferred::search_tool(hidden, unlocked.clone()),
-        deferred::execute_tool(inner),
-    ] {
+    for tool in deferred::wrappers(registry, unlocked) {
         if let Err(error) = registry.register(tool) {
             tracing::warn!(%error, "deferred-tool wrapper not registered");
         }

@@ -30,7 +30,7 @@ pub struct StoreHost {
     pub file_io: crate::tools::FileIo,
     /// Deferred tools this session may run (N12).
     pub unlocked: crate::tools::deferred::UnlockSet,
-    /// Background-task notifications of the session, filled as tasks end.
+    /// Background-task notifications of the session, read when the loop asks.
     pub notifications: Arc<super::task_inbox::TaskInbox>,
     pub store: Arc<dyn Store>,
     pub grants: Arc<super::approvals::LiveGrants>,

@@ -71,15 +71,7 @@ impl SessionRuntime {
             .map_err(|v| RuntimeError::Setup(v.message))?
         {
             Some(settings) => {
-                let read_only: crate::noa::ToolNames = registry
-                    .names()
-                    .filter(|name| {
-                        registry
-                            .lookup(name)
-                            .is_some_and(|entry| entry.tool.is_read_only(&serde_json::json!({})))
-                    })
-                    .map(str::to_owned)
-                    .collect();
+                let read_only: crate::noa::ToolNames = registry.read_only_names();
                 let backend = Arc::new(crate::noa::session::StoreBackend {
                     store: self.store.clone(),
                     tenant: tenant.clone(),
@@ -102,25 +94,18 @@ impl SessionRuntime {
             None => None,
         };
         let unlocked = crate::tools::deferred::UnlockSet::default();
-        let hidden = registry.deferred_tools();
-        if !hidden.is_empty() {
+        let wrappers = crate::tools::deferred::wrappers(&registry, &unlocked);
+        if !wrappers.is_empty() {
             // Only a session with deferred tools can have unlocked any: no read otherwise.
+            // Read before the wrappers serve a call (they share `unlocked`).
             for name in self.store.unlocked_tools(tenant, session).await? {
                 unlocked.unlock(&name);
             }
-            let inner = hidden
-                .iter()
-                .filter_map(|tool| registry.lookup(&tool.name))
-                .map(|entry| entry.tool.clone())
-                .collect();
-            for tool in [
-                crate::tools::deferred::search_tool(hidden, unlocked.clone()),
-                crate::tools::deferred::execute_tool(inner),
-            ] {
-                registry
-                    .register(tool)
-                    .map_err(|error| RuntimeError::Setup(error.to_string()))?;
-            }
+        }
+        for tool in wrappers {
+            registry
+                .register(tool)
+                .map_err(|error| RuntimeError::Setup(error.to_string()))?;
         }
         // Skills (only for sessions that offer them: no read otherwise).
         if let Some(tool) = self
@@ -242,15 +227,7 @@ impl SessionRuntime {
             subagent::restore_delegated(self.store.as_ref(), tenant, session, run_id, &delegated)
                 .await?;
         }
-        let read_only = registry
-            .names()
-            .filter(|name| {
-                registry
-                    .lookup(name)
-                    .is_some_and(|entry| entry.tool.is_read_only(&serde_json::json!({})))
-            })
-            .map(str::to_owned)
-            .collect();
+        let read_only = registry.read_only_names();
         let tool = subagent::AgentTool::new(subagent::AgentSetup {
             runtime: self.me.clone(),
             tenant: tenant.clone(),

@@ -152,11 +152,27 @@ impl SqliteStore {
     }
 }
 
+/// A `rusqlite` connection to the database file through [`VFS`] (the file created when missing
+/// if `create`), waiting `busy_timeout` for a lock; the caller sets its own pragmas.
+pub(super) fn open_connection(
+    path: &std::path::Path,
+    busy_timeout: Duration,
+    create: bool,
+) -> rusqlite::Result<rusqlite::Connection> {
+    use rusqlite::OpenFlags;
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let db = rusqlite::Connection::open_with_flags_and_vfs(path, flags, VFS)?;
+    db.busy_timeout(busy_timeout)?;
+    Ok(db)
+}
+
 /// Opens the database file (created if missing) with [`VFS`] and reads from it, which takes the
 /// process's exclusive lock; another process holding it is a clear error once the busy
 /// timeout has passed.
 fn claim(path: &std::path::Path) -> StoreResult<rusqlite::Connection> {
-    use rusqlite::OpenFlags;
     let in_use = |error: rusqlite::Error| match error.sqlite_error_code() {
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
             StoreError::Internal(format!(
@@ -167,14 +183,7 @@ fn claim(path: &std::path::Path) -> StoreResult<rusqlite::Connection> {
         }
         _ => StoreError::from(error),
     };
-    let db = rusqlite::Connection::open_with_flags_and_vfs(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        VFS,
-    )?;
-    db.busy_timeout(BUSY_TIMEOUT)?;
+    let db = open_connection(path, BUSY_TIMEOUT, true)?;
     db.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))
         .map_err(in_use)?;
     Ok(db)

@@ -44,6 +44,40 @@ fn rows(db: &Connection, sql: &str) -> Vec<Vec<rusqlite::types::Value>> {
         .expect("rows")
 }
 
+/// A database in `dir` migrated up to (not including) migration `before`, foreign keys on.
+fn database_before(dir: &std::path::Path, before: u32) -> Connection {
+    let db = Connection::open(dir.join("old.db")).expect("open");
+    db.pragma_update(None, "foreign_keys", true)
+        .expect("foreign keys");
+    for (_, sql) in migrations(Some(before)) {
+        db.execute_batch(&sql).expect("an older migration");
+    }
+    db
+}
+
+/// Applies migration `from` and every later one, each in its own transaction.
+fn migrate_from(db: &Connection, from: u32) {
+    for (version, sql) in migrations(None).into_iter().filter(|(v, _)| *v >= from) {
+        db.execute_batch(&format!("BEGIN; {sql} COMMIT;"))
+            .unwrap_or_else(|error| panic!("migration {version}: {error}"));
+    }
+}
+
+/// The `CREATE` statement of `table`.
+fn table_sql(db: &Connection, table: &str) -> String {
+    db.query_row(
+        "SELECT sql FROM sqlite_master WHERE name = ?1",
+        [table],
+        |row| row.get(0),
+    )
+    .expect("schema")
+}
+
+/// Rows that break a foreign key (none expected).
+fn broken_keys(db: &Connection) -> Vec<Vec<rusqlite::types::Value>> {
+    rows(db, "PRAGMA foreign_key_check")
+}
+
 const EVENTS: &str = "SELECT session_id, seq, tenant_id, kind, payload, run_id, created_at \
                       FROM events ORDER BY session_id, seq";
 const MESSAGES: &str = "SELECT session_id, seq, tenant_id, role, content, run_id, \
@@ -52,12 +86,7 @@ const MESSAGES: &str = "SELECT session_id, seq, tenant_id, role, content, run_id
 #[test]
 fn the_history_tables_rebuilt_as_rowid_tables_keep_every_row_and_their_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = Connection::open(dir.path().join("old.db")).expect("open");
-    db.pragma_update(None, "foreign_keys", true)
-        .expect("foreign keys");
-    for (_, sql) in migrations(Some(20)) {
-        db.execute_batch(&sql).expect("an older migration");
-    }
+    let db = database_before(dir.path(), 20);
     let at = "2026-12-06T09:30:01.123456Z";
     for session in ["ses_a", "ses_b"] {
         db.execute(
@@ -87,20 +116,11 @@ fn the_history_tables_rebuilt_as_rowid_tables_keep_every_row_and_their_key() {
         }
     }
     let (events, messages) = (rows(&db, EVENTS), rows(&db, MESSAGES));
-    for (version, sql) in migrations(None).into_iter().filter(|(v, _)| *v >= 20) {
-        db.execute_batch(&format!("BEGIN; {sql} COMMIT;"))
-            .unwrap_or_else(|error| panic!("migration {version}: {error}"));
-    }
+    migrate_from(&db, 20);
     assert_eq!(rows(&db, EVENTS), events);
     assert_eq!(rows(&db, MESSAGES), messages);
     for table in ["events", "messages"] {
-        let sql: String = db
-            .query_row(
-                "SELECT sql FROM sqlite_master WHERE name = ?1",
-                [table],
-                |row| row.get(0),
-            )
-            .expect("schema");
+        let sql = table_sql(&db, table);
         assert!(!sql.to_uppercase().contains("WITHOUT ROWID"), "{sql}");
         // The key still refuses a second row for a (session, seq).
         let duplicate = db.execute(
@@ -123,7 +143,7 @@ fn the_history_tables_rebuilt_as_rowid_tables_keep_every_row_and_their_key() {
         .expect("count");
     assert_eq!(left, 0);
     assert_eq!(rows(&db, EVENTS).len(), 5);
-    let broken: Vec<Vec<rusqlite::types::Value>> = rows(&db, "PRAGMA foreign_key_check");
+    let broken = broken_keys(&db);
     assert!(broken.is_empty(), "{broken:?}");
 }
 
@@ -166,12 +186,7 @@ fn sequence_rows(db: &Connection) -> i64 {
 #[test]
 fn runs_and_usage_rows_keep_their_keys_and_order_without_autoincrement() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = Connection::open(dir.path().join("old.db")).expect("open");
-    db.pragma_update(None, "foreign_keys", true)
-        .expect("foreign keys");
-    for (_, sql) in migrations(Some(24)) {
-        db.execute_batch(&sql).expect("an older migration");
-    }
+    let db = database_before(dir.path(), 24);
     for session in ["ses_a", "ses_b"] {
         db.execute(
             "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
@@ -194,10 +209,7 @@ fn runs_and_usage_rows_keep_their_keys_and_order_without_autoincrement() {
     );
     let (runs, usage, indexes) = (rows(&db, RUNS), rows(&db, USAGE), rows(&db, INDEXES));
 
-    for (version, sql) in migrations(None).into_iter().filter(|(v, _)| *v >= 24) {
-        db.execute_batch(&format!("BEGIN; {sql} COMMIT;"))
-            .unwrap_or_else(|error| panic!("migration {version}: {error}"));
-    }
+    migrate_from(&db, 24);
     assert_eq!(rows(&db, RUNS), runs);
     assert_eq!(rows(&db, USAGE), usage);
     assert_eq!(
@@ -206,13 +218,7 @@ fn runs_and_usage_rows_keep_their_keys_and_order_without_autoincrement() {
         "the indexes are restated as they were"
     );
     for table in ["runs", "usage_records"] {
-        let sql: String = db
-            .query_row(
-                "SELECT sql FROM sqlite_master WHERE name = ?1",
-                [table],
-                |row| row.get(0),
-            )
-            .expect("schema");
+        let sql = table_sql(&db, table);
         assert!(!sql.to_uppercase().contains("AUTOINCREMENT"), "{sql}");
     }
 
@@ -241,6 +247,6 @@ fn runs_and_usage_rows_keep_their_keys_and_order_without_autoincrement() {
         .expect("delete");
     assert_eq!(rows(&db, RUNS).len(), 1);
     assert_eq!(rows(&db, USAGE).len(), 1);
-    let broken: Vec<Vec<rusqlite::types::Value>> = rows(&db, "PRAGMA foreign_key_check");
+    let broken = broken_keys(&db);
     assert!(broken.is_empty(), "{broken:?}");
 }

@@ -55,13 +55,7 @@ impl SyncReads {
     }
 
     fn open(&self) -> StoreResult<rusqlite::Connection> {
-        use rusqlite::OpenFlags;
-        let db = rusqlite::Connection::open_with_flags_and_vfs(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            super::sqlite::VFS,
-        )?;
-        db.busy_timeout(self.busy_timeout)?;
+        let db = super::sqlite::open_connection(&self.path, self.busy_timeout, false)?;
         db.pragma_update(None, "query_only", true)?;
         Ok(db)
     }

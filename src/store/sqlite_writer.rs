@@ -56,13 +56,7 @@ impl Writer {
         busy_timeout: Duration,
         autocheckpoint: u32,
     ) -> StoreResult<Self> {
-        use rusqlite::OpenFlags;
-        let db = rusqlite::Connection::open_with_flags_and_vfs(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            super::sqlite::VFS,
-        )?;
-        db.busy_timeout(busy_timeout)?;
+        let db = super::sqlite::open_connection(path, busy_timeout, false)?;
         db.pragma_update(None, "foreign_keys", true)?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.pragma_update(None, "wal_autocheckpoint", autocheckpoint)?;

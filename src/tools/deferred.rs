@@ -40,6 +40,24 @@ impl UnlockSet {
 }
 
 /// `SearchExtraTools` over the hidden tools in `catalog`.
+/// `SearchExtraTools` and `ExecuteExtraTool` over `registry`'s deferred tools as they are now;
+/// none when it has no deferred tool.
+pub fn wrappers(
+    registry: &crate::tools::registry::ToolRegistry,
+    unlocked: &UnlockSet,
+) -> Vec<DynTool> {
+    let hidden = registry.deferred_tools();
+    if hidden.is_empty() {
+        return Vec::new();
+    }
+    let inner = hidden
+        .iter()
+        .filter_map(|tool| registry.lookup(&tool.name))
+        .map(|entry| entry.tool.clone())
+        .collect();
+    vec![search_tool(hidden, unlocked.clone()), execute_tool(inner)]
+}
+
 pub fn search_tool(catalog: Vec<ProviderTool>, unlocked: UnlockSet) -> DynTool {
     let catalog = Arc::new(catalog);
     let tool = ToolBuilder::new(SEARCH_EXTRA_TOOLS)

@@ -192,6 +192,19 @@ impl ToolRegistry {
         Ok(entry)
     }
 
+    /// The names of the tools that are read-only whatever their input (judged on an empty
+    /// input): what Noa may fold and what a read-only subagent may call.
+    pub fn read_only_names<C: FromIterator<String>>(&self) -> C {
+        let no_input = serde_json::json!({});
+        self.names()
+            .filter(|name| {
+                self.lookup(name)
+                    .is_some_and(|entry| entry.tool.is_read_only(&no_input))
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Registered names in registration order (visible and deferred).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.table.order.iter().map(String::as_str)
