@@ -31,6 +31,7 @@ mod sqlite_migration_tests;
 #[cfg(test)]
 mod sqlite_plans_tests;
 mod sqlite_reads;
+mod sqlite_vfs;
 mod sqlite_writer;
 pub mod storable;
 mod tool_state;

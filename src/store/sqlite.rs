@@ -21,13 +21,14 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The VFS of every connection to the database: SQLite's `unix-excl`, which takes an exclusive
 /// lock on the database file for the whole process once, the first time it is used, and keeps
-/// the WAL's index in the process's heap instead of a shared `-shm` mapping. The store is the
-/// process's alone (stream holds and the group writer's sequence numbers live in memory), so
-/// a second process on the same file is refused (see [`SqliteStore::connect`]) instead of
-/// sharing it; connections within the process still take SQLite's locks, but in memory: with
-/// the default `unix` VFS every transaction's begin and end were `fcntl` lock calls on the
-/// database and `-shm` files, about 54 per run of the end-to-end benchmark.
-pub(super) const VFS: &str = "unix-excl";
+/// the WAL's index in the process's heap instead of a shared `-shm` mapping, wrapped so that a
+/// commit's WAL frames are written in one call (see `sqlite_vfs`). The store is the process's
+/// alone (stream holds and the group writer's sequence numbers live in memory), so a second
+/// process on the same file is refused (see [`SqliteStore::connect`]) instead of sharing it;
+/// connections within the process still take SQLite's locks, but in memory: with the default
+/// `unix` VFS every transaction's begin and end were `fcntl` lock calls on the database and
+/// `-shm` files, about 54 per run of the end-to-end benchmark.
+pub(super) const VFS: &str = super::sqlite_vfs::NAME;
 
 /// WAL pages between checkpoints: a checkpoint copies every page changed since the last one
 /// back into the database; at 4,000 pages (16 MiB of WAL) instead of 1,000 the hot pages
@@ -90,6 +91,8 @@ impl SqliteStore {
     /// using the file makes this wait as long as the busy timeout (a restarting predecessor
     /// lets go when it exits), then fail with an error that says so.
     pub async fn connect(url: &str, options: &ConnectOptions) -> StoreResult<Self> {
+        super::sqlite_vfs::register().map_err(StoreError::Internal)?;
+        let (spill, spill_off) = super::sqlite_vfs::CONNECTION_PRAGMA;
         let connect = SqliteConnectOptions::from_str(url)
             .map_err(|error| StoreError::Internal(format!("invalid database url: {error}")))?
             .vfs(VFS)
@@ -98,6 +101,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT)
+            .pragma(spill, spill_off)
             .pragma("wal_autocheckpoint", AUTOCHECKPOINT_PAGES.to_string());
         let filename = connect.get_filename().to_owned();
         if let Some(parent) = filename.parent()
@@ -153,7 +157,8 @@ impl SqliteStore {
 }
 
 /// A `rusqlite` connection to the database file through [`VFS`] (the file created when missing
-/// if `create`), waiting `busy_timeout` for a lock; the caller sets its own pragmas.
+/// if `create`), waiting `busy_timeout` for a lock, without cache spills (which the VFS needs);
+/// the caller sets its other pragmas.
 pub(super) fn open_connection(
     path: &std::path::Path,
     busy_timeout: Duration,
@@ -164,8 +169,16 @@ pub(super) fn open_connection(
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
+    super::sqlite_vfs::register().map_err(|error| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(error),
+        )
+    })?;
     let db = rusqlite::Connection::open_with_flags_and_vfs(path, flags, VFS)?;
     db.busy_timeout(busy_timeout)?;
+    let (spill, spill_off) = super::sqlite_vfs::CONNECTION_PRAGMA;
+    db.pragma_update(None, spill, spill_off)?;
     Ok(db)
 }
 
