@@ -30,6 +30,9 @@
 //! separately. The fake model's CPU (`getrusage(RUSAGE_THREAD)` on its thread) and the bench
 //! client's (`RUSAGE_SELF` minus the fake) are printed beside, with the machine's load average:
 //! client, fake, server (and Postgres) share the machine's cores with whatever else runs.
+//! The server's CPU is also split into user and system (kernel) time, beside its threads'
+//! context switches per run (`/proc/<pid>/task/*/status`): where a lone run's CPU goes that
+//! callgrind cannot see (system calls, thread wake-ups).
 //! Memory: the server's `VmRSS` at rest after start-up and after the phases, split into
 //! anonymous memory (what the server allocated) and file-backed pages (its code, shared with
 //! the page cache).
@@ -147,6 +150,36 @@ fn proc_cpu_seconds(pid: u32, ticks: f64) -> (f64, f64) {
     )
 }
 
+/// The system (kernel) part of `pid`'s CPU in seconds: `stime`, field 15 of `/proc/<pid>/stat`.
+fn proc_system_seconds(pid: u32, ticks: f64) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    rest.split_whitespace()
+        .nth(12)
+        .and_then(|f| f.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / ticks
+}
+
+/// Context switches (voluntary and not) of `pid`'s threads alive now, summed from
+/// `/proc/<pid>/task/*/status`: each one a thread put to sleep and woken again.
+fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// `(busy, total)` jiffies of the whole machine from the first line of `/proc/stat`.
 fn machine_jiffies() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
@@ -193,6 +226,10 @@ fn thread_count(pid: u32) -> usize {
 struct CpuSnapshot {
     at: Instant,
     server: f64,
+    /// The kernel's part of `server`.
+    server_system: f64,
+    /// Context switches of the server's threads.
+    server_switches: u64,
     server_children: f64,
     process: f64,
     fake: f64,
@@ -205,6 +242,9 @@ struct CpuSnapshot {
 struct CpuDelta {
     wall: f64,
     server: f64,
+    server_system: f64,
+    /// Threads that exit during the phase are missed (the server's threads live as long).
+    server_switches: u64,
     server_children: f64,
     client: f64,
     fake: f64,
@@ -229,6 +269,8 @@ impl CpuSnapshot {
             postgres,
             wall: later.at.duration_since(self.at).as_secs_f64(),
             server: later.server - self.server,
+            server_system: later.server_system - self.server_system,
+            server_switches: later.server_switches.saturating_sub(self.server_switches),
             server_children: later.server_children - self.server_children,
             client: (later.process - self.process) - fake,
             fake,
@@ -426,6 +468,8 @@ impl Bench {
         CpuSnapshot {
             at: Instant::now(),
             server,
+            server_system: proc_system_seconds(self.pid, self.ticks),
+            server_switches: context_switches(self.pid),
             server_children,
             process: rusage_seconds(UsageWho::RUSAGE_SELF),
             fake,
@@ -720,6 +764,12 @@ fn print_cpu(cpu: &CpuDelta, runs: usize) {
         per(cpu.fake),
         per(cpu.client),
         cpu.machine_busy * 100.0
+    );
+    println!(
+        "    server per run: user {:.3} ms + system {:.3} ms, {:.1} context switches",
+        per(cpu.server - cpu.server_system),
+        per(cpu.server_system),
+        cpu.server_switches as f64 / runs as f64
     );
     if let Some(postgres) = cpu.postgres {
         println!(
