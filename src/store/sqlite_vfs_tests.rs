@@ -231,3 +231,45 @@ fn a_rolled_back_transaction_larger_than_the_cache_leaves_nothing_behind() {
     assert_eq!(count(&image), 215);
     assert_eq!(integrity(&image), "ok");
 }
+
+#[test]
+fn checksums_rewritten_after_a_spill_reach_the_file_with_the_commit() {
+    // A connection that does spill (not how the store opens them), with a tiny page cache: a
+    // transaction's pages reach the WAL early, pages spilled and changed again overwrite their
+    // frames, and the commit rewrites the checksums of the frames after the first overwritten
+    // one — headers written where the handle has just read, never gathered, so the commit
+    // frame's new checksum is in the file when the commit returns.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("n.db");
+    let db = connect(&path);
+    schema(&db);
+    db.pragma_update(None, "cache_spill", "ON").unwrap();
+    db.pragma_update(None, "cache_size", 10).unwrap();
+    let frames_before = frames_in_file(&path);
+    let tx = db.unchecked_transaction().unwrap();
+    for id in 0..2_000 {
+        tx.execute(
+            "INSERT INTO t (id, k, body) VALUES (?1, ?2, ?3)",
+            params![id, format!("k{id:05}"), vec![1u8; 500]],
+        )
+        .unwrap();
+    }
+    assert!(
+        frames_in_file(&path) > frames_before,
+        "the transaction spilled"
+    );
+    tx.execute("UPDATE t SET body = zeroblob(300) WHERE id < 200", [])
+        .unwrap();
+    tx.commit().unwrap();
+    let image = crash_image(&path, &dir.path().join("image"));
+    assert_eq!(count(&image), 2_000);
+    let rewritten: i64 = image
+        .query_row(
+            "SELECT count(*) FROM t WHERE id < 200 AND length(body) = 300",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(rewritten, 200);
+    assert_eq!(integrity(&image), "ok");
+}
