@@ -28,8 +28,10 @@
 //! in the buffer after the write lock was released, and a later flush could overwrite frames
 //! another connection had committed meanwhile. Every connection of the store therefore runs
 //! with `cache_spill = OFF` ([`CONNECTION_PRAGMA`]): a big transaction keeps its pages in memory
-//! until its commit instead (the store's transactions are bounded by what a tenant may send; a
-//! migration rebuilding a large table holds that table's pages). For the same reason a frame
+//! until its commit instead (the store's transactions are bounded by what a tenant may send; the
+//! largest are a migration rebuilding a table, which holds that table's changed pages, and the
+//! periodic purges of old outputs and deliveries, which hold the pages of one period's rows).
+//! For the same reason a frame
 //! header written where the handle has just read (SQLite rewriting the checksums of frames it
 //! spilled and overwrote) is never gathered.
 //!
