@@ -134,8 +134,17 @@ fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// `(utime + stime, cutime + cstime)` of `pid` in seconds, from `/proc/<pid>/stat`.
-fn proc_cpu_seconds(pid: u32, ticks: f64) -> (f64, f64) {
+/// A process's CPU in seconds, from `/proc/<pid>/stat`.
+struct ProcCpu {
+    /// utime + stime.
+    total: f64,
+    /// stime: the kernel's part of `total`.
+    system: f64,
+    /// cutime + cstime (reaped children).
+    children: f64,
+}
+
+fn proc_cpu_seconds(pid: u32, ticks: f64) -> ProcCpu {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
     // Fields after the command name (which may contain spaces) start at field 3 (state).
     let rest = &stat[stat.rfind(')').expect("comm") + 2..];
@@ -144,21 +153,11 @@ fn proc_cpu_seconds(pid: u32, ticks: f64) -> (f64, f64) {
         .map(|f| f.parse().unwrap_or(0.0))
         .collect();
     // utime, stime, cutime, cstime are fields 14..=17 → indexes 11..=14 here.
-    (
-        (fields[11] + fields[12]) / ticks,
-        (fields[13] + fields[14]) / ticks,
-    )
-}
-
-/// The system (kernel) part of `pid`'s CPU in seconds: `stime`, field 15 of `/proc/<pid>/stat`.
-fn proc_system_seconds(pid: u32, ticks: f64) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
-    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-    rest.split_whitespace()
-        .nth(12)
-        .and_then(|f| f.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / ticks
+    ProcCpu {
+        total: (fields[11] + fields[12]) / ticks,
+        system: fields[12] / ticks,
+        children: (fields[13] + fields[14]) / ticks,
+    }
 }
 
 /// Context switches (voluntary and not) of `pid`'s threads alive now, summed from
@@ -459,18 +458,18 @@ impl Bench {
         if let Some(probe) = &self.postgres {
             for pid in probe.backends().await {
                 if std::path::Path::new(&format!("/proc/{pid}/stat")).exists() {
-                    postgres.insert(pid, proc_cpu_seconds(pid, self.ticks).0);
+                    postgres.insert(pid, proc_cpu_seconds(pid, self.ticks).total);
                 }
             }
         }
         let fake = self.fake.cpu_seconds().await;
-        let (server, server_children) = proc_cpu_seconds(self.pid, self.ticks);
+        let server = proc_cpu_seconds(self.pid, self.ticks);
         CpuSnapshot {
             at: Instant::now(),
-            server,
-            server_system: proc_system_seconds(self.pid, self.ticks),
+            server: server.total,
+            server_system: server.system,
             server_switches: context_switches(self.pid),
-            server_children,
+            server_children: server.children,
             process: rusage_seconds(UsageWho::RUSAGE_SELF),
             fake,
             machine: machine_jiffies(),

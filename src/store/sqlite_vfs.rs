@@ -42,7 +42,10 @@ use std::ffi::{CStr, c_int, c_void};
 use std::sync::OnceLock;
 
 /// The name connections open the file with (`vfs=` for sqlx, `open_with_flags_and_vfs`).
-pub(super) const NAME: &str = "norma-unix-excl";
+pub(super) const NAME: &str = match NAME_C.to_str() {
+    Ok(name) => name,
+    Err(_) => panic!("the VFS name is UTF-8"),
+};
 const NAME_C: &CStr = c"norma-unix-excl";
 /// The VFS this one is built on.
 const BASE: &CStr = c"unix-excl";
@@ -264,18 +267,26 @@ impl WalFile {
     }
 }
 
+/// Hands the call to `unix-excl` as SQLite made it.
+macro_rules! forwarded {
+    ($file:ident, $method:ident $(, $arg:expr)*) => {{
+        // SAFETY: SQLite calls this handle's methods only while it is open.
+        let wal = unsafe { WalFile::of($file) };
+        let method = wal.methods().$method.expect("unix-excl implements every version-1 method");
+        // SAFETY: forwarded as SQLite called it, to the open `unix-excl` handle.
+        unsafe { method(wal.real $(, $arg)*) }
+    }};
+}
+
 /// Writes the buffer, then hands the call to `unix-excl`.
 macro_rules! flushed {
     ($file:ident, $method:ident $(, $arg:expr)*) => {{
         // SAFETY: SQLite calls this handle's methods only while it is open.
-        let wal = unsafe { WalFile::of($file) };
-        let rc = wal.flush();
+        let rc = unsafe { WalFile::of($file) }.flush();
         if rc != ffi::SQLITE_OK {
             return rc;
         }
-        let method = wal.methods().$method.expect("unix-excl implements every version-1 method");
-        // SAFETY: forwarded as SQLite called it, to the open `unix-excl` handle.
-        unsafe { method(wal.real $(, $arg)*) }
+        forwarded!($file, $method $(, $arg)*)
     }};
 }
 
@@ -364,26 +375,14 @@ unsafe extern "C" fn wal_file_control(
     flushed!(file, xFileControl, op, arg)
 }
 
+/// A question about the device: nothing to write first.
 unsafe extern "C" fn wal_sector_size(file: *mut ffi::sqlite3_file) -> c_int {
-    // SAFETY: as in `flushed!`; a question about the device, nothing to write first.
-    let wal = unsafe { WalFile::of(file) };
-    let method = wal
-        .methods()
-        .xSectorSize
-        .expect("unix-excl knows its sector size");
-    // SAFETY: forwarded to the open `unix-excl` handle.
-    unsafe { method(wal.real) }
+    forwarded!(file, xSectorSize)
 }
 
+/// A question about the device: nothing to write first.
 unsafe extern "C" fn wal_device_characteristics(file: *mut ffi::sqlite3_file) -> c_int {
-    // SAFETY: as in `wal_sector_size`.
-    let wal = unsafe { WalFile::of(file) };
-    let method = wal
-        .methods()
-        .xDeviceCharacteristics
-        .expect("unix-excl knows its device");
-    // SAFETY: forwarded to the open `unix-excl` handle.
-    unsafe { method(wal.real) }
+    forwarded!(file, xDeviceCharacteristics)
 }
 
 #[cfg(test)]

@@ -76,6 +76,15 @@ fn crash_image(path: &Path, into: &Path) -> Connection {
     Connection::open(&copy).unwrap()
 }
 
+/// Asserts that a [`crash_image`] taken now holds `rows` rows and passes `integrity_check`;
+/// answers it for further checks.
+fn assert_recovers(path: &Path, into: &Path, rows: i64) -> Connection {
+    let image = crash_image(path, into);
+    assert_eq!(count(&image), rows);
+    assert_eq!(integrity(&image), "ok");
+    image
+}
+
 #[tokio::test]
 async fn every_store_connection_runs_without_cache_spill() {
     let dir = tempfile::tempdir().unwrap();
@@ -126,9 +135,11 @@ fn a_commit_of_many_pages_is_one_write_and_in_the_file_when_it_returns() {
             "round {round}: {frames} frames"
         );
         assert_eq!(count(&reader), 1 + (round + 1) * 40);
-        let image = crash_image(&path, &dir.path().join(format!("image-{round}")));
-        assert_eq!(count(&image), 1 + (round + 1) * 40);
-        assert_eq!(integrity(&image), "ok");
+        assert_recovers(
+            &path,
+            &dir.path().join(format!("image-{round}")),
+            1 + (round + 1) * 40,
+        );
     }
 }
 
@@ -148,9 +159,7 @@ fn a_commit_larger_than_one_write_is_written_in_parts_and_recovers_whole() {
         writes >= frames / 31 && writes <= frames / 25,
         "{writes} writes for {frames} frames"
     );
-    let image = crash_image(&path, &dir.path().join("image"));
-    assert_eq!(count(&image), 3_000);
-    assert_eq!(integrity(&image), "ok");
+    assert_recovers(&path, &dir.path().join("image"), 3_000);
 }
 
 #[test]
@@ -191,9 +200,7 @@ fn two_writers_checkpoints_and_wal_restarts_keep_every_row() {
         assert_eq!(rows_read, expected, "round {round}");
     }
     assert_eq!(integrity(&reader), "ok");
-    let image = crash_image(&path, &dir.path().join("image"));
-    assert_eq!(count(&image), expected);
-    assert_eq!(integrity(&image), "ok");
+    assert_recovers(&path, &dir.path().join("image"), expected);
 }
 
 #[test]
@@ -227,9 +234,7 @@ fn a_rolled_back_transaction_larger_than_the_cache_leaves_nothing_behind() {
     insert(&first, 210, 5, 100);
     assert_eq!(count(&second), 215);
     assert_eq!(integrity(&second), "ok");
-    let image = crash_image(&path, &dir.path().join("image"));
-    assert_eq!(count(&image), 215);
-    assert_eq!(integrity(&image), "ok");
+    assert_recovers(&path, &dir.path().join("image"), 215);
 }
 
 #[test]
@@ -261,8 +266,7 @@ fn checksums_rewritten_after_a_spill_reach_the_file_with_the_commit() {
     tx.execute("UPDATE t SET body = zeroblob(300) WHERE id < 200", [])
         .unwrap();
     tx.commit().unwrap();
-    let image = crash_image(&path, &dir.path().join("image"));
-    assert_eq!(count(&image), 2_000);
+    let image = assert_recovers(&path, &dir.path().join("image"), 2_000);
     let rewritten: i64 = image
         .query_row(
             "SELECT count(*) FROM t WHERE id < 200 AND length(body) = 300",
@@ -271,5 +275,4 @@ fn checksums_rewritten_after_a_spill_reach_the_file_with_the_commit() {
         )
         .unwrap();
     assert_eq!(rewritten, 200);
-    assert_eq!(integrity(&image), "ok");
 }
