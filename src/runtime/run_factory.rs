@@ -205,8 +205,6 @@ impl SessionRuntime {
                 spill: true,
             });
 
-        let flusher_stop = CancellationToken::new();
-        let flusher = tokio::spawn(writer.clone().run_flusher(flusher_stop.clone()));
         let host = Arc::new(StoreHost {
             writer: writer.clone(),
             pipeline,
@@ -315,41 +313,46 @@ impl SessionRuntime {
                 .await?
                 .into();
         }
-        let recovered = if resuming {
-            resume::recover(
-                &resume::Resumed {
-                    store: self.store.as_ref(),
-                    host: host.as_ref(),
-                    tenant,
-                    session,
-                    run_id,
-                    replica: &self.settings.replica_id,
-                },
-                &trail,
-                &records,
-                &mut history,
-                &cancel,
-            )
-            .await
-        } else {
-            Ok(resume::Recovery::Continue { main_turn: 1 })
-        };
-        let outcome = match recovered {
-            Ok(resume::Recovery::Continue { main_turn }) => engine
-                .run_from(history, &mut ledger, cancel, main_turn)
-                .await
-                .map(|outcome| match outcome.terminal {
-                    crate::harness::turn::TerminalReason::Parked => Ended::Parked(park.waiting()),
-                    _ => Ended::Finished,
-                })
-                .map_err(|error| RuntimeError::from_write(&writer, error)),
-            Ok(resume::Recovery::Finished) => Ok(Ended::Finished),
-            Ok(resume::Recovery::Parked) => Ok(Ended::Parked(park.waiting())),
-            Err(error) => Err(error),
-        };
+        // The run's loop, on this task, with the writing of what it buffers (deltas, progress).
+        let outcome = writer
+            .lingering(async {
+                let recovered = if resuming {
+                    resume::recover(
+                        &resume::Resumed {
+                            store: self.store.as_ref(),
+                            host: host.as_ref(),
+                            tenant,
+                            session,
+                            run_id,
+                            replica: &self.settings.replica_id,
+                        },
+                        &trail,
+                        &records,
+                        &mut history,
+                        &cancel,
+                    )
+                    .await
+                } else {
+                    Ok(resume::Recovery::Continue { main_turn: 1 })
+                };
+                match recovered {
+                    Ok(resume::Recovery::Continue { main_turn }) => engine
+                        .run_from(history, &mut ledger, cancel, main_turn)
+                        .await
+                        .map(|outcome| match outcome.terminal {
+                            crate::harness::turn::TerminalReason::Parked => {
+                                Ended::Parked(park.waiting())
+                            }
+                            _ => Ended::Finished,
+                        })
+                        .map_err(|error| RuntimeError::from_write(&writer, error)),
+                    Ok(resume::Recovery::Finished) => Ok(Ended::Finished),
+                    Ok(resume::Recovery::Parked) => Ok(Ended::Parked(park.waiting())),
+                    Err(error) => Err(error),
+                }
+            })
+            .await;
         self.approvals.untrack_session(session);
-        flusher_stop.cancel();
-        let _ = flusher.await;
         outcome
     }
 }

@@ -1,8 +1,10 @@
 //! A session's ordered writer: persist-then-publish with group commit.
 //!
-//! Transient events (text deltas, tool progress) are buffered and written by a flusher task;
-//! while one write is in flight the next ones accumulate, so a burst of deltas costs one
-//! transaction, not one per delta. `write` drains the buffer first, so order is kept.
+//! Transient events (text deltas, tool progress) are buffered and written [`FLUSH_LINGER`]
+//! after the oldest of them by the run's own task ([`SessionWriter::lingering`] wraps the run's
+//! loop: no flusher task, no wake-up per buffered event); while one write is in flight the
+//! next ones accumulate, so a burst of deltas costs one transaction, not one per delta.
+//! `write` drains the buffer first, so order is kept.
 //! Spilled outputs are written in the transaction that carries the first event pointing at them,
 //! and the session's workspace measurement after a mutating call with the next write.
 
@@ -15,10 +17,11 @@ use crate::store::{
     StorableBatch, Store, TRANSIENT_RETRY_WINDOW,
 };
 use serde_json::Value;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 /// How long buffered events (text deltas, tool progress) wait for more before the flusher
 /// writes them: they reach SSE clients at most this much later, and a run's burst of events
@@ -31,15 +34,29 @@ struct Pending {
     outputs: Vec<NewOutput>,
     /// The session's latest workspace measurement not yet written.
     workspace_bytes: Option<u64>,
-    /// When the oldest of what is buffered was pushed (`None`: nothing is): the flusher
+    /// When the oldest of what is buffered was pushed (`None`: nothing is): the run's task
     /// writes it [`FLUSH_LINGER`] after that.
     since: Option<tokio::time::Instant>,
+    /// Set while [`Lingering`] polls the run's loop: what is pushed meanwhile is seen when
+    /// that poll returns, without a wake-up.
+    polling: bool,
+    /// The task of the [`Lingering`] that writes this buffer, woken when something is pushed
+    /// into an empty buffer from elsewhere.
+    waker: Option<Waker>,
 }
 
 impl Pending {
-    /// Marks the buffer as holding something from now on, unless it already did.
-    fn started(&mut self) {
+    /// Adds to the buffer (`add`); the waker to wake when the run's task must learn of it
+    /// (the buffer was empty and its loop is not being polled).
+    fn buffer(&mut self, add: impl FnOnce(&mut Self)) -> Option<Waker> {
+        let was_empty = self.since.is_none();
+        add(self);
         self.since.get_or_insert_with(tokio::time::Instant::now);
+        if was_empty && !self.polling {
+            self.waker.clone()
+        } else {
+            None
+        }
     }
 }
 
@@ -56,7 +73,6 @@ pub struct SessionWriter {
     pending: Mutex<Pending>,
     /// Serialises writes so sequence order equals emit order.
     write_lock: tokio::sync::Mutex<()>,
-    wake: Notify,
     /// Set when the last write failed on a transient store error (after its retries).
     store_unavailable: std::sync::atomic::AtomicBool,
     /// Set for a run's writer once its model is known: every `assistant_message` (and
@@ -104,7 +120,6 @@ impl SessionWriter {
             ended: Arc::default(),
             pending: Mutex::new(Pending::default()),
             write_lock: tokio::sync::Mutex::new(()),
-            wake: Notify::new(),
             store_unavailable: std::sync::atomic::AtomicBool::new(false),
             meter: std::sync::OnceLock::new(),
             metrics: std::sync::OnceLock::new(),
@@ -151,22 +166,26 @@ impl SessionWriter {
     }
 
     pub(super) fn push_event(&self, event: RunEvent) {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        pending.events.push(event);
-        pending.started();
-        drop(pending);
-        self.wake.notify_one();
+        self.buffer(|pending| pending.events.push(event));
+    }
+
+    /// Adds to the buffer, waking the run's task when it must learn of it.
+    fn buffer(&self, add: impl FnOnce(&mut Pending)) {
+        let waker = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .buffer(add);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 
     /// The session's workspace bytes measured after a mutating call: written with the next
     /// write (the turn's commit, as a rule; the flusher's within [`FLUSH_LINGER`] otherwise),
     /// the latest measurement winning.
     pub(super) fn push_workspace_bytes(&self, bytes: u64) {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        pending.workspace_bytes = Some(bytes);
-        pending.started();
-        drop(pending);
-        self.wake.notify_one();
+        self.buffer(|pending| pending.workspace_bytes = Some(bytes));
     }
 
     /// Whether a workspace measurement waits for the next write.
@@ -218,7 +237,11 @@ impl SessionWriter {
         events: Vec<RunEvent>,
     ) -> Result<Vec<MessageRecord>, HostError> {
         let _guard = self.write_lock.lock().await;
-        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let terminal = self.lease.as_ref().and_then(|_| {
             events.iter().find_map(|e| match e {
                 RunEvent::Terminal(reason) => Some(reason.clone()),
@@ -306,51 +329,134 @@ impl SessionWriter {
         .await
     }
 
-    /// Flushes buffered events until `stop` is cancelled (then flushes once more).
-    pub async fn run_flusher(self: Arc<Self>, stop: CancellationToken) {
-        self.flush_lingering(stop, FLUSH_LINGER).await;
+    /// Runs `work` (a run's loop) on the caller's task, writing what it buffers
+    /// [`FLUSH_LINGER`] after the oldest of it unless a durable write takes it first, and
+    /// what is left once `work` is done.
+    pub async fn lingering<T: Unpin>(self: &Arc<Self>, work: impl Future<Output = T>) -> T {
+        self.linger_for(FLUSH_LINGER, work).await
     }
 
-    async fn flush_lingering(self: Arc<Self>, stop: CancellationToken, linger: Duration) {
-        loop {
-            tokio::select! {
-                () = self.wake.notified() => {}
-                () = stop.cancelled() => {
-                    let _ = self.write(vec![], vec![]).await;
-                    return;
-                }
-            }
-            // Let the emitting task run on for a moment: the events it pushes meanwhile (the
-            // rest of a model stream's deltas, a tool's progress) join this transaction, and a
-            // durable write of the run (a tool's journal, the turn's commit) takes them with it
-            // first, so most lingering flushes find nothing left to write. The linger counts
-            // from the oldest event still buffered: when a durable write took the buffer, the
-            // events pushed after it get their own full linger (counted from the wake-up, a
-            // `model_request` pushed just after a turn's commit was written alone by the
-            // flusher before the next model response could take it — one transaction in
-            // every other turn).
-            while let Some(since) = self.pending_since() {
-                let due = since + linger;
-                if tokio::time::Instant::now() >= due {
-                    if let Err(error) = self.write(vec![], vec![]).await {
-                        tracing::warn!(%error, "event flush failed");
-                    }
-                    break;
-                }
-                tokio::select! {
-                    () = tokio::time::sleep_until(due) => {}
-                    () = stop.cancelled() => {
-                        let _ = self.write(vec![], vec![]).await;
-                        return;
-                    }
-                }
-            }
+    async fn linger_for<T: Unpin>(
+        self: &Arc<Self>,
+        linger: Duration,
+        work: impl Future<Output = T>,
+    ) -> T {
+        let output = Lingering {
+            writer: self.clone(),
+            linger,
+            work: std::pin::pin!(work),
+            output: None,
+            timer: None,
+            flush: None,
         }
+        .await;
+        if let Err(error) = self.write(vec![], vec![]).await {
+            tracing::warn!(%error, "event flush failed");
+        }
+        output
     }
 
     /// When the oldest buffered event was pushed, if any is.
     fn pending_since(&self) -> Option<tokio::time::Instant> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).since
+    }
+
+    /// Marks the run's loop as being polled by the task `waker` wakes (`true`), or as polled
+    /// (`false`); answers when the oldest buffered event was pushed.
+    fn polling(&self, polling: bool, waker: &Waker) -> Option<tokio::time::Instant> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.polling = polling;
+        if !pending.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            pending.waker = Some(waker.clone());
+        }
+        pending.since
+    }
+}
+
+impl Pending {
+    /// What is buffered, leaving the buffer empty (the task's registration stays).
+    fn take(&mut self) -> Self {
+        Self {
+            events: std::mem::take(&mut self.events),
+            outputs: std::mem::take(&mut self.outputs),
+            workspace_bytes: self.workspace_bytes.take(),
+            since: self.since.take(),
+            polling: false,
+            waker: None,
+        }
+    }
+}
+
+/// A run's loop (`work`) polled together with the writing of what it buffers: when the
+/// oldest buffered event is [`FLUSH_LINGER`] old, a write takes the buffer (polled here too).
+/// The timer is armed only while something is buffered and dropped as soon as a durable
+/// write of the run takes it, so a run whose turns commit in time never wakes up for it.
+struct Lingering<'a, T, F: Future<Output = T>> {
+    writer: Arc<SessionWriter>,
+    linger: Duration,
+    work: Pin<&'a mut F>,
+    /// `work`'s output, kept while a write started before it finished is still going on.
+    output: Option<T>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    flush: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl<T: Unpin, F: Future<Output = T>> Future for Lingering<'_, T, F> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.get_mut();
+        let mut since = if this.output.is_none() {
+            this.writer.polling(true, cx.waker());
+            let polled = this.work.as_mut().poll(cx);
+            let since = this.writer.polling(false, cx.waker());
+            if let Poll::Ready(output) = polled {
+                this.output = Some(output);
+            }
+            since
+        } else {
+            this.writer.pending_since()
+        };
+        loop {
+            if let Some(flush) = this.flush.as_mut() {
+                if flush.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.flush = None;
+                since = this.writer.pending_since();
+            }
+            if let Some(output) = this.output.take() {
+                return Poll::Ready(output);
+            }
+            let Some(since) = since else {
+                // Nothing buffered (a durable write took it): no timer left armed.
+                this.timer = None;
+                return Poll::Pending;
+            };
+            let due = since + this.linger;
+            let fire = tokio::time::Instant::now() >= due || {
+                let timer = match this.timer.as_mut() {
+                    Some(timer) => {
+                        if timer.deadline() != due {
+                            timer.as_mut().reset(due);
+                        }
+                        timer
+                    }
+                    None => this.timer.insert(Box::pin(tokio::time::sleep_until(due))),
+                };
+                timer.as_mut().poll(cx).is_ready()
+            };
+            if !fire {
+                return Poll::Pending;
+            }
+            this.timer = None;
+            let writer = this.writer.clone();
+            this.flush = Some(Box::pin(async move {
+                if let Err(error) = writer.write(vec![], vec![]).await {
+                    tracing::warn!(%error, "event flush failed");
+                }
+            }));
+        }
     }
 }
 
@@ -377,45 +483,84 @@ mod tests {
         RunEvent::AssistantDelta(AssistantDelta { text: text.into() })
     }
 
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        store: Arc<dyn Store>,
+        tenant: TenantId,
+        session: SessionId,
+        writer: Arc<SessionWriter>,
+    }
+
+    impl Fixture {
+        async fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}", dir.path().join("w.db").display());
+            let store = crate::store::connect(&url, &crate::store::ConnectOptions::default())
+                .await
+                .unwrap();
+            let (tenant, session) = (TenantId::new("acme"), SessionId::generate());
+            store
+                .create_session(NewSession {
+                    id: session.clone(),
+                    tenant: tenant.clone(),
+                    config: serde_json::json!({}),
+                })
+                .await
+                .unwrap();
+            let writer = SessionWriter::new(
+                store.clone(),
+                Arc::new(EventBus::default()),
+                tenant.clone(),
+                session.clone(),
+            );
+            Self {
+                _dir: dir,
+                store,
+                tenant,
+                session,
+                writer,
+            }
+        }
+
+        async fn stored(&self) -> Vec<crate::store::EventRecord> {
+            self.store
+                .list_events(&self.tenant, &self.session, 0, 100)
+                .await
+                .unwrap()
+        }
+
+        async fn texts(&self) -> Vec<String> {
+            self.stored()
+                .await
+                .iter()
+                .map(|e| e.payload["text"].as_str().unwrap().to_owned())
+                .collect()
+        }
+    }
+
     /// Events pushed after a durable write took the buffer wait a whole linger of their own,
     /// so the run's next durable write takes them (one transaction), and what nobody takes is
-    /// written by the flusher one linger after it was pushed.
+    /// written by the run's task one linger after it was pushed, while the run goes on.
     #[tokio::test]
     async fn the_linger_counts_from_the_oldest_buffered_event() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("w.db").display());
-        let store = crate::store::connect(&url, &crate::store::ConnectOptions::default())
-            .await
-            .unwrap();
-        let (tenant, session) = (TenantId::new("acme"), SessionId::generate());
-        store
-            .create_session(NewSession {
-                id: session.clone(),
-                tenant: tenant.clone(),
-                config: serde_json::json!({}),
-            })
-            .await
-            .unwrap();
-        let writer = SessionWriter::new(
-            store.clone(),
-            Arc::new(EventBus::default()),
-            tenant.clone(),
-            session.clone(),
-        );
-        let stop = CancellationToken::new();
+        let f = Fixture::new().await;
+        let writer = &f.writer;
         let linger = Duration::from_millis(300);
-        let flusher = tokio::spawn(writer.clone().flush_lingering(stop.clone(), linger));
-        let started = tokio::time::Instant::now();
-        writer.push_event(delta("a"));
-        tokio::time::sleep(linger / 2).await;
-        writer.write(vec![], vec![delta("w1")]).await.unwrap();
-        writer.push_event(delta("b"));
-        // Past the first event's linger: the flusher must not have written `b` alone.
-        tokio::time::sleep_until(started + linger * 5 / 4).await;
-        writer.write(vec![], vec![delta("w2")]).await.unwrap();
-        writer.push_event(delta("c"));
-        tokio::time::sleep(linger * 2).await;
-        let events = store.list_events(&tenant, &session, 0, 100).await.unwrap();
+        let events = writer
+            .linger_for(linger, async {
+                let started = tokio::time::Instant::now();
+                writer.push_event(delta("a"));
+                tokio::time::sleep(linger / 2).await;
+                writer.write(vec![], vec![delta("w1")]).await.unwrap();
+                writer.push_event(delta("b"));
+                // Past the first event's linger: `b` must not have been written alone.
+                tokio::time::sleep_until(started + linger * 5 / 4).await;
+                writer.write(vec![], vec![delta("w2")]).await.unwrap();
+                writer.push_event(delta("c"));
+                tokio::time::sleep(linger * 2).await;
+                f.stored().await
+            })
+            .await;
         let texts: Vec<&str> = events
             .iter()
             .map(|e| e.payload["text"].as_str().unwrap())
@@ -426,8 +571,45 @@ mod tests {
         assert_eq!(at(0), at(1), "`a` went with the first write");
         assert_eq!(at(2), at(3), "`b` went with the second write, not alone");
         assert_ne!(at(1), at(2));
-        assert_ne!(at(3), at(4), "`c` was written by the flusher");
-        stop.cancel();
-        flusher.await.unwrap();
+        assert_ne!(at(3), at(4), "`c` was written after its linger");
+    }
+
+    /// An event pushed from another task while the run waits for something else wakes the
+    /// run's task: it is written one linger later, not only when the run next wakes up.
+    #[tokio::test]
+    async fn an_event_pushed_from_elsewhere_is_written_while_the_run_waits() {
+        let f = Fixture::new().await;
+        let linger = Duration::from_millis(100);
+        let seen = f
+            .writer
+            .linger_for(linger, async {
+                let writer = f.writer.clone();
+                tokio::spawn(async move { writer.push_event(delta("progress")) });
+                tokio::time::sleep(linger * 4).await;
+                f.texts().await
+            })
+            .await;
+        assert_eq!(seen, ["progress"]);
+    }
+
+    /// What is buffered when the run's loop ends is written before `lingering` returns, and
+    /// a write that was going on when it ended is finished, not dropped.
+    #[tokio::test]
+    async fn the_end_of_the_run_writes_what_is_left() {
+        let f = Fixture::new().await;
+        let linger = Duration::from_millis(50);
+        f.writer
+            .linger_for(linger, async {
+                f.writer.push_event(delta("early"));
+                // The linger's write starts now; the loop ends while it may still go on.
+                tokio::time::sleep(linger + Duration::from_millis(1)).await;
+                f.writer.push_event(delta("late"));
+            })
+            .await;
+        assert_eq!(f.texts().await, ["early", "late"]);
+        f.writer
+            .linger_for(linger, async { f.writer.push_event(delta("last")) })
+            .await;
+        assert_eq!(f.texts().await, ["early", "late", "last"]);
     }
 }
