@@ -23,11 +23,6 @@
 //! alone, each in its own transaction. Sequence numbers come from the session row as left by
 //! the jobs before it, and results are answered only after the commit.
 //!
-//! A write submitted while nothing is queued and nobody holds the write connection (a lone
-//! run, as a rule) is written by its caller at once, alone: no hand-off to the task and back,
-//! which on a multi-threaded runtime woke the other worker more often than not. Under load the
-//! connection is busy or jobs are queued, so writes still gather into groups.
-//!
 //! The queue is bounded ([`QUEUE`]): a full queue makes the appending runs wait
 //! (back-pressure), it never grows without bound. Reads keep using the read connections.
 
@@ -38,7 +33,6 @@ use crate::ids::{SessionId, TenantId};
 use sqlx::SqlitePool;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard, mpsc, oneshot};
 
@@ -192,24 +186,14 @@ fn stopped() -> StoreError {
 /// The handle of the group writer task (it ends when the handle is dropped).
 pub(super) struct GroupWriter {
     jobs: mpsc::Sender<Box<dyn Job>>,
-    writer: Arc<Writer>,
-    outbox: Arc<Outbox>,
-    /// Jobs handed to the task and not answered yet.
-    queued: Arc<AtomicUsize>,
 }
 
 impl GroupWriter {
     /// Starts the writer task on the current runtime; it writes through `writer`.
     pub(super) fn start(writer: Arc<Writer>, outbox: Arc<Outbox>) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
-        let queued = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(run(writer.clone(), queue, outbox.clone(), queued.clone()));
-        Self {
-            jobs,
-            writer,
-            outbox,
-            queued,
-        }
+        tokio::spawn(run(writer, queue, outbox));
+        Self { jobs }
     }
 
     /// Appends `batch` for `session`, committed with whatever other writes are waiting.
@@ -242,58 +226,17 @@ impl GroupWriter {
         F: FnMut(&rusqlite::Connection, &Outbox) -> StoreResult<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let mut job: Box<dyn Job> = Box::new(WriteJob {
+        let job = WriteJob {
             write,
             answer: None,
             reply,
-        });
-        if self.queued.load(Ordering::Acquire) == 0
-            && let Ok(db) = self.writer.db.try_lock()
-        {
-            // Nothing queued and nobody writing: written here, alone, without a hand-off.
-            write_group(&db, &self.outbox, std::slice::from_mut(&mut job));
-            drop(db);
-            job.reply();
-            self.outbox.wake_if_written();
-        } else {
-            let handing = Handing::new(&self.queued);
-            self.jobs.send(job).await.map_err(|_| stopped())?;
-            handing.handed();
-        }
+        };
+        self.jobs.send(Box::new(job)).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
 
-/// A job being handed to the task: counted in `queued` from now on; uncounted again when it
-/// is dropped before [`Handing::handed`] (the queue refused it, or the caller gave up while
-/// the queue was full). A handed job is uncounted by the task once answered.
-struct Handing<'a>(Option<&'a AtomicUsize>);
-
-impl<'a> Handing<'a> {
-    fn new(queued: &'a AtomicUsize) -> Self {
-        queued.fetch_add(1, Ordering::AcqRel);
-        Self(Some(queued))
-    }
-
-    fn handed(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Handing<'_> {
-    fn drop(&mut self) {
-        if let Some(queued) = self.0 {
-            queued.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
-async fn run(
-    writer: Arc<Writer>,
-    mut queue: mpsc::Receiver<Box<dyn Job>>,
-    outbox: Arc<Outbox>,
-    queued: Arc<AtomicUsize>,
-) {
+async fn run(writer: Arc<Writer>, mut queue: mpsc::Receiver<Box<dyn Job>>, outbox: Arc<Outbox>) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
         // Let the tasks ready on this worker run first: the writes they are about to submit
@@ -317,11 +260,9 @@ async fn run(
         }
         let mut jobs = std::mem::take(&mut group);
         writer.with(|db| write_group(db, &outbox, &mut jobs)).await;
-        let answered = jobs.len();
         for job in jobs {
             job.reply();
         }
-        queued.fetch_sub(answered, Ordering::AcqRel);
         outbox.wake_if_written();
     }
 }
@@ -390,51 +331,4 @@ fn in_transaction<T>(
     let value = write(&tx)?;
     tx.commit()?;
     Ok(value)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::future::Future;
-    use std::pin::pin;
-    use std::task::{Context, Poll};
-
-    /// Polls `future` once with a waker that does nothing.
-    fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-        future.poll(&mut Context::from_waker(std::task::Waker::noop()))
-    }
-
-    fn count(db: &rusqlite::Connection) -> StoreResult<i64> {
-        Ok(db.query_row("SELECT count(*) FROM tenant_budgets", [], |row| row.get(0))?)
-    }
-
-    /// With nothing queued and the connection free, a write is done within its caller's first
-    /// poll (no hand-off to the task); while another holds the connection it is queued and
-    /// written by the task once the connection is free; afterwards a write is done in its
-    /// first poll again (the queued count went back to zero).
-    #[tokio::test]
-    async fn a_write_with_nothing_queued_is_done_by_its_caller() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("g.db").display());
-        let store = crate::store::sqlite::SqliteStore::connect(&url, &Default::default())
-            .await
-            .unwrap();
-        let group = &store.group;
-        let mut first = pin!(group.write(count));
-        assert!(matches!(poll_once(first.as_mut()), Poll::Ready(Ok(0))));
-
-        let held = store.writer.db.lock().await;
-        let mut queued = pin!(group.write(count));
-        assert!(
-            poll_once(queued.as_mut()).is_pending(),
-            "queued behind the holder"
-        );
-        assert_eq!(group.queued.load(Ordering::Acquire), 1);
-        drop(held);
-        assert_eq!(queued.await.unwrap(), 0);
-        assert_eq!(group.queued.load(Ordering::Acquire), 0);
-
-        let mut again = pin!(group.write(count));
-        assert!(matches!(poll_once(again.as_mut()), Poll::Ready(Ok(0))));
-    }
 }
