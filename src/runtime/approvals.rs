@@ -492,7 +492,7 @@ impl RunApprover {
     /// (unless `recorded`: the transcript tells it already).
     ///
     /// The event joins the run's next write (the call's `tool_executing` journal entry, or the
-    /// turn's commit; the flusher's within [`super::session_writer::FLUSH_LINGER`] otherwise)
+    /// turn's commit; the run's lingering write within [`super::session_writer::FLUSH_LINGER`] otherwise)
     /// instead of costing a transaction of its own: the decision itself is already durable in
     /// the approval's row, and a run resumed before the event was written finds it missing
     /// there and records it then (see `decision_recorded`).

@@ -25,7 +25,7 @@ impl crate::tools::pipeline::ExecutionJournal for RunJournal {
             name: tool_name.to_owned(),
         });
         if repeatable {
-            // Written with the turn (or by the flusher if the call takes longer): one commit
+            // Written with the turn (or by the run's lingering write if the call takes longer): one commit
             // fewer per read-only call.
             self.writer.push_event(event);
             return Ok(());

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-/// How long buffered events (text deltas, tool progress) wait for more before the flusher
-/// writes them: they reach SSE clients at most this much later, and a run's burst of events
+/// How long buffered events (text deltas, tool progress) wait for more before the run's task
+/// writes them ([`SessionWriter::lingering`]): they reach SSE clients at most this much later, and a run's burst of events
 /// costs one transaction (or none of its own, when a durable write of the run comes first).
 pub const FLUSH_LINGER: Duration = Duration::from_millis(10);
 
@@ -182,7 +182,7 @@ impl SessionWriter {
     }
 
     /// The session's workspace bytes measured after a mutating call: written with the next
-    /// write (the turn's commit, as a rule; the flusher's within [`FLUSH_LINGER`] otherwise),
+    /// write (the turn's commit, as a rule; the lingering write within [`FLUSH_LINGER`] otherwise),
     /// the latest measurement winning.
     pub(super) fn push_workspace_bytes(&self, bytes: u64) {
         self.buffer(|pending| pending.workspace_bytes = Some(bytes));

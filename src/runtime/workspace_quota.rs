@@ -8,7 +8,7 @@
 //! are measured at the session's next mutating call.
 //!
 //! A measurement is stored with the run's next write (the turn's commit that carries the
-//! call's result, or the flusher's), not in a transaction of its own; the session's next
+//! call's result, or the run's lingering write), not in a transaction of its own; the session's next
 //! mutating call writes a measurement still waiting before it reads the tenant's usage, so it
 //! is judged on every byte its session's earlier calls left.
 
