@@ -401,6 +401,20 @@ struct Lingering<'a, T, F: Future<Output = T>> {
     flush: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
+impl<T, F: Future<Output = T>> Drop for Lingering<'_, T, F> {
+    fn drop(&mut self) {
+        // Done with this writer, which may outlive the run (a session's environment keeps
+        // it): a later push wakes nobody, and no finished task is kept alive by its waker.
+        let mut pending = self
+            .writer
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        pending.waker = None;
+        pending.polling = false;
+    }
+}
+
 impl<T: Unpin, F: Future<Output = T>> Future for Lingering<'_, T, F> {
     type Output = T;
 

@@ -136,4 +136,6 @@ async fn the_end_of_the_run_writes_what_is_left() {
         .linger_for(linger, async { f.writer.push_event(delta("last")) })
         .await;
     assert_eq!(f.texts().await, ["early", "late", "last"]);
+    // The writer outlives the run without its task's waker.
+    assert!(f.writer.pending.lock().unwrap().waker.is_none());
 }
