@@ -361,14 +361,19 @@ impl SessionWriter {
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).since
     }
 
-    /// Marks the run's loop as being polled by the task `waker` wakes (`true`), or as polled
-    /// (`false`); answers when the oldest buffered event was pushed.
-    fn polling(&self, polling: bool, waker: &Waker) -> Option<tokio::time::Instant> {
+    /// Marks the run's loop as being polled by the task `waker` wakes.
+    fn polling(&self, waker: &Waker) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        pending.polling = polling;
+        pending.polling = true;
         if !pending.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
             pending.waker = Some(waker.clone());
         }
+    }
+
+    /// Marks the run's loop as polled; answers when the oldest buffered event was pushed.
+    fn polled(&self) -> Option<tokio::time::Instant> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.polling = false;
         pending.since
     }
 }
@@ -421,9 +426,9 @@ impl<T: Unpin, F: Future<Output = T>> Future for Lingering<'_, T, F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         let this = self.get_mut();
         let mut since = if this.output.is_none() {
-            this.writer.polling(true, cx.waker());
+            this.writer.polling(cx.waker());
             let polled = this.work.as_mut().poll(cx);
-            let since = this.writer.polling(false, cx.waker());
+            let since = this.writer.polled();
             if let Poll::Ready(output) = polled {
                 this.output = Some(output);
             }

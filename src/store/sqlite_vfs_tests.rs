@@ -36,14 +36,19 @@ fn schema(db: &Connection) {
 /// Inserts `rows` rows of `size` bytes in one transaction, starting at id `from`.
 fn insert(db: &Connection, from: i64, rows: i64, size: usize) {
     let tx = db.unchecked_transaction().unwrap();
+    insert_in(&tx, from, rows, size);
+    tx.commit().unwrap();
+}
+
+/// Inserts `rows` rows from id `from` with `size`-byte bodies in the transaction open on `db`.
+fn insert_in(db: &Connection, from: i64, rows: i64, size: usize) {
     for id in from..from + rows {
-        tx.execute(
+        db.execute(
             "INSERT INTO t (id, k, body) VALUES (?1, ?2, ?3)",
             params![id, format!("key-{id:08}"), vec![(id % 251) as u8; size]],
         )
         .unwrap();
     }
-    tx.commit().unwrap();
 }
 
 fn count(db: &Connection) -> i64 {
@@ -216,13 +221,7 @@ fn a_rolled_back_transaction_larger_than_the_cache_leaves_nothing_behind() {
     let frames_before = frames_in_file(&path);
     {
         let tx = first.unchecked_transaction().unwrap();
-        for id in 100..5_100 {
-            tx.execute(
-                "INSERT INTO t (id, k, body) VALUES (?1, ?2, ?3)",
-                params![id, format!("k{id}"), vec![7u8; 1_000]],
-            )
-            .unwrap();
-        }
+        insert_in(&tx, 100, 5_000, 1_000);
         // Nothing reached the WAL before the commit (no spill).
         assert_eq!(frames_in_file(&path), frames_before);
         tx.rollback().unwrap();
@@ -252,13 +251,7 @@ fn checksums_rewritten_after_a_spill_reach_the_file_with_the_commit() {
     db.pragma_update(None, "cache_size", 10).unwrap();
     let frames_before = frames_in_file(&path);
     let tx = db.unchecked_transaction().unwrap();
-    for id in 0..2_000 {
-        tx.execute(
-            "INSERT INTO t (id, k, body) VALUES (?1, ?2, ?3)",
-            params![id, format!("k{id:05}"), vec![1u8; 500]],
-        )
-        .unwrap();
-    }
+    insert_in(&tx, 0, 2_000, 500);
     assert!(
         frames_in_file(&path) > frames_before,
         "the transaction spilled"
