@@ -41,6 +41,7 @@ mod store_groups;
 mod store_limits;
 mod store_permissions;
 mod store_pg_conns;
+mod store_pg_plans;
 mod store_pg_signals;
 mod store_runs;
 mod subagents;
