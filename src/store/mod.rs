@@ -21,6 +21,8 @@ mod noa;
 mod pg_conns;
 mod pg_notifier;
 pub mod postgres;
+#[cfg(test)]
+mod postgres_plans_tests;
 mod registry;
 mod replicas;
 mod runs;

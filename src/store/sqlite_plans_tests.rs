@@ -62,15 +62,24 @@ fn growing_scans(db: &rusqlite::Connection, sql: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn hot_statements_read_through_an_index() {
+/// A database with every migration applied (the directory and the store keep it).
+async fn migrated() -> (
+    (tempfile::TempDir, super::sqlite::SqliteStore),
+    rusqlite::Connection,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("plans.db");
     let url = format!("sqlite://{}", path.display());
-    let _store = super::sqlite::SqliteStore::connect(&url, &super::ConnectOptions::default())
+    let store = super::sqlite::SqliteStore::connect(&url, &super::ConnectOptions::default())
         .await
         .unwrap();
     let db = rusqlite::Connection::open(&path).unwrap();
+    ((dir, store), db)
+}
+
+#[tokio::test]
+async fn hot_statements_read_through_an_index() {
+    let (_dir, db) = migrated().await;
     let statements = [
         COUNT_RUNNING,
         COUNT_QUEUED,
@@ -114,6 +123,28 @@ async fn hot_statements_read_through_an_index() {
         scans.is_empty(),
         "statements scanning a growing table: {scans:#?}"
     );
+}
+
+/// The grants a run's start reads are those that apply to its session: the tenant-wide ones
+/// and the session's own, each through its index (migration 0025), never every live grant of
+/// the tenant (the index by tenant alone that preceded them read those too).
+#[tokio::test]
+async fn a_sessions_grants_are_read_through_their_own_indexes() {
+    let (_dir, db) = migrated().await;
+    for sql in [LIVE_GRANTS, PERMISSION_STATE] {
+        let steps = plan(&db, sql);
+        let grants: Vec<&String> = steps
+            .iter()
+            .filter(|step| step.split(' ').any(|word| word == "grants"))
+            .collect();
+        let through = |index: &str| grants.iter().any(|step| step.contains(index));
+        assert!(
+            grants.len() == 2
+                && through("grants_live_tenant_wide (tenant_id=?)")
+                && through("grants_live_session (session_id=?)"),
+            "{steps:#?}"
+        );
+    }
 }
 
 #[test]

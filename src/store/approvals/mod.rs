@@ -59,12 +59,30 @@ pub(in crate::store) const CONSUME_GRANT: &str = "UPDATE grants SET consumed_at 
      WHERE id = $1 AND tenant_id = $2 AND scope = 'once' \
          AND revoked_at IS NULL AND consumed_at IS NULL";
 
+/// The live grants that apply to a session, as a table: the tenant's tenant-wide grants and
+/// the session's own, each read through its own partial index (`grants_live_tenant_wide`,
+/// `grants_live_session`: migrations Postgres 0031, SQLite 0025), so no other session's grant
+/// is read — a tenant's session-scoped grants accumulate across its sessions. `$1` tenant,
+/// `$2` session, first used in that order (SQLite numbers them by first use); expiry is left to
+/// the reader (`$3`, the same on both arms).
+macro_rules! live_grants_of_session {
+    () => {
+        "(SELECT id, session_id, scope, rule, created_by, approval_id, expires_at, created_at \
+         FROM grants WHERE tenant_id = $1 AND scope = 'tenant' \
+             AND revoked_at IS NULL AND consumed_at IS NULL \
+         UNION ALL \
+         SELECT id, session_id, scope, rule, created_by, approval_id, expires_at, created_at \
+         FROM grants WHERE session_id = $2 AND tenant_id = $1 AND scope <> 'tenant' \
+             AND revoked_at IS NULL AND consumed_at IS NULL)"
+    };
+}
+
 /// The tenant's live grants that apply to a session: `$1` tenant, `$2` session, `$3` now.
-pub(in crate::store) const LIVE_GRANTS: &str = "SELECT id, session_id, scope, rule, created_by, \
-     approval_id, expires_at, created_at \
-     FROM grants WHERE tenant_id = $1 AND (scope = 'tenant' OR session_id = $2) \
-         AND revoked_at IS NULL AND consumed_at IS NULL \
-         AND (expires_at IS NULL OR expires_at > $3) ORDER BY created_at, id";
+pub(in crate::store) const LIVE_GRANTS: &str = concat!(
+    "SELECT id, session_id, scope, rule, created_by, approval_id, expires_at, created_at FROM ",
+    live_grants_of_session!(),
+    " AS g WHERE g.expires_at IS NULL OR g.expires_at > $3 ORDER BY created_at, id"
+);
 
 /// A session's permission-mode override (one row; NULLs when none) joined with the live grants
 /// that apply to it ([`LIVE_GRANTS`]' conditions; the grant columns NULL when none applies):
@@ -79,13 +97,14 @@ macro_rules! permission_state_over {
              g.approval_id, g.expires_at, g.created_at FROM ",
             $source,
             " LEFT JOIN session_modes m ON m.tenant_id = $1 AND m.session_id = $2 \
-             LEFT JOIN grants g ON g.tenant_id = $1 AND (g.scope = 'tenant' OR g.session_id = $2) \
-                 AND g.revoked_at IS NULL AND g.consumed_at IS NULL \
-                 AND (g.expires_at IS NULL OR g.expires_at > $3) \
+             LEFT JOIN ",
+            crate::store::approvals::live_grants_of_session!(),
+            " g ON g.expires_at IS NULL OR g.expires_at > $3 \
              ORDER BY g.created_at, g.id"
         )
     };
 }
+pub(in crate::store) use live_grants_of_session;
 pub(in crate::store) use permission_state_over;
 
 /// The session's permission state alone (see [`permission_state_over`]).
