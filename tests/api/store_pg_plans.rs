@@ -4,12 +4,15 @@
 //! tenant — both were planned on the tenant's partial indexes while the tables had no
 //! statistics (a new database), in the generic plans a connection keeps. And a session an
 //! operator deletes takes its events, history and usage rows with it (a trigger, where a
-//! foreign key checked every inserted row).
+//! foreign key checked every inserted row), and every shape of the append's one statement
+//! writes what its batch holds.
 
 use norma::ids::{RunId, SessionId, TenantId};
 use norma::limits::RunCaps;
 use norma::store::postgres::PgStore;
-use norma::store::{AppendBatch, ConnectOptions, NewEvent, NewMessage, NewRun, NewSession, Store};
+use norma::store::{
+    AppendBatch, ConnectOptions, NewEvent, NewMessage, NewRun, NewSession, RunEnd, RunStatus, Store,
+};
 use norma::usage::{NewUsageRecord, TokenCounts};
 use serde_json::json;
 use sqlx::Connection;
@@ -219,5 +222,108 @@ async fn a_session_deleted_by_an_operator_takes_its_history_with_it() {
         .unwrap();
         // The other session's rows stay.
         assert_eq!(counts, vec![(ids[1].as_str().to_owned(), 1)], "{table}");
+    }
+}
+
+/// Every shape of the append's one statement (`store::events::postgres_single`: history,
+/// usage, workspace bytes, the run's end and a notifying event, each present or not — 32
+/// statements) writes what its batch holds, each in a session of its own.
+#[tokio::test]
+async fn every_shape_of_an_append_writes_what_its_batch_holds() {
+    let Some((store, _)) = one_connection_store().await else {
+        return;
+    };
+    let tenant = TenantId::new(TENANT);
+    for shape in 0u8..32 {
+        let [messages, usage, workspace, end, notifies] =
+            [1, 2, 4, 8, 16].map(|bit| shape & bit != 0);
+        let session = sessions(&store, 1).await.remove(0);
+        let run = store
+            .start_run(
+                &tenant,
+                NewRun {
+                    id: RunId::generate(),
+                    session: session.clone(),
+                    prompt: "go".into(),
+                },
+                ("replica-a", std::time::Duration::from_secs(60)),
+                RunCaps::UNLIMITED,
+                None,
+            )
+            .await
+            .unwrap()
+            .run;
+        let run_id = RunId::from_string(run.id.clone());
+        let batch = AppendBatch {
+            events: vec![NewEvent {
+                kind: if notifies { "run_parked" } else { "note" }.into(),
+                payload: json!({"shape": shape}),
+                run_id: Some(run.id.clone()),
+            }],
+            messages: if messages {
+                vec![NewMessage {
+                    message: norma::message::Message::user_text("hello"),
+                    run_id: Some(run.id.clone()),
+                    compaction_boundary: false,
+                }]
+            } else {
+                Vec::new()
+            },
+            usage: if usage {
+                vec![NewUsageRecord {
+                    run_id: run.id.clone(),
+                    provider: "anthropic".into(),
+                    model: "m".into(),
+                    tokens: TokenCounts {
+                        input_tokens: 3,
+                        ..TokenCounts::default()
+                    },
+                    cost_pico: None,
+                }]
+            } else {
+                Vec::new()
+            },
+            workspace_bytes: workspace.then_some(42),
+            run_end: end.then(|| RunEnd {
+                status: RunStatus::Completed,
+                terminal: json!({"reason": "end_turn"}),
+            }),
+            lease: run.lease(),
+            ..Default::default()
+        };
+        let written = store.append(&tenant, &session, batch).await;
+        let written = written.unwrap_or_else(|error| panic!("shape {shape}: {error}"));
+        assert_eq!(
+            (written.events.len(), written.messages.len()),
+            (1, usize::from(messages)),
+            "shape {shape}"
+        );
+        let stored_messages = store.list_messages(&tenant, &session, 0, 10).await.unwrap();
+        assert_eq!(
+            stored_messages.len(),
+            usize::from(messages),
+            "shape {shape}"
+        );
+        let totals = store
+            .usage_totals(&tenant, norma::usage::UsageScope::Session(session.as_str()))
+            .await
+            .unwrap();
+        assert_eq!(
+            totals.input_tokens,
+            if usage { 3 } else { 0 },
+            "shape {shape}"
+        );
+        let status = store
+            .get_run(&tenant, &session, &run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .status;
+        let expected = if end {
+            RunStatus::Completed
+        } else {
+            RunStatus::Running
+        };
+        assert_eq!(status, expected, "shape {shape}");
     }
 }
