@@ -26,12 +26,12 @@ async fn one_connection_store() -> Option<PgStore> {
     .await
 }
 
-async fn store_and_url(options: ConnectOptions) -> Option<(PgStore, String)> {
+pub(crate) async fn store_and_url(options: ConnectOptions) -> Option<(PgStore, String)> {
     let url = crate::helpers::fresh_pg_database().await?;
     Some((PgStore::connect(&url, &options).await.unwrap(), url))
 }
 
-async fn session(store: &PgStore, tenant: &str) -> SessionId {
+pub(crate) async fn session(store: &PgStore, tenant: &str) -> SessionId {
     let id = SessionId::generate();
     store
         .create_session(NewSession {

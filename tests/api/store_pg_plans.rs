@@ -11,7 +11,7 @@ use norma::ids::{RunId, SessionId, TenantId};
 use norma::limits::RunCaps;
 use norma::store::postgres::PgStore;
 use norma::store::{
-    AppendBatch, ConnectOptions, NewEvent, NewMessage, NewRun, NewSession, RunEnd, RunStatus, Store,
+    AppendBatch, ConnectOptions, NewEvent, NewMessage, NewRun, RunEnd, RunRecord, RunStatus, Store,
 };
 use norma::usage::{NewUsageRecord, TokenCounts};
 use serde_json::json;
@@ -25,29 +25,61 @@ const OPEN: usize = 40;
 const MEASURED: usize = 8;
 
 async fn one_connection_store() -> Option<(PgStore, String)> {
-    let url = crate::helpers::fresh_pg_database().await?;
-    let options = ConnectOptions {
+    crate::store_pg_conns::store_and_url(ConnectOptions {
         max_connections: 1,
         ..ConnectOptions::default()
-    };
-    Some((PgStore::connect(&url, &options).await.unwrap(), url))
+    })
+    .await
 }
 
 async fn sessions(store: &PgStore, n: usize) -> Vec<SessionId> {
     let mut ids = Vec::with_capacity(n);
     for _ in 0..n {
-        let id = SessionId::generate();
-        store
-            .create_session(NewSession {
-                id: id.clone(),
-                tenant: TenantId::new(TENANT),
-                config: json!({}),
-            })
-            .await
-            .unwrap();
-        ids.push(id);
+        ids.push(crate::store_pg_conns::session(store, TENANT).await);
     }
     ids
+}
+
+/// A run started at once in `session` (`Store::start_run`, as the server starts one).
+async fn start(store: &PgStore, session: &SessionId, caps: RunCaps) -> RunRecord {
+    store
+        .start_run(
+            &TenantId::new(TENANT),
+            NewRun {
+                id: RunId::generate(),
+                session: session.clone(),
+                prompt: "go".into(),
+            },
+            ("replica-a", std::time::Duration::from_secs(60)),
+            caps,
+            None,
+        )
+        .await
+        .unwrap()
+        .run
+}
+
+/// A user message of `run`.
+fn message(run: Option<String>) -> NewMessage {
+    NewMessage {
+        message: norma::message::Message::user_text("hello"),
+        run_id: run,
+        compaction_boundary: false,
+    }
+}
+
+/// A model call of `run` that read 3 input tokens.
+fn usage_row(run: &str) -> NewUsageRecord {
+    NewUsageRecord {
+        run_id: run.into(),
+        provider: "anthropic".into(),
+        model: "m".into(),
+        tokens: TokenCounts {
+            input_tokens: 3,
+            ..TokenCounts::default()
+        },
+        cost_pico: None,
+    }
 }
 
 /// Rows of `table` the current transaction has read (index fetches and sequential reads).
@@ -71,25 +103,13 @@ async fn a_runs_admission_reads_its_session_not_every_open_session_of_the_tenant
     let ids = sessions(&store, OPEN + MEASURED).await;
     // The admission as the server makes it (`Store::start_run`, capped), on the store's one
     // connection, for a few sessions first.
+    let caps = RunCaps {
+        concurrent_runs: 64,
+        queued_per_session: 8,
+        queued_per_tenant: 64,
+    };
     for session in &ids[..MEASURED] {
-        store
-            .start_run(
-                &tenant,
-                NewRun {
-                    id: RunId::generate(),
-                    session: session.clone(),
-                    prompt: "go".into(),
-                },
-                ("replica-a", std::time::Duration::from_secs(60)),
-                RunCaps {
-                    concurrent_runs: 64,
-                    queued_per_session: 8,
-                    queued_per_tenant: 64,
-                },
-                None,
-            )
-            .await
-            .unwrap();
+        start(&store, session, caps).await;
     }
     // Then the admitting function itself in one transaction on that connection, where
     // Postgres counts the rows it reads.
@@ -127,21 +147,8 @@ async fn a_lease_check_finds_its_run_not_every_running_run_of_the_tenant() {
     let tenant = TenantId::new(TENANT);
     let mut leases = Vec::new();
     for session in sessions(&store, OPEN).await {
-        let started = store
-            .start_run(
-                &tenant,
-                NewRun {
-                    id: RunId::generate(),
-                    session,
-                    prompt: "go".into(),
-                },
-                ("replica-a", std::time::Duration::from_secs(60)),
-                RunCaps::UNLIMITED,
-                None,
-            )
-            .await
-            .unwrap();
-        leases.push(started.run.lease().unwrap());
+        let started = start(&store, &session, RunCaps::UNLIMITED).await;
+        leases.push(started.lease().unwrap());
     }
     // The check every write of a run makes (`store::events`), prepared once and run past
     // the custom plans, on a tenant connection.
@@ -186,21 +193,8 @@ async fn a_session_deleted_by_an_operator_takes_its_history_with_it() {
                         payload: json!({"n": 1}),
                         run_id: None,
                     }],
-                    messages: vec![NewMessage {
-                        message: norma::message::Message::user_text("hello"),
-                        run_id: None,
-                        compaction_boundary: false,
-                    }],
-                    usage: vec![NewUsageRecord {
-                        run_id: "run_x".into(),
-                        provider: "anthropic".into(),
-                        model: "m".into(),
-                        tokens: TokenCounts {
-                            input_tokens: 3,
-                            ..TokenCounts::default()
-                        },
-                        cost_pico: None,
-                    }],
+                    messages: vec![message(None)],
+                    usage: vec![usage_row("run_x")],
                     ..Default::default()
                 },
             )
@@ -238,21 +232,7 @@ async fn every_shape_of_an_append_writes_what_its_batch_holds() {
         let [messages, usage, workspace, end, notifies] =
             [1, 2, 4, 8, 16].map(|bit| shape & bit != 0);
         let session = sessions(&store, 1).await.remove(0);
-        let run = store
-            .start_run(
-                &tenant,
-                NewRun {
-                    id: RunId::generate(),
-                    session: session.clone(),
-                    prompt: "go".into(),
-                },
-                ("replica-a", std::time::Duration::from_secs(60)),
-                RunCaps::UNLIMITED,
-                None,
-            )
-            .await
-            .unwrap()
-            .run;
+        let run = start(&store, &session, RunCaps::UNLIMITED).await;
         let run_id = RunId::from_string(run.id.clone());
         let batch = AppendBatch {
             events: vec![NewEvent {
@@ -261,25 +241,12 @@ async fn every_shape_of_an_append_writes_what_its_batch_holds() {
                 run_id: Some(run.id.clone()),
             }],
             messages: if messages {
-                vec![NewMessage {
-                    message: norma::message::Message::user_text("hello"),
-                    run_id: Some(run.id.clone()),
-                    compaction_boundary: false,
-                }]
+                vec![message(Some(run.id.clone()))]
             } else {
                 Vec::new()
             },
             usage: if usage {
-                vec![NewUsageRecord {
-                    run_id: run.id.clone(),
-                    provider: "anthropic".into(),
-                    model: "m".into(),
-                    tokens: TokenCounts {
-                        input_tokens: 3,
-                        ..TokenCounts::default()
-                    },
-                    cost_pico: None,
-                }]
+                vec![usage_row(&run.id)]
             } else {
                 Vec::new()
             },
