@@ -1,20 +1,26 @@
-//! JSON text of hot values (event payloads, history messages, model request bodies), written
-//! into a scratch buffer the thread keeps and copied once into a buffer of its exact size.
+//! JSON text of hot values (event payloads, history messages, model request bodies).
 //!
 //! `serde_json::to_string` starts from 128 bytes and doubles, copying the text at every step,
 //! and `Value`'s `Display` goes through the formatter for every piece it writes; a tool result
-//! of a few KiB paid both on every append and every model call. The scratch buffer grows to
-//! the largest text the thread wrote and stays, unless that is over [`SCRATCH_KEPT`]: a huge
-//! text does not pin its size per thread.
+//! of a few KiB paid both on every append and every model call. A text that is kept (an
+//! event's payload, a history entry) is written into a scratch buffer the thread keeps and
+//! copied once into a buffer of its exact size; the scratch buffer grows to the largest text
+//! the thread wrote and stays, unless that is over [`SCRATCH_KEPT`]: a huge text does not pin
+//! its size per thread. A request body, sent and dropped at once, is written straight into
+//! the buffer it is sent from ([`json_bytes`]), sized by the thread's last body: the model
+//! call's tens of KiB (the tool list, the history) are not copied a second time.
 
 use serde::Serialize;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 /// The largest scratch buffer a thread keeps between two texts.
 const SCRATCH_KEPT: usize = 1 << 20;
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The length of the last body [`json_bytes`] wrote on this thread (at most
+    /// [`SCRATCH_KEPT`]): the next one's starting capacity.
+    static LAST_BODY: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Serialises `value` into this thread's scratch buffer and gives it to `take`.
@@ -47,9 +53,15 @@ pub fn json_text(value: &impl Serialize) -> Result<String, serde_json::Error> {
     .map_err(serde_json::Error::io)
 }
 
-/// The JSON text of `value`, as bytes.
+/// The JSON text of `value`, as bytes to send: written into a buffer that becomes the bytes
+/// (no copy), starting at a little more than the thread's last body so that a body like the
+/// last one (the same run's next model call) is written without regrowing it.
 pub fn json_bytes(value: &impl Serialize) -> Result<bytes::Bytes, serde_json::Error> {
-    with_json(value, bytes::Bytes::copy_from_slice)
+    let last = LAST_BODY.get();
+    let mut body = Vec::with_capacity(last + last / 4 + 512);
+    serde_json::to_writer(&mut body, value)?;
+    LAST_BODY.set(body.len().min(SCRATCH_KEPT));
+    Ok(bytes::Bytes::from(body))
 }
 
 #[cfg(test)]
@@ -74,6 +86,25 @@ mod tests {
                 serde_json::to_vec(value).unwrap().as_slice()
             );
         }
+    }
+
+    #[test]
+    fn a_body_is_written_whole_and_sizes_the_next_one() {
+        let body = json!({"messages": ["z".repeat(5_000)], "tools": [{"name": "Read"}]});
+        let bytes = json_bytes(&body).unwrap();
+        assert_eq!(
+            bytes.as_ref(),
+            serde_json::to_vec(&body).unwrap().as_slice()
+        );
+        assert_eq!(LAST_BODY.get(), bytes.len());
+        let huge = json!("y".repeat(SCRATCH_KEPT * 2));
+        assert_eq!(json_bytes(&huge).unwrap().len(), SCRATCH_KEPT * 2 + 2);
+        assert_eq!(
+            LAST_BODY.get(),
+            SCRATCH_KEPT,
+            "a huge body does not size every next one"
+        );
+        assert_eq!(json_bytes(&json!([])).unwrap().as_ref(), b"[]");
     }
 
     #[test]
