@@ -44,6 +44,7 @@ mod store_pg_conns;
 mod store_pg_plans;
 mod store_pg_signals;
 mod store_runs;
+mod store_sqlite_wal;
 mod subagents;
 mod subagents_hooks;
 mod subagents_nested;

@@ -87,34 +87,30 @@ pub(in crate::store) fn append_in(
             None => fenced_in_update = Some(lease),
         }
     }
-    let sequences = db
-        .prepare_cached(concat!(
+    // No `RETURNING`: SQLite builds a temporary table for its rows; the sequences are read
+    // back from the row just written (in the writer's page cache) instead.
+    let updated = db
+        .prepare_cached(
             "UPDATE sessions SET last_event_seq = last_event_seq + ?1, \
                  last_message_seq = last_message_seq + ?2, updated_at = ?3, last_append_id = ?4, \
-                 workspace_snapshot = COALESCE(?5, workspace_snapshot), ",
-            crate::store::sessions::active_at_after_append!(sqlite, "?3"),
-            " WHERE id = ?6 AND tenant_id = ?7 \
+                 workspace_snapshot = COALESCE(?5, workspace_snapshot) \
+             WHERE id = ?6 AND tenant_id = ?7 \
                AND (?8 IS NULL OR EXISTS (SELECT 1 FROM runs WHERE id = ?8 AND owner = ?9 \
-                    AND fence = ?10 AND status = 'running')) \
-             RETURNING last_event_seq, last_message_seq",
-        ))?
-        .query_row(
-            params![
-                event_count,
-                message_count,
-                created,
-                batch.id.as_deref(),
-                batch.workspace_snapshot.as_deref(),
-                session.as_str(),
-                tenant.as_str(),
-                fenced_in_update.map(|lease| lease.run_id.as_str()),
-                fenced_in_update.map(|lease| lease.owner.as_str()),
-                fenced_in_update.map(|lease| lease.fence),
-            ],
-            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
-        )
-        .optional()?;
-    let Some((last_event, last_message)) = sequences else {
+                    AND fence = ?10 AND status = 'running'))",
+        )?
+        .execute(params![
+            event_count,
+            message_count,
+            created,
+            batch.id.as_deref(),
+            batch.workspace_snapshot.as_deref(),
+            session.as_str(),
+            tenant.as_str(),
+            fenced_in_update.map(|lease| lease.run_id.as_str()),
+            fenced_in_update.map(|lease| lease.owner.as_str()),
+            fenced_in_update.map(|lease| lease.fence),
+        ])?;
+    if updated == 0 {
         // Nothing was written: the session is gone, or the run's lease is another claim's.
         if fenced_in_update.is_none() {
             return Err(StoreError::NotFound);
@@ -124,7 +120,19 @@ pub(in crate::store) fn append_in(
         } else {
             StoreError::NotFound
         });
-    };
+    }
+    let (last_event, last_message, active_at) = db
+        .prepare_cached(
+            "SELECT last_event_seq, last_message_seq, active_at FROM sessions WHERE id = ?",
+        )?
+        .query_row(params![session.as_str()], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })?;
+    move_active_at(db, session, &active_at, &created)?;
     let result = Appended {
         first_event: last_event - event_count + 1,
         first_message: last_message - message_count + 1,
@@ -198,6 +206,24 @@ pub(in crate::store) fn append_in(
         ])?;
     }
     Ok(result)
+}
+
+/// Moves the session's `active_at` to `created` when it was set in an earlier second (see
+/// [`crate::store::sessions::active_at_after_append`]): within a second, nothing is written,
+/// neither the column nor its index.
+fn move_active_at(
+    db: &rusqlite::Connection,
+    session: &SessionId,
+    active_at: &str,
+    created: &str,
+) -> StoreResult<()> {
+    let second = crate::store::sessions::ACTIVE_AT_SECOND;
+    if *active_at >= created[..second.min(created.len())] {
+        return Ok(());
+    }
+    db.prepare_cached("UPDATE sessions SET active_at = ? WHERE id = ?")?
+        .execute(params![created, session.as_str()])?;
+    Ok(())
 }
 
 /// The usage ledger rows of the batch and the tenant's budget totals they add to, in the

@@ -44,22 +44,14 @@ pub(in crate::store) const IDLE_SESSIONS: &str = "SELECT id, tenant_id FROM sess
 /// A session's `active_at`, the idle sweep's clock (migrations: Postgres 0026, SQLite 0022),
 /// as an append leaves it: moved to the append's time (`$t`) only when it was set in an
 /// earlier second, while `updated_at` moves with every append. The appends of a run within a
-/// second leave the column and its index (`sessions_idle_active`) untouched: on SQLite no
-/// index page is written to the WAL per commit for it, on Postgres the session's update
-/// changes no indexed column and can be a HOT update (no new entry in any of the session's
-/// indexes). The clock lags the last append by less than a second, so an idle session expires
-/// at most that much early. (SQLite's times are RFC 3339 text of fixed width: the first 19
-/// characters are the second.)
+/// second leave the column and its index (`sessions_idle_active`) untouched: on Postgres the
+/// session's update changes no indexed column and can be a HOT update (no new entry in any of
+/// the session's indexes). The clock lags the last append by less than a second, so an idle
+/// session expires at most that much early. SQLite rewrites an index entry whenever an
+/// `UPDATE` sets one of its columns, even to the value it had, so its append does not set the
+/// column in its sequence update: it moves it with a statement of its own, only when it
+/// must ([`ACTIVE_AT_SECOND`]).
 macro_rules! active_at_after_append {
-    (sqlite, $t:literal) => {
-        concat!(
-            "active_at = CASE WHEN active_at < substr(",
-            $t,
-            ", 1, 19) THEN ",
-            $t,
-            " ELSE active_at END"
-        )
-    };
     (postgres, $t:literal) => {
         concat!(
             "active_at = CASE WHEN active_at < date_trunc('second', ",
@@ -71,6 +63,10 @@ macro_rules! active_at_after_append {
     };
 }
 pub(in crate::store) use active_at_after_append;
+
+/// SQLite's times are RFC 3339 text of fixed width: the first this many characters are the
+/// second (see [`active_at_after_append`]).
+pub(in crate::store) const ACTIVE_AT_SECOND: usize = 19;
 
 /// `$1` tenant. The count is kept by triggers (migration 0018), not counted.
 pub(in crate::store) const COUNT_OPEN_SESSIONS: &str = "SELECT COALESCE((SELECT open FROM \
