@@ -147,10 +147,10 @@ impl SqliteStore {
         let group = super::sqlite_writer::GroupWriter::start(writer.clone(), outbox.clone());
         Ok(Self {
             pool,
+            reads: super::sqlite_reads::SyncReads::new(&filename, BUSY_TIMEOUT, writer.clone()),
             writer,
             group,
             outbox,
-            reads: super::sqlite_reads::SyncReads::new(&filename, BUSY_TIMEOUT),
             holds: Default::default(),
         })
     }
