@@ -36,8 +36,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard, mpsc, oneshot};
 
-/// Prepared statements the write connection keeps (every statement of the write path fits).
-const STATEMENT_CACHE: usize = 128;
+/// Prepared statements the write connection keeps (every statement of the write path and of
+/// the reads that take the connection when it is free fits).
+const STATEMENT_CACHE: usize = 192;
 
 /// The database's one writer (see the module doc).
 pub(super) struct Writer {
@@ -72,6 +73,12 @@ impl Writer {
     pub(super) async fn with<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> T) -> T {
         let db = self.db.lock().await;
         write(&db)
+    }
+
+    /// The write connection, if no task holds it now (for a read: see `sqlite_reads`). Held,
+    /// it keeps every write waiting, so a holder only reads, briefly.
+    pub(super) fn try_idle(&self) -> Option<MutexGuard<'_, rusqlite::Connection>> {
+        self.db.try_lock().ok()
     }
 
     /// Runs `write` in one `IMMEDIATE` transaction on the write connection (see
@@ -309,11 +316,10 @@ fn together(
     outbox: &Outbox,
     jobs: &mut [Box<dyn Job>],
 ) -> Result<(), GroupFailure> {
-    let tx = rusqlite::Transaction::new_unchecked(db, rusqlite::TransactionBehavior::Immediate)
-        .map_err(|error| GroupFailure::Store(error.into()))?;
+    let tx = Immediate::begin(db).map_err(|error| GroupFailure::Store(error.into()))?;
     for job in jobs.iter_mut() {
-        let before = tx.total_changes();
-        if !job.attempt(&tx, outbox) && tx.total_changes() != before {
+        let before = db.total_changes();
+        if !job.attempt(db, outbox) && db.total_changes() != before {
             return Err(GroupFailure::PartWritten); // `tx` rolls back when dropped
         }
     }
@@ -327,8 +333,96 @@ fn in_transaction<T>(
     db: &rusqlite::Connection,
     write: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
-    let tx = rusqlite::Transaction::new_unchecked(db, rusqlite::TransactionBehavior::Immediate)?;
-    let value = write(&tx)?;
+    let tx = Immediate::begin(db)?;
+    let value = write(db)?;
     tx.commit()?;
     Ok(value)
+}
+
+/// An `IMMEDIATE` transaction on the write connection, begun and committed through its cached
+/// statements (`rusqlite::Transaction` parses `BEGIN` and `COMMIT` anew every time: two
+/// statements compiled per commit); rolled back when dropped uncommitted, a failed commit
+/// included.
+struct Immediate<'a> {
+    db: &'a rusqlite::Connection,
+    committed: bool,
+}
+
+impl<'a> Immediate<'a> {
+    fn begin(db: &'a rusqlite::Connection) -> rusqlite::Result<Self> {
+        db.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Self {
+            db,
+            committed: false,
+        })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.db.prepare_cached("COMMIT")?.execute([])?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        if !self.committed
+            && !self.db.is_autocommit()
+            && let Err(error) = self.db.execute_batch("ROLLBACK")
+        {
+            tracing::warn!(%error, "could not roll back a failed SQLite write");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Immediate;
+
+    fn rows(db: &rusqlite::Connection) -> i64 {
+        db.query_row("SELECT count(*) FROM t", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    /// Committed, the rows stay; dropped uncommitted — a failed write, a failed commit — the
+    /// transaction is rolled back and the connection is out of it, ready for the next one.
+    #[test]
+    fn a_transaction_commits_or_rolls_back_when_dropped() {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        db.execute_batch("CREATE TABLE t (x INTEGER PRIMARY KEY)")
+            .unwrap();
+
+        let tx = Immediate::begin(&db).unwrap();
+        db.execute("INSERT INTO t VALUES (1)", []).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(rows(&db), 1);
+        assert!(db.is_autocommit());
+
+        let tx = Immediate::begin(&db).unwrap();
+        db.execute("INSERT INTO t VALUES (2)", []).unwrap();
+        assert!(db.execute("INSERT INTO t VALUES (1)", []).is_err());
+        drop(tx);
+        assert!(db.is_autocommit(), "rolled back");
+        assert_eq!(rows(&db), 1);
+
+        // A commit that fails (a deferred foreign key still violated) rolls back too.
+        db.execute_batch(
+            "CREATE TABLE c (p INTEGER REFERENCES t (x) DEFERRABLE INITIALLY DEFERRED); \
+             PRAGMA foreign_keys = ON",
+        )
+        .unwrap();
+        let tx = Immediate::begin(&db).unwrap();
+        db.execute("INSERT INTO c VALUES (42)", []).unwrap();
+        assert!(tx.commit().is_err());
+        assert!(db.is_autocommit(), "rolled back after the failed commit");
+        let orphans: i64 = db
+            .query_row("SELECT count(*) FROM c", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(orphans, 0);
+        // And the next transaction begins and commits as usual.
+        let tx = Immediate::begin(&db).unwrap();
+        db.execute("INSERT INTO t VALUES (3)", []).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(rows(&db), 2);
+    }
 }
