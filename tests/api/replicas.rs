@@ -38,9 +38,15 @@ async fn replicas_share_live_events_approvals_and_cancels() {
         )
         .await;
 
-    // Subscribed on B before anything happens: every event must arrive live from A.
-    let response = b
-        .client
+    // Subscribed on B before anything happens: every event must arrive live from A. Read
+    // through a client without a total timeout (the test apps' 20 s one counts from the
+    // request and would end the stream with an error, unread events and all, if the steps
+    // below took that long on a loaded machine); the read loop's deadline bounds it.
+    let streaming = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let response = streaming
         .get(b.url(&format!("/v1/sessions/{id}/stream")))
         .bearer_auth(&token)
         .send()
