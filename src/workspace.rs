@@ -201,16 +201,21 @@ impl Workspace {
             return Err(not_regular(&display, "a directory"));
         };
         let parent = rel.parent().unwrap_or(Path::new(""));
-        let parent_dir = self
-            .dir
-            .open_dir(dot_if_empty(parent))
-            .map_err(|e| map_io(e, &display))?;
+        // A file at the root is opened beneath the root's own handle: its name is one normal
+        // component (never `..`, never a `/`), so no second handle on the root is needed.
+        let opened_parent;
+        let parent_dir = if parent.as_os_str().is_empty() {
+            &self.dir
+        } else {
+            opened_parent = self.dir.open_dir(parent).map_err(|e| map_io(e, &display))?;
+            &opened_parent
+        };
         let flags = OFlag::O_RDONLY
             | OFlag::O_NONBLOCK
             | OFlag::O_NOFOLLOW
             | OFlag::O_NOCTTY
             | OFlag::O_CLOEXEC;
-        let fd = match openat(&parent_dir, name, flags, Mode::empty()) {
+        let fd = match openat(parent_dir, name, flags, Mode::empty()) {
             Ok(fd) => fd,
             // O_NOFOLLOW on a symlink: ELOOP. Say what it is rather than "outside".
             Err(nix::errno::Errno::ELOOP) => {
