@@ -98,7 +98,7 @@ fn main() -> anyhow::Result<()> {
     };
     match cli.command {
         Command::Client(command) => {
-            let runtime = runtime()?;
+            let runtime = runtime(None)?;
             let outcome = runtime.block_on(norma::cli::run(command));
             runtime.shutdown_background();
             if let Err(error) = outcome {
@@ -139,7 +139,7 @@ fn main() -> anyhow::Result<()> {
         Command::Migrate => {
             let settings = Settings::load(cli.config.as_deref(), &overrides)?;
             let _telemetry = norma::telemetry::init(&settings.log);
-            runtime()?.block_on(async {
+            runtime(None)?.block_on(async {
                 norma::store::connect(&settings.database_url(), &Default::default())
                     .await
                     .context("migration failed")?;
@@ -154,7 +154,7 @@ fn main() -> anyhow::Result<()> {
             for name in norma::config::ignored_environment() {
                 tracing::info!(variable = %name, "environment variable ignored (not a setting)");
             }
-            let runtime = runtime()?;
+            let runtime = runtime(settings.worker_threads)?;
             let served = runtime.block_on(serve(settings));
             // Whatever is still blocked (a stuck blocking read) does not keep the process.
             runtime.shutdown_timeout(Duration::from_secs(1));
@@ -189,8 +189,14 @@ fn print_development_notice(app: &App, addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The async runtime, with `workers` worker threads (`None`: tokio's default, one per core or
+/// `TOKIO_WORKER_THREADS`).
+fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder
         .enable_all()
         .build()
         .context("cannot start the async runtime")
@@ -200,7 +206,12 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let development = settings.auth.is_development();
     let app = App::build(settings).await?;
     let addr = app.local_addr()?;
-    tracing::info!(%addr, store = app.state().store.backend(), "norma listening");
+    tracing::info!(
+        %addr,
+        store = app.state().store.backend(),
+        workers = tokio::runtime::Handle::current().metrics().num_workers(),
+        "norma listening"
+    );
     if let Some(metrics) = app.metrics_addr() {
         tracing::info!(%metrics, "metrics listening (GET /metrics)");
     }

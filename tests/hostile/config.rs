@@ -39,6 +39,49 @@ async fn a_kubernetes_style_environment_starts_and_logs_only_the_ignored_names()
     support::assert_still_serves(&server).await;
 }
 
+/// The server's async runtime: one worker per core unless `worker_threads` (1 to 512) says
+/// otherwise. The count is the running runtime's own, as the start-up log reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_has_a_worker_per_core_or_as_configured() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The start-up line's `workers=N` field.
+    let workers = |server: &ServerProcess| {
+        let logs = server.logs();
+        let line = logs
+            .lines()
+            .find(|line| line.contains("norma listening"))
+            .unwrap_or_else(|| panic!("no start-up line\n{logs}"));
+        line.split_whitespace()
+            .find_map(|field| field.strip_prefix("workers="))
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("no workers field: {line}"))
+    };
+    let server = support::start_server(&[]).await;
+    // tokio's own variable, when the environment has it, is the default's.
+    let default = std::env::var("TOKIO_WORKER_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(cores);
+    assert_eq!(workers(&server), default);
+    support::assert_still_serves(&server).await;
+    drop(server);
+
+    let server = support::start_server(&[("NORMA_WORKER_THREADS", "3")]).await;
+    assert_eq!(workers(&server), 3);
+    support::assert_still_serves(&server).await;
+    drop(server);
+
+    for refused in ["0", "513"] {
+        let mut server = ServerProcess::new(None).env("NORMA_WORKER_THREADS", refused);
+        let (status, output) = server.start_expecting_refusal().await;
+        assert!(!status.success(), "{output}");
+        assert!(
+            output.contains("worker_threads must be 1 to 512"),
+            "{output}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_misspelt_setting_refuses_to_start_naming_the_variable() {
     let mut server = ServerProcess::new(None).env("NORMA_DATABSE_URL", "postgres://db/norma");
