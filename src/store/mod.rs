@@ -28,6 +28,7 @@ mod replicas;
 mod runs;
 mod sessions;
 pub mod sqlite;
+mod sqlite_checkpoint;
 #[cfg(test)]
 mod sqlite_migration_tests;
 #[cfg(test)]

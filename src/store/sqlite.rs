@@ -32,7 +32,9 @@ pub(super) const VFS: &str = super::sqlite_vfs::NAME;
 
 /// WAL pages between checkpoints: a checkpoint copies every page changed since the last one
 /// back into the database; at 4,000 pages (16 MiB of WAL) instead of 1,000 the hot pages
-/// (session rows, index roots) are copied a quarter as often.
+/// (session rows, index roots) are copied a quarter as often. The write connection's commits
+/// wake the checkpoint thread at this size (`sqlite_checkpoint`); sqlx's connections keep it as
+/// their automatic checkpoint, which the thread normally keeps them from reaching.
 const AUTOCHECKPOINT_PAGES: u32 = 4_000;
 
 /// Turns off SQLite's memory statistics for this process: with them on (the library's

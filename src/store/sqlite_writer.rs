@@ -46,25 +46,35 @@ pub(super) struct Writer {
     db: Mutex<rusqlite::Connection>,
     /// sqlx's write connection (one), used only under `db`'s lock.
     pool: SqlitePool,
+    /// What `db`'s WAL hook points at: dropped after `db` (fields drop in order).
+    _checkpointer: Box<super::sqlite_checkpoint::Checkpointer>,
 }
 
 impl Writer {
     /// Opens the write connection on `path` (already migrated) beside sqlx's `pool`, with the
-    /// settings of every store connection (`journal_mode` is the database's own).
+    /// settings of every store connection (`journal_mode` is the database's own). Its commits
+    /// never checkpoint: once the log holds `checkpoint_pages` pages they wake the store's
+    /// checkpoint thread (see `sqlite_checkpoint`).
     pub(super) fn open(
         path: &Path,
         pool: SqlitePool,
         busy_timeout: Duration,
-        autocheckpoint: u32,
+        checkpoint_pages: u32,
     ) -> StoreResult<Self> {
         let db = super::sqlite::open_connection(path, busy_timeout, false)?;
         db.pragma_update(None, "foreign_keys", true)?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
-        db.pragma_update(None, "wal_autocheckpoint", autocheckpoint)?;
         db.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let checkpointer = super::sqlite_checkpoint::Checkpointer::install(
+            &db,
+            path,
+            busy_timeout,
+            checkpoint_pages,
+        )?;
         Ok(Self {
             db: Mutex::new(db),
             pool,
+            _checkpointer: checkpointer,
         })
     }
 
