@@ -65,7 +65,14 @@ impl Checkpointer {
         let (ran, counted) = (running.clone(), done.clone());
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || checkpoint_when_woken(&db, &woken, &ran, &counted))
+            .spawn(move || {
+                let checkpoint = || {
+                    db.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                        Ok((row.get(1)?, row.get(2)?))
+                    })
+                };
+                checkpoint_when_woken(&woken, &ran, &counted, checkpoint, RETRY_AFTER_FAILURE);
+            })
             .map_err(|error| {
                 StoreError::Internal(format!("cannot start the checkpoint thread: {error}"))
             })?;
@@ -106,32 +113,46 @@ extern "C" fn after_commit(
 ) -> c_int {
     // SAFETY: `install` passed a pointer to a `Checkpointer` that outlives the connection.
     let checkpointer = unsafe { &*checkpointer.cast::<Checkpointer>() };
-    if pages >= checkpointer.pages && !checkpointer.running.swap(true, Ordering::AcqRel) {
-        match checkpointer.wake.try_send(()) {
-            // Full: a wake-up is already waiting; disconnected: the store is closing.
-            Ok(()) | Err(TrySendError::Full(()) | TrySendError::Disconnected(())) => {}
-        }
+    if pages >= checkpointer.pages {
+        ask(&checkpointer.running, &checkpointer.wake);
     }
     ffi::SQLITE_OK
 }
 
-/// The thread's loop: one passive checkpoint per wake-up, until the writer is gone.
+/// Wakes the thread unless a checkpoint (or the pause after a failed one) is under way.
+fn ask(running: &AtomicBool, wake: &SyncSender<()>) {
+    if !running.swap(true, Ordering::AcqRel) {
+        match wake.try_send(()) {
+            // Full: a wake-up is already waiting; disconnected: the store is closing.
+            Ok(()) | Err(TrySendError::Full(()) | TrySendError::Disconnected(())) => {}
+        }
+    }
+}
+
+/// After a failed checkpoint (a full disk, an I/O error) the thread pauses this long before it
+/// can be woken again: one attempt and one log line per second at most, however many commits
+/// ask meanwhile.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+/// The thread's loop: one `checkpoint` (a passive one: the log's pages and the pages copied)
+/// per wake-up, until the writer is gone; after a failure, a pause of `retry_after`.
 fn checkpoint_when_woken(
-    db: &rusqlite::Connection,
     woken: &Receiver<()>,
     running: &AtomicBool,
     done: &AtomicU64,
+    mut checkpoint: impl FnMut() -> rusqlite::Result<(i64, i64)>,
+    retry_after: Duration,
 ) {
     while woken.recv().is_ok() {
-        let outcome = db.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-            Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
-        });
-        match outcome {
+        match checkpoint() {
             Ok((log, copied)) => {
                 tracing::debug!(log, copied, "WAL checkpoint");
                 done.fetch_add(1, Ordering::Relaxed);
             }
-            Err(error) => tracing::warn!(%error, "WAL checkpoint failed; retried at the next"),
+            Err(error) => {
+                tracing::warn!(%error, ?retry_after, "WAL checkpoint failed; retried after a pause");
+                std::thread::sleep(retry_after);
+            }
         }
         running.store(false, Ordering::Release);
     }
@@ -190,5 +211,43 @@ mod tests {
         assert_eq!(count, 55);
         drop(writer);
         drop(checkpointer);
+    }
+
+    #[test]
+    fn a_failed_checkpoint_pauses_the_thread_however_often_commits_ask() {
+        let (wake, woken) = sync_channel(1);
+        let running = Arc::new(AtomicBool::new(false));
+        let attempts = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let pause = Duration::from_millis(200);
+        let thread = {
+            let (running, attempts) = (running.clone(), attempts.clone());
+            std::thread::spawn(move || {
+                let failing = || {
+                    attempts.lock().unwrap().push(std::time::Instant::now());
+                    Err(rusqlite::Error::SqliteFailure(
+                        ffi::Error::new(ffi::SQLITE_FULL),
+                        Some("database or disk is full".into()),
+                    ))
+                };
+                checkpoint_when_woken(&woken, &running, &AtomicU64::new(0), failing, pause);
+            })
+        };
+        // Commits asking all the time, for a little over three pauses.
+        let until = std::time::Instant::now() + pause * 3 + pause / 2;
+        while std::time::Instant::now() < until {
+            ask(&running, &wake);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(wake);
+        thread.join().unwrap();
+        let attempts = attempts.lock().unwrap();
+        assert!(
+            (2..=4).contains(&attempts.len()),
+            "{} attempts in 3.5 pauses",
+            attempts.len()
+        );
+        for pair in attempts.windows(2) {
+            assert!(pair[1] - pair[0] >= pause, "{:?} apart", pair[1] - pair[0]);
+        }
     }
 }
