@@ -1,6 +1,8 @@
 //! SQLite migrations keep what is stored: the history tables rebuilt as rowid tables
-//! (migration 0020) and `runs` and `usage_records` rebuilt without AUTOINCREMENT (migration
-//! 0024) hold the same rows, keep their key, their indexes and their cascade from `sessions`.
+//! (migration 0020), `runs` and `usage_records` rebuilt without AUTOINCREMENT (migration
+//! 0024) and the history tables rebuilt without a foreign key to their session (migration
+//! 0026) hold the same rows, keep their key, their indexes and their removal with a deleted
+//! session (a cascade, since 0026 a trigger for the history tables).
 
 use rusqlite::{Connection, params};
 use std::path::PathBuf;
@@ -247,6 +249,108 @@ fn runs_and_usage_rows_keep_their_keys_and_order_without_autoincrement() {
         .expect("delete");
     assert_eq!(rows(&db, RUNS).len(), 1);
     assert_eq!(rows(&db, USAGE).len(), 1);
+    let broken = broken_keys(&db);
+    assert!(broken.is_empty(), "{broken:?}");
+}
+
+const HISTORY_INDEXES: &str = "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' \
+                               AND tbl_name IN ('events', 'messages', 'usage_records') ORDER BY name";
+
+/// Rows of `session`'s in `table`.
+fn count(db: &Connection, table: &str, session: &str) -> i64 {
+    db.query_row(
+        &format!("SELECT count(*) FROM {table} WHERE session_id = ?1"),
+        [session],
+        |row| row.get(0),
+    )
+    .expect("count")
+}
+
+#[test]
+fn the_history_tables_without_row_checks_keep_their_rows_keys_and_removal_with_the_session() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = database_before(dir.path(), 26);
+    let at = "2026-12-07T09:30:01.123456Z";
+    for session in ["ses_a", "ses_b"] {
+        db.execute(
+            "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
+             VALUES (?1, 'acme', '{}', ?2, ?2)",
+            params![session, at],
+        )
+        .expect("session");
+        for seq in 1..=3_i64 {
+            let payload = format!("{{\"text\":\"{}\"}}", "é".repeat(1_500 * seq as usize));
+            db.execute(
+                "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, created_at) \
+                 VALUES (?1, ?2, 'acme', 'tool_result', ?3, 'run_1', ?4)",
+                params![session, seq, payload, at],
+            )
+            .expect("event");
+            db.execute(
+                "INSERT INTO messages (session_id, seq, tenant_id, role, content, run_id, \
+                     compaction_boundary, created_at) VALUES (?1, ?2, 'acme', 'user', ?3, NULL, 0, ?4)",
+                params![session, seq, payload, at],
+            )
+            .expect("message");
+            insert_usage(&db, session, "run_1");
+        }
+    }
+    let before = (
+        rows(&db, EVENTS),
+        rows(&db, MESSAGES),
+        rows(&db, USAGE),
+        rows(&db, HISTORY_INDEXES),
+    );
+
+    migrate_from(&db, 26);
+    let after = (
+        rows(&db, EVENTS),
+        rows(&db, MESSAGES),
+        rows(&db, USAGE),
+        rows(&db, HISTORY_INDEXES),
+    );
+    assert_eq!(after, before, "rows, usage ids and indexes as they were");
+    for table in ["events", "messages", "usage_records"] {
+        let keys = rows(&db, &format!("PRAGMA foreign_key_list({table})"));
+        assert!(
+            keys.is_empty(),
+            "{table} still checks its session: {keys:?}"
+        );
+    }
+    // The key still refuses a second row for a (session, seq); new rows go after the old.
+    let duplicate = db.execute(
+        "INSERT INTO events SELECT * FROM events WHERE session_id = 'ses_a' AND seq = 1",
+        [],
+    );
+    assert!(
+        duplicate.is_err(),
+        "a duplicate (session, seq) was accepted"
+    );
+    insert_usage(&db, "ses_a", "run_2");
+    let newest: String = db
+        .query_row(
+            "SELECT run_id FROM usage_records ORDER BY id DESC LIMIT 1",
+            [],
+            |row| row.get(0),
+        )
+        .expect("newest");
+    assert_eq!(newest, "run_2");
+
+    // A deleted session still takes its history with it; the other keeps its own.
+    db.execute("DELETE FROM sessions WHERE id = 'ses_a'", [])
+        .expect("delete");
+    for table in ["events", "messages", "usage_records"] {
+        assert_eq!(
+            count(&db, table, "ses_a"),
+            0,
+            "{table} kept a deleted session's rows"
+        );
+        assert_eq!(
+            count(&db, table, "ses_b"),
+            3,
+            "{table} lost another session's rows"
+        );
+    }
     let broken = broken_keys(&db);
     assert!(broken.is_empty(), "{broken:?}");
 }

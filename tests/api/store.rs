@@ -379,6 +379,29 @@ async fn appends_are_tenant_scoped_and_atomic(store: Arc<dyn Store>) {
         matches!(intruder, Err(StoreError::NotFound)),
         "{intruder:?}"
     );
+    // A session that does not exist takes no rows (on SQLite no foreign key checks the
+    // session any more: the append's update of the session row does).
+    let missing = SessionId::generate();
+    let appended = store
+        .append(
+            &TenantId::new("owner"),
+            &missing,
+            AppendBatch {
+                events: vec![event("x", 1)],
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(appended, Err(StoreError::NotFound)),
+        "{appended:?}"
+    );
+    assert!(
+        store
+            .list_events(&TenantId::new("owner"), &missing, 0, 10)
+            .await
+            .map_or(true, |events| events.is_empty())
+    );
     // A batch whose output collides with an existing id fails as a whole.
     let output_id = OutputId::generate();
     let output = NewOutput {
