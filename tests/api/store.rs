@@ -80,6 +80,7 @@ store_suite!(
     a_retried_batch_whose_commit_answer_was_lost_is_not_stored_twice,
     cancels_are_recorded_for_the_replica_holding_the_run,
     append_numbers_events_and_messages_contiguously,
+    a_batch_of_many_events_is_stored_whole_and_in_order,
     the_idle_clock_moves_with_an_append_only_in_a_later_second,
     a_long_history_reads_whole_in_order_and_in_pages,
     concurrent_appends_never_duplicate_a_seq,
@@ -361,6 +362,39 @@ async fn concurrent_appends_never_duplicate_a_seq(store: Arc<dyn Store>) {
         (1..=160).collect::<Vec<_>>(),
         "contiguous, unique, ordered"
     );
+}
+
+/// A batch of more events than one statement writes on SQLite (16) — 37, then 3 — is stored
+/// whole: every event at its own seq with its own kind, payload and run.
+async fn a_batch_of_many_events_is_stored_whole_and_in_order(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let batch = |from: i64, count: i64| AppendBatch {
+        events: (from..from + count)
+            .map(|n| NewEvent {
+                kind: format!("kind_{}", n % 5),
+                payload: json!({ "n": n, "text": "x".repeat(n as usize * 10) }),
+                run_id: (n % 2 == 0).then(|| format!("run_{n}")),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let first = store.append(&tenant, &id, batch(1, 37)).await.unwrap();
+    assert_eq!(first.events.first().map(|e| e.seq), Some(1));
+    let second = store.append(&tenant, &id, batch(38, 3)).await.unwrap();
+    assert_eq!(second.events.first().map(|e| e.seq), Some(38));
+    let stored = store.list_events(&tenant, &id, 0, 100).await.unwrap();
+    assert_eq!(stored.len(), 40);
+    for (event, n) in stored.iter().zip(1_i64..) {
+        assert_eq!(event.seq, n);
+        assert_eq!(event.kind, format!("kind_{}", n % 5));
+        assert_eq!(event.payload["n"], n, "{event:?}");
+        assert_eq!(
+            event.payload["text"].as_str().map(str::len),
+            Some(n as usize * 10)
+        );
+        assert_eq!(event.run_id, (n % 2 == 0).then(|| format!("run_{n}")));
+    }
 }
 
 async fn appends_are_tenant_scoped_and_atomic(store: Arc<dyn Store>) {

@@ -144,24 +144,7 @@ pub(in crate::store) fn append_in(
             db, tenant, session, bytes, &created,
         )?;
     }
-    if !batch.events.is_empty() {
-        let mut insert = db.prepare_cached(
-            "INSERT INTO events (session_id, seq, tenant_id, kind, payload, run_id, \
-                     created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )?;
-        let payloads = batch.event_payloads();
-        for ((event, payload), seq) in batch.events.iter().zip(payloads).zip(result.first_event..) {
-            insert.execute(params![
-                session.as_str(),
-                seq,
-                tenant.as_str(),
-                event.kind.as_str(),
-                payload,
-                event.run_id.as_deref(),
-                created,
-            ])?;
-        }
-    }
+    insert_events(db, tenant, session, batch, result.first_event, &created)?;
     let notices = crate::webhooks::notices(
         session.as_str(),
         super::event_views(&batch.events, result.first_event),
@@ -206,6 +189,69 @@ pub(in crate::store) fn append_in(
         ])?;
     }
     Ok(result)
+}
+
+/// Event rows per `INSERT` statement at most: a batch's events go in as few statements as
+/// that allows, each of one of [`EVENT_ROWS`] shapes (kept prepared by the write connection).
+pub(in crate::store) const EVENT_ROWS: usize = 16;
+
+/// The `INSERT` of `rows` events (1 to [`EVENT_ROWS`]). `OR FAIL`: a row that breaks a
+/// constraint ends the statement without undoing its earlier rows, so SQLite keeps no
+/// statement journal (a copy of every page the statement touches that the transaction had
+/// already changed); the append fails as a whole anyway, and its transaction (or the group's)
+/// is rolled back.
+fn insert_events_sql(rows: usize) -> &'static str {
+    static SHAPES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let shapes = SHAPES.get_or_init(|| {
+        (1..=EVENT_ROWS)
+            .map(|rows| {
+                let values = vec!["(?, ?, ?, ?, ?, ?, ?)"; rows].join(", ");
+                format!(
+                    "INSERT OR FAIL INTO events (session_id, seq, tenant_id, kind, payload, \
+                     run_id, created_at) VALUES {values}"
+                )
+            })
+            .collect()
+    });
+    &shapes[rows.clamp(1, EVENT_ROWS) - 1]
+}
+
+/// The batch's events, numbered from `first`, [`EVENT_ROWS`] to a statement: one statement's
+/// setup (its cursors, its place in the statement cache) instead of one per event.
+fn insert_events(
+    db: &rusqlite::Connection,
+    tenant: &TenantId,
+    session: &SessionId,
+    batch: &StorableBatch,
+    first: i64,
+    created: &str,
+) -> StoreResult<()> {
+    let payloads = batch.event_payloads();
+    let mut seq = first;
+    for (events, payloads) in batch
+        .events
+        .chunks(EVENT_ROWS)
+        .zip(payloads.chunks(EVENT_ROWS))
+    {
+        let mut insert = db.prepare_cached(insert_events_sql(events.len()))?;
+        let mut index = 0;
+        let mut bind = |value: &dyn rusqlite::ToSql| -> rusqlite::Result<()> {
+            index += 1;
+            insert.raw_bind_parameter(index, value)
+        };
+        for (event, payload) in events.iter().zip(payloads) {
+            bind(&session.as_str())?;
+            bind(&seq)?;
+            bind(&tenant.as_str())?;
+            bind(&event.kind.as_str())?;
+            bind(&payload.as_str())?;
+            bind(&event.run_id.as_deref())?;
+            bind(&created)?;
+            seq += 1;
+        }
+        insert.raw_execute()?;
+    }
+    Ok(())
 }
 
 /// Moves the session's `active_at` to `created` when it was set in an earlier second (see
