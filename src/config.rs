@@ -58,7 +58,7 @@ pub struct Settings {
     /// Threads that run the server's async work (HTTP, runs, streams), 1 to
     /// [`MAX_WORKER_THREADS`]. Unset: one per core (or `TOKIO_WORKER_THREADS`). Fewer workers
     /// than cores spend less CPU per run at low load (fewer hand-offs between workers) and wait
-    /// longer under load (README "End-to-end server", twenty-second round: one worker on two
+    /// longer under load (`benches/ROUNDS.md`, twenty-second round: one worker on two
     /// cores, −10 to −20 % server CPU per lone run, +40 % approval round trip at 16 in flight).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker_threads: Option<usize>,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// mimalloc instead of glibc's malloc: the run path allocates from the tokio workers and the
 /// store's threads at once, and glibc's arenas then contend on their locks. Measured with the
-/// end-to-end benchmark (README "End-to-end server", round of 2026-12-05): 10–15 % less
+/// end-to-end benchmark (`benches/ROUNDS.md`, rounds of 2026-12-05): 10–15 % less
 /// server CPU per run at 16 in flight. Built without transparent huge pages (`no_thp`): with
 /// them an idle server's heap grew from 4 to 17 MiB resident, past the 16 MiB target.
 #[global_allocator]

@@ -80,6 +80,16 @@ fn broken_keys(db: &Connection) -> Vec<Vec<rusqlite::types::Value>> {
     rows(db, "PRAGMA foreign_key_check")
 }
 
+/// A session row of tenant `acme` created and updated `at`.
+fn insert_session(db: &Connection, id: &str, at: &str) {
+    db.execute(
+        "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
+         VALUES (?1, 'acme', '{}', ?2, ?2)",
+        params![id, at],
+    )
+    .expect("session");
+}
+
 const EVENTS: &str = "SELECT session_id, seq, tenant_id, kind, payload, run_id, created_at \
                       FROM events ORDER BY session_id, seq";
 const MESSAGES: &str = "SELECT session_id, seq, tenant_id, role, content, run_id, \
@@ -91,12 +101,7 @@ fn the_history_tables_rebuilt_as_rowid_tables_keep_every_row_and_their_key() {
     let db = database_before(dir.path(), 20);
     let at = "2026-12-06T09:30:01.123456Z";
     for session in ["ses_a", "ses_b"] {
-        db.execute(
-            "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
-             VALUES (?1, 'acme', '{}', ?2, ?2)",
-            params![session, at],
-        )
-        .expect("session");
+        insert_session(&db, session, at);
         for seq in 1..=5_i64 {
             // A payload larger than a page, one of a few KB, small ones.
             let payload = format!(
@@ -190,12 +195,7 @@ fn runs_and_usage_rows_keep_their_keys_and_order_without_autoincrement() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = database_before(dir.path(), 24);
     for session in ["ses_a", "ses_b"] {
-        db.execute(
-            "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
-             VALUES (?1, 'acme', '{}', '2026-12-06T09:30:01Z', '2026-12-06T09:30:01Z')",
-            params![session],
-        )
-        .expect("session");
+        insert_session(&db, session, "2026-12-06T09:30:01Z");
     }
     // Keys with a gap (a position given explicitly).
     insert_run(&db, None, "run_1", "ses_a");
@@ -272,12 +272,7 @@ fn the_history_tables_without_row_checks_keep_their_rows_keys_and_removal_with_t
     let db = database_before(dir.path(), 26);
     let at = "2026-12-07T09:30:01.123456Z";
     for session in ["ses_a", "ses_b"] {
-        db.execute(
-            "INSERT INTO sessions (id, tenant_id, config, created_at, updated_at) \
-             VALUES (?1, 'acme', '{}', ?2, ?2)",
-            params![session, at],
-        )
-        .expect("session");
+        insert_session(&db, session, at);
         for seq in 1..=3_i64 {
             let payload = format!("{{\"text\":\"{}\"}}", "é".repeat(1_500 * seq as usize));
             db.execute(

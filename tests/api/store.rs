@@ -4,8 +4,8 @@
 use norma::ids::{OutputId, SessionId, TenantId};
 use norma::message::{ContentBlock, Message, Role, ToolResultBlock};
 use norma::store::{
-    AppendBatch, ConnectOptions, NewEvent, NewMessage, NewOutput, NewSession, SessionStatus, Store,
-    StoreError,
+    AppendBatch, AppendResult, ConnectOptions, NewEvent, NewMessage, NewOutput, NewSession,
+    SessionStatus, Store, StoreError,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -397,18 +397,22 @@ async fn a_batch_of_many_events_is_stored_whole_and_in_order(store: Arc<dyn Stor
     }
 }
 
+/// One event appended by `tenant` to `session`.
+async fn append_one_event(
+    store: &Arc<dyn Store>,
+    tenant: &str,
+    session: &SessionId,
+) -> Result<AppendResult, StoreError> {
+    let batch = AppendBatch {
+        events: vec![event("x", 1)],
+        ..Default::default()
+    };
+    store.append(&TenantId::new(tenant), session, batch).await
+}
+
 async fn appends_are_tenant_scoped_and_atomic(store: Arc<dyn Store>) {
     let id = new_session(&store, "owner").await;
-    let intruder = store
-        .append(
-            &TenantId::new("intruder"),
-            &id,
-            AppendBatch {
-                events: vec![event("x", 1)],
-                ..Default::default()
-            },
-        )
-        .await;
+    let intruder = append_one_event(&store, "intruder", &id).await;
     assert!(
         matches!(intruder, Err(StoreError::NotFound)),
         "{intruder:?}"
@@ -416,16 +420,7 @@ async fn appends_are_tenant_scoped_and_atomic(store: Arc<dyn Store>) {
     // A session that does not exist takes no rows (on SQLite no foreign key checks the
     // session any more: the append's update of the session row does).
     let missing = SessionId::generate();
-    let appended = store
-        .append(
-            &TenantId::new("owner"),
-            &missing,
-            AppendBatch {
-                events: vec![event("x", 1)],
-                ..Default::default()
-            },
-        )
-        .await;
+    let appended = append_one_event(&store, "owner", &missing).await;
     assert!(
         matches!(appended, Err(StoreError::NotFound)),
         "{appended:?}"

@@ -193,7 +193,7 @@ pub(in crate::store) fn append_in(
 
 /// Event rows per `INSERT` statement at most: a batch's events go in as few statements as
 /// that allows, each of one of [`EVENT_ROWS`] shapes (kept prepared by the write connection).
-pub(in crate::store) const EVENT_ROWS: usize = 16;
+const EVENT_ROWS: usize = 16;
 
 /// The `INSERT` of `rows` events (1 to [`EVENT_ROWS`]). `OR FAIL`: a row that breaks a
 /// constraint ends the statement without undoing its earlier rows, so SQLite keeps no
