@@ -335,6 +335,49 @@ async fn anthropic_malformed_tool_json_is_a_decode_error() {
     assert_eq!(error.code(), "PROVIDER_DECODE");
 }
 
+/// A tool input nested `levels` deep (`{"a": [[…[1]…]]}`), as Anthropic streams it.
+fn deep_tool_turn(levels: usize) -> Vec<String> {
+    let input = format!(
+        r#"{{"a": {}1{}}}"#,
+        "[".repeat(levels - 1),
+        "]".repeat(levels - 1)
+    );
+    vec![
+        an::message_start(1),
+        an::block_start(
+            0,
+            json!({"type": "tool_use", "id": "t", "name": "Read", "input": {}}),
+        ),
+        an::json_delta(0, &input),
+        an::block_stop(0),
+        an::message_delta("tool_use", 3),
+        an::message_stop(),
+    ]
+}
+
+#[tokio::test]
+async fn anthropic_tool_input_nested_past_the_bound_is_a_decode_error() {
+    let fake = FakeLlm::start().await;
+    let provider = provider(&anthropic(&fake.url()));
+    // The deepest input serde_json parses (127 levels) would make the transcript that stores
+    // it unreadable; 64 levels is the bound, 65 is refused.
+    fake.push(Reply::sse(deep_tool_turn(64)));
+    let (turn, _) = run(provider.as_ref(), &hello()).await;
+    assert_eq!(turn.expect("64 levels").message.tool_uses().count(), 1);
+    for levels in [65, 127] {
+        fake.push(Reply::sse(deep_tool_turn(levels)));
+        let error = run(provider.as_ref(), &hello())
+            .await
+            .0
+            .expect_err("too deep");
+        assert_eq!(error.code(), "PROVIDER_DECODE", "{levels}: {error}");
+        assert!(
+            error.to_string().contains("nests deeper than 64 levels"),
+            "{error}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn anthropic_error_event_mid_stream_ends_the_turn_without_retry() {
     let fake = FakeLlm::start().await;

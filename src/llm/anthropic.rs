@@ -328,7 +328,9 @@ impl SseDecoder for AnthropicDecoder {
                     initial,
                 }) => {
                     let input = match initial {
-                        Some(input) if json.trim().is_empty() => input,
+                        Some(input) if json.trim().is_empty() => {
+                            sse::bounded_tool_input(&name, input)?
+                        }
                         _ => parse_tool_input(&name, &json)?,
                     };
                     Ok(vec![StreamItem::ToolUseDone {

@@ -109,19 +109,96 @@ fn error_text(error: &reqwest::Error) -> String {
     message
 }
 
-/// Parses the joined input fragments of one tool call: empty input is `{}`, malformed JSON is
-/// a [`ProviderError::Decode`].
+/// The deepest nesting of a tool input a model may send (objects and arrays, the input itself
+/// counting as one). The input is kept inside other JSON — the `tool_call` event's payload, the
+/// history message's content, an approval, a subagent's events nested in its parent's — and
+/// every one of them must still read back under `serde_json`'s nesting limit (128): an input
+/// nested 127 levels deep once made the session's transcript and history unreadable.
+pub const MAX_TOOL_INPUT_DEPTH: usize = 64;
+
+/// Parses the joined input fragments of one tool call: empty input is `{}`; malformed JSON
+/// or an input nested deeper than [`MAX_TOOL_INPUT_DEPTH`] is a [`ProviderError::Decode`].
 pub fn parse_tool_input(name: &str, joined: &str) -> Result<Value, ProviderError> {
     if joined.trim().is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    serde_json::from_str(joined).map_err(|error| {
+    let input = serde_json::from_str(joined).map_err(|error| {
         ProviderError::Decode(format!("tool `{name}` input is not valid JSON: {error}"))
-    })
+    })?;
+    bounded_tool_input(name, input)
+}
+
+/// `input` when it nests at most [`MAX_TOOL_INPUT_DEPTH`] levels, else a
+/// [`ProviderError::Decode`].
+pub fn bounded_tool_input(name: &str, input: Value) -> Result<Value, ProviderError> {
+    let mut pending = vec![(&input, 1)];
+    while let Some((value, depth)) = pending.pop() {
+        if !(value.is_array() || value.is_object()) {
+            continue;
+        }
+        if depth > MAX_TOOL_INPUT_DEPTH {
+            return Err(ProviderError::Decode(format!(
+                "tool `{name}` input nests deeper than {MAX_TOOL_INPUT_DEPTH} levels"
+            )));
+        }
+        match value {
+            Value::Array(items) => pending.extend(items.iter().map(|item| (item, depth + 1))),
+            Value::Object(map) => pending.extend(map.values().map(|item| (item, depth + 1))),
+            _ => {}
+        }
+    }
+    Ok(input)
 }
 
 /// Parses an event's data as JSON.
 pub fn parse_data<T: serde::de::DeserializeOwned>(event: &Event) -> Result<T, ProviderError> {
     serde_json::from_str(&event.data)
         .map_err(|error| ProviderError::Decode(format!("bad `{}` event: {error}", event.event)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `levels` nested arrays around `1`, as JSON text.
+    fn nested(levels: usize) -> String {
+        format!("{}1{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    #[test]
+    fn a_tool_input_nested_up_to_the_bound_parses_and_one_level_more_is_refused() {
+        let within = format!(r#"{{"a": {}}}"#, nested(MAX_TOOL_INPUT_DEPTH - 1));
+        assert!(parse_tool_input("Read", &within).is_ok());
+        let beyond = format!(r#"{{"a": {}}}"#, nested(MAX_TOOL_INPUT_DEPTH));
+        let error = parse_tool_input("Read", &beyond).unwrap_err();
+        assert_eq!(error.code(), "PROVIDER_DECODE");
+        assert!(
+            error.to_string().contains("nests deeper than 64"),
+            "{error}"
+        );
+        // Whole inputs (sent in the block's start, not streamed) are held to the same bound.
+        let value: Value = serde_json::from_str(&beyond).unwrap();
+        assert!(bounded_tool_input("Read", value).is_err());
+        assert_eq!(
+            parse_tool_input("Read", " ").unwrap(),
+            serde_json::json!({})
+        );
+    }
+
+    #[test]
+    fn the_bound_leaves_room_under_the_parsers_own_limit() {
+        // The premise of the bound: serde_json parses 127 levels and refuses 128, so a
+        // 127-level input inside any wrapper could not be read back.
+        assert!(serde_json::from_str::<Value>(&nested(127)).is_ok());
+        assert!(serde_json::from_str::<Value>(&nested(128)).is_err());
+        // The deepest wrapper (an approval inside a subagent event nested three times) stays
+        // far below it.
+        let wrapped = format!(
+            "{}{}{}",
+            "[".repeat(10),
+            nested(MAX_TOOL_INPUT_DEPTH),
+            "]".repeat(10)
+        );
+        assert!(serde_json::from_str::<Value>(&wrapped).is_ok());
+    }
 }

@@ -85,3 +85,40 @@ async fn a_deeply_nested_command_chosen_by_the_model_is_denied() {
     }
     support::assert_still_serves(&server).await;
 }
+
+/// `{"a": {"a": … {}}}`, `levels` objects.
+fn nested_object(levels: usize) -> serde_json::Value {
+    let mut value = json!({});
+    for _ in 1..levels {
+        value = json!({ "a": value });
+    }
+    value
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_tool_input_chosen_by_the_model_leaves_the_transcript_readable() {
+    let server = support::start_server(&[]).await;
+    let token = server.token("hostile");
+    // 118: the deepest a session body (nesting limit 128) can carry inside its script.
+    for levels in [60, 118] {
+        let config = json!({
+            "tools": ["Read"],
+            "permission": {"mode": "bypass"},
+            "model": {"script": {"turns": [
+                {"tool_calls": [{"name": "Read", "input": nested_object(levels)}]},
+                {"text": "done"}
+            ]}},
+        });
+        let session = support::create_session(&server, "hostile", &config).await;
+        let events =
+            support::prompt_and_wait(&server, "hostile", &session, "go", Duration::from_secs(60))
+                .await;
+        assert!(events.iter().any(|e| e["type"] == "terminal"), "{levels}");
+        // The whole transcript reads back, page by page and as a stream's backlog.
+        let (status, page) = server
+            .get(&format!("/v1/sessions/{session}/events?limit=1000"), &token)
+            .await;
+        assert_eq!(status, 200, "{levels}: {page}");
+    }
+    support::assert_still_serves(&server).await;
+}
