@@ -76,7 +76,7 @@ async fn fan_out() {
         let tx = tx.clone();
         tokio::spawn(async move {
             while let Ok(event) = live.recv().await {
-                let sent: u128 = event.payload["sent_ns"]
+                let sent: u128 = event.payload.value()["sent_ns"]
                     .as_str()
                     .unwrap_or("0")
                     .parse()
@@ -98,7 +98,7 @@ async fn fan_out() {
         let record = norma::store::EventRecord {
             seq,
             kind: "assistant_delta".into(),
-            payload: json!({ "sent_ns": now.to_string() }),
+            payload: json!({ "sent_ns": now.to_string() }).into(),
             run_id: None,
             created_at: chrono::Utc::now(),
         };

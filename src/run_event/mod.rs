@@ -24,7 +24,7 @@ pub use reasons::{BudgetKind, ContinueReason, SubagentTokens, TerminalReason, Us
 
 use crate::llm::{StopReason, Usage as TurnUsage};
 use crate::message::{Message, ToolResultBlock};
-use crate::store::{ApprovalRecord, EventRecord, NewEvent};
+use crate::store::{ApprovalRecord, EventPayload, EventRecord, NewEvent};
 use crate::tools::pipeline::DecisionRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -452,9 +452,13 @@ impl RunEvent {
         })
     }
 
-    /// The row that stores this event.
+    /// The row that stores this event, its payload's JSON text rendered straight from the typed
+    /// event (no `Value` in between, see [`crate::store::EventPayload`]).
     pub fn into_row(self, run_id: Option<String>) -> NewEvent {
-        let (kind, payload) = self.to_parts();
+        let (kind, payload) = match self {
+            Self::Other(raw) => (raw.kind, EventPayload::of(&raw.payload)),
+            typed => typed.row_parts(),
+        };
         NewEvent {
             kind,
             payload,
@@ -462,8 +466,34 @@ impl RunEvent {
         }
     }
 
+    /// The wire name and payload text of a typed event, cut out of its tagged JSON: serde writes
+    /// an adjacently tagged variant as `{"type":"<kind>","payload":<payload>}`, the tag first,
+    /// and a wire name is a snake_case identifier (nothing in it is escaped). Anything else
+    /// (never seen) takes the way through a `Value`.
+    fn row_parts(&self) -> (String, EventPayload) {
+        const HEAD: &str = "{\"type\":\"";
+        const MIDDLE: &str = "\",\"payload\":";
+        if let Ok(mut text) = crate::json_text::json_text(self) {
+            let kind_end = text
+                .strip_prefix(HEAD)
+                .and_then(|rest| rest.find('"'))
+                .map(|at| HEAD.len() + at);
+            if let Some(kind_end) = kind_end
+                && text[kind_end..].starts_with(MIDDLE)
+                && text.ends_with('}')
+            {
+                let kind = text[HEAD.len()..kind_end].to_owned();
+                text.pop();
+                text.drain(..kind_end + MIDDLE.len());
+                return (kind, EventPayload::from_json_text(text));
+            }
+        }
+        let (kind, payload) = self.to_parts();
+        (kind, EventPayload::of(&payload))
+    }
+
     /// The typed event of a stored row.
     pub fn from_row(record: &EventRecord) -> Self {
-        Self::from_parts(&record.kind, record.payload.clone())
+        Self::from_parts(&record.kind, record.payload.value())
     }
 }

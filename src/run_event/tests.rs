@@ -247,3 +247,28 @@ fn rows_carry_the_wire_name_payload_and_run() {
     assert_eq!(row.payload, json!({ "text": "x" }));
     assert_eq!(row.run_id.as_deref(), Some("run_1"));
 }
+
+#[test]
+fn every_variant_is_stored_as_the_payload_text_of_its_json() {
+    for (kind, payload) in fixtures() {
+        let event = RunEvent::from_parts(kind, payload.clone());
+        let row = event.clone().into_row(None);
+        assert_eq!(row.kind, kind);
+        // The text parses to the payload, and it is the payload's own text: no `type` or
+        // `payload` wrapper left around it.
+        let parsed: Value = serde_json::from_str(row.payload.as_str()).expect(kind);
+        assert_eq!(parsed, payload, "{kind}");
+        let tagged = crate::json_text::json_text(&event).unwrap();
+        assert_eq!(
+            tagged,
+            format!(r#"{{"type":"{kind}","payload":{}}}"#, row.payload.as_str())
+        );
+    }
+    // An event of an unknown kind keeps its payload as stored.
+    let other = RunEvent::from_parts("from_a_newer_server", json!({ "x": [1] }));
+    let row = other.into_row(None);
+    assert_eq!(
+        (row.kind.as_str(), row.payload.as_str()),
+        ("from_a_newer_server", r#"{"x":[1]}"#)
+    );
+}

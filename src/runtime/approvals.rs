@@ -484,7 +484,7 @@ impl RunApprover {
             .is_ok_and(|events| {
                 events
                     .iter()
-                    .any(|event| event.payload["approval"]["id"].as_str() == Some(id))
+                    .any(|event| event.payload.value()["approval"]["id"].as_str() == Some(id))
             })
     }
 

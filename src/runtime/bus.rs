@@ -17,18 +17,10 @@ pub struct LiveEvent {
 }
 
 impl LiveEvent {
-    /// The event with its JSON text rendered from the record.
+    /// The event with its JSON text: the record's fields around its payload's text as it is
+    /// (what the store wrote), the same text `serde_json` writes for the record.
     pub fn new(record: EventRecord) -> Self {
-        Self {
-            json: serde_json::to_string(&record).unwrap_or_default(),
-            record,
-        }
-    }
-
-    /// The event with its JSON text made from its payload's JSON text (`payload`, what the
-    /// store wrote) and the record's other fields: the same text as [`LiveEvent::new`]
-    /// renders, without serialising the payload again.
-    pub fn with_payload_json(record: EventRecord, payload: &str) -> Self {
+        let payload = record.payload.as_str();
         let mut out = Vec::with_capacity(payload.len() + 64 + record.kind.len());
         // Writes into a Vec<u8> cannot fail; the fields are strings, an integer and a time.
         out.extend_from_slice(b"{\"seq\":");
@@ -162,22 +154,6 @@ impl EventBus {
         self.publish_live(session, || events.into_iter().map(LiveEvent::new));
     }
 
-    /// [`EventBus::publish`] of events just committed here, with their payloads' JSON text as
-    /// the store wrote it (`payloads`, in the order of `events`).
-    pub fn publish_stored(
-        &self,
-        session: &SessionId,
-        events: Vec<EventRecord>,
-        payloads: &[String],
-    ) {
-        self.publish_live(session, || {
-            events
-                .into_iter()
-                .zip(payloads)
-                .map(|(record, payload)| LiveEvent::with_payload_json(record, payload))
-        });
-    }
-
     fn publish_live<I: Iterator<Item = LiveEvent>>(
         &self,
         session: &SessionId,
@@ -244,7 +220,7 @@ mod tests {
         EventRecord {
             seq,
             kind: "assistant_delta".into(),
-            payload: json!({ "text": "x" }),
+            payload: json!({ "text": "x" }).into(),
             run_id: None,
             created_at: Utc::now(),
         }
@@ -356,30 +332,28 @@ mod tests {
                     "content": "line \"one\"\n\ttab \\ back\u{7f} \u{1} é 😀",
                     "is_error": false,
                     "nested": {"list": [1, 2.5, null, {"b": true, "a": "x"}]},
-                }),
+                })
+                .into(),
                 run_id: Some("run_0123".into()),
                 created_at: at,
             },
             EventRecord {
                 seq: 9_007_199_254_740_993,
                 kind: "odd \"kind\"".into(),
-                payload: json!("just a string"),
+                payload: json!("just a string").into(),
                 run_id: None,
                 created_at: Utc::now(),
             },
             EventRecord {
                 seq: 0,
                 kind: "empty".into(),
-                payload: json!({}),
+                payload: json!({}).into(),
                 run_id: Some(String::new()),
                 created_at: at,
             },
         ];
         for record in records {
-            let payload = record.payload.to_string();
             let expected = serde_json::to_string(&record).expect("json");
-            let live = LiveEvent::with_payload_json(record.clone(), &payload);
-            assert_eq!(live.json, expected);
             assert_eq!(LiveEvent::new(record).json, expected);
         }
     }

@@ -301,9 +301,8 @@ impl SessionWriter {
             // A client that sees `terminal` may prompt at once: the session is free by then.
             self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        let (stored, payloads) = batch.stored(written);
-        self.bus
-            .publish_stored(&self.session, stored.events, &payloads);
+        let stored = batch.stored(written);
+        self.bus.publish(&self.session, stored.events);
         Ok(stored.messages)
     }
 

@@ -58,7 +58,7 @@ impl Fixture {
         self.stored()
             .await
             .iter()
-            .map(|e| e.payload["text"].as_str().unwrap().to_owned())
+            .map(|e| e.payload.value()["text"].as_str().unwrap().to_owned())
             .collect()
     }
 }
@@ -86,9 +86,9 @@ async fn the_linger_counts_from_the_oldest_buffered_event() {
             f.stored().await
         })
         .await;
-    let texts: Vec<&str> = events
+    let texts: Vec<String> = events
         .iter()
-        .map(|e| e.payload["text"].as_str().unwrap())
+        .map(|e| e.payload.value()["text"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(texts, ["a", "w1", "b", "w2", "c"]);
     // One transaction writes one `created_at`.

@@ -477,7 +477,7 @@ impl Child {
                     continue;
                 }
                 if event.kind == "terminal" && event.run_id.as_deref() == Some(self.run.as_str()) {
-                    ended = Some(event.payload.clone());
+                    ended = Some(event.payload.value());
                 }
                 nested.push(RunEvent::SubagentEvent(run_event::SubagentEvent {
                     tool_use_id: ctx.tool_use_id.clone(),
@@ -485,7 +485,7 @@ impl Child {
                     session_id: self.session.to_string(),
                     seq: event.seq,
                     kind: event.kind.clone(),
-                    payload: event.payload.clone(),
+                    payload: event.payload.value(),
                 }));
             }
             if !nested.is_empty() {

@@ -12,6 +12,7 @@ mod approvals;
 mod budgets;
 mod dialect;
 mod error;
+mod event_payload;
 mod events;
 mod facade;
 mod idempotency;
@@ -53,6 +54,7 @@ pub use error::{
     StoreError, StoreResult, TRANSIENT_RETRY_WINDOW, retry_transient, transient_sqlite_code,
     transient_sqlstate,
 };
+pub use event_payload::EventPayload;
 pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey};
 pub use models::*;
 pub use noa::*;

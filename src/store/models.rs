@@ -158,7 +158,7 @@ impl MessageRecord {
 pub struct NewEvent {
     /// The event type, e.g. `run_started`, `tool_result`.
     pub kind: String,
-    pub payload: Value,
+    pub payload: super::EventPayload,
     pub run_id: Option<String>,
 }
 
@@ -170,7 +170,7 @@ pub struct EventRecord {
     #[serde(rename = "type")]
     pub kind: String,
     #[schema(value_type = Object)]
-    pub payload: Value,
+    pub payload: super::EventPayload,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     // Written as `chrono` writes it, without its per-character path (see `crate::timestamp`).
@@ -405,29 +405,18 @@ impl Appended {
 /// An append batch made storable (see [`crate::store::storable`]) and shared: every attempt
 /// of a retried append hands the store the same batch, and the caller gets it back after the
 /// commit to build the records, without copying its events and messages. Each event's payload
-/// is rendered as JSON text once, here: the store writes that text, and the live channel
-/// splices it into the event it sends (see [`crate::runtime::bus`]) instead of serialising
-/// the payload again.
+/// is already JSON text ([`super::EventPayload`]): the store writes that text, and the live
+/// channel splices it into the event it sends (see [`crate::runtime::bus`]).
 #[derive(Clone, Debug)]
 pub struct StorableBatch {
     batch: std::sync::Arc<AppendBatch>,
-    payloads: std::sync::Arc<[String]>,
 }
 
 impl StorableBatch {
     pub fn new(mut batch: AppendBatch) -> Self {
         crate::store::storable::append_batch(&mut batch);
-        let payloads = batch
-            .events
-            .iter()
-            .map(|event| {
-                // A `Value` always serialises.
-                crate::json_text::json_text(&event.payload).unwrap_or_default()
-            })
-            .collect();
         Self {
             batch: std::sync::Arc::new(batch),
-            payloads,
         }
     }
 
@@ -435,15 +424,7 @@ impl StorableBatch {
     pub fn retried(&self) -> Self {
         let mut batch = self.batch.clone();
         std::sync::Arc::make_mut(&mut batch).retry = true;
-        Self {
-            batch,
-            payloads: self.payloads.clone(),
-        }
-    }
-
-    /// The events' payloads as JSON text, in the order of [`AppendBatch::events`].
-    pub fn event_payloads(&self) -> &[String] {
-        &self.payloads
+        Self { batch }
     }
 
     /// The batch itself (a copy only while the store still holds it).
@@ -451,10 +432,9 @@ impl StorableBatch {
         std::sync::Arc::try_unwrap(self.batch).unwrap_or_else(|shared| (*shared).clone())
     }
 
-    /// The records this batch was stored as, each event with its payload's JSON text.
-    pub fn stored(self, appended: Appended) -> (AppendResult, std::sync::Arc<[String]>) {
-        let payloads = self.payloads.clone();
-        (appended.records(self.into_inner()), payloads)
+    /// The records this batch was stored as.
+    pub fn stored(self, appended: Appended) -> AppendResult {
+        appended.records(self.into_inner())
     }
 }
 

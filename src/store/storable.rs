@@ -10,7 +10,7 @@
 //! text), in approval requests (input and reason), todo items and memory note contents, so
 //! the two behave the same. Strings without a NUL are not copied.
 
-use super::{AppendBatch, NewApproval, TodoItem};
+use super::{AppendBatch, EventPayload, NewApproval, TodoItem};
 use crate::message::{ContentBlock, Message};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -22,7 +22,7 @@ pub const NUL_REPLACEMENT: char = '\u{FFFD}';
 /// Makes an append batch storable (see the module doc).
 pub fn append_batch(batch: &mut AppendBatch) {
     for event in &mut batch.events {
-        value(&mut event.payload);
+        payload(&mut event.payload);
     }
     for message in &mut batch.messages {
         self::message(&mut message.message);
@@ -118,6 +118,17 @@ pub fn string(text: &mut String) -> bool {
     true
 }
 
+/// Replaces NULs in an event payload's strings and keys. Its JSON text writes a NUL as
+/// `\u0000`: a text without that sequence has none and is kept as it is; one with it (a NUL, or
+/// a backslash followed by `u0000`) is parsed, cleaned and written again.
+pub fn payload(payload: &mut EventPayload) {
+    if payload.as_str().contains("\\u0000") {
+        let mut parsed = payload.value();
+        value(&mut parsed);
+        *payload = EventPayload::of(&parsed);
+    }
+}
+
 /// Replaces NULs in every string and key of a JSON value (iteratively: any depth).
 pub fn value(root: &mut Value) {
     let mut pending: Vec<&mut Value> = vec![root];
@@ -154,7 +165,7 @@ mod tests {
         let mut batch = AppendBatch {
             events: vec![NewEvent {
                 kind: "tool_call".into(),
-                payload: json!({"input": {"com\u{0}mand": ["a\u{0}b", {"x": "\u{0}"}]}}),
+                payload: json!({"input": {"com\u{0}mand": ["a\u{0}b", {"x": "\u{0}"}]}}).into(),
                 run_id: None,
             }],
             messages: vec![NewMessage {
@@ -197,6 +208,25 @@ mod tests {
             batch.outputs[0].sha256,
             hex::encode(Sha256::digest("a\u{FFFD}b".as_bytes()))
         );
+    }
+
+    #[test]
+    fn a_payload_is_rewritten_only_when_its_text_holds_an_escaped_nul() {
+        // Rendered in field order, not a map's: kept as it is.
+        let text = r#"{"z":1,"a":"x\\u0000 is text, not a NUL"}"#;
+        let mut kept = EventPayload::from_json_text(r#"{"z":1,"a":"plain"}"#.to_owned());
+        payload(&mut kept);
+        assert_eq!(kept.as_str(), r#"{"z":1,"a":"plain"}"#);
+        // A backslash followed by `u0000` looks like the escape: parsed, nothing replaced.
+        let mut lookalike = EventPayload::from_json_text(text.to_owned());
+        payload(&mut lookalike);
+        assert_eq!(
+            lookalike,
+            json!({"z": 1, "a": "x\\u0000 is text, not a NUL"})
+        );
+        let mut nul = EventPayload::of(&json!({"k\u{0}": ["\u{0}"]}));
+        payload(&mut nul);
+        assert_eq!(nul, json!({"k\u{FFFD}": ["\u{FFFD}"]}));
     }
 
     #[test]

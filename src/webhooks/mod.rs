@@ -99,7 +99,7 @@ pub fn body(event: WebhookEvent, at: chrono::DateTime<chrono::Utc>, data: Value)
 pub struct EventView<'a> {
     /// The event type (`terminal`, `run_parked`, …).
     pub kind: &'a str,
-    pub payload: &'a Value,
+    pub payload: &'a crate::store::EventPayload,
     pub run_id: Option<&'a str>,
     /// The sequence number it gets.
     pub seq: i64,
@@ -124,11 +124,15 @@ pub fn notices<'a>(
         .into_iter()
         .enumerate()
         .filter_map(|(index, event)| {
-            let run_id = event.run_id.or_else(|| event.payload["run_id"].as_str());
+            if !notifies(event.kind) {
+                return None;
+            }
+            let payload = event.payload.value();
+            let run_id = event.run_id.or_else(|| payload["run_id"].as_str());
             let seq = event.seq;
             let (kind, data) = match event.kind {
                 "terminal" => {
-                    let status = match event.payload["reason"].as_str() {
+                    let status = match payload["reason"].as_str() {
                         Some("error") => "failed",
                         Some("cancelled") => "cancelled",
                         _ => "completed",
@@ -140,7 +144,7 @@ pub fn notices<'a>(
                     };
                     let data = json!({
                         "session_id": session, "run_id": run_id, "seq": seq,
-                        "status": status, "terminal": event.payload,
+                        "status": status, "terminal": payload,
                     });
                     (kind, data)
                 }
@@ -148,14 +152,14 @@ pub fn notices<'a>(
                     WebhookEvent::RunParked,
                     json!({
                         "session_id": session, "run_id": run_id, "seq": seq,
-                        "approval_ids": event.payload["approval_ids"],
+                        "approval_ids": payload["approval_ids"],
                     }),
                 ),
                 "approval_requested" => (
                     WebhookEvent::ApprovalRequested,
                     json!({
                         "session_id": session, "run_id": run_id, "seq": seq,
-                        "approval": event.payload["approval"],
+                        "approval": payload["approval"],
                     }),
                 ),
                 other => {
@@ -212,6 +216,7 @@ mod tests {
             ),
             ("approval_requested", json!({"approval": {"id": "a"}})),
         ];
+        let events = events.map(|(kind, payload)| (kind, crate::store::EventPayload::of(&payload)));
         let views = events
             .iter()
             .zip(1..)

@@ -631,7 +631,7 @@ async fn an_mcp_call_cut_by_a_crash_is_interrupted_and_not_rerun() {
                     .into_iter()
                     .map(|(kind, payload)| NewEvent {
                         kind: kind.into(),
-                        payload,
+                        payload: payload.into(),
                         run_id: run_id.clone(),
                     })
                     .collect(),

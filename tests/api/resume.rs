@@ -144,7 +144,7 @@ impl Prepared {
                         .into_iter()
                         .map(|(kind, payload)| NewEvent {
                             kind: kind.into(),
-                            payload,
+                            payload: payload.into(),
                             run_id: run.clone(),
                         })
                         .collect(),
@@ -722,7 +722,7 @@ async fn usage_before_resume_counts(backend: Backend) {
             AppendBatch {
                 events: vec![NewEvent {
                     kind: "model_request".into(),
-                    payload: json!({ "request": 1 }),
+                    payload: json!({ "request": 1 }).into(),
                     run_id: Some(run.id.clone()),
                 }],
                 usage: vec![norma::usage::NewUsageRecord {

@@ -125,7 +125,7 @@ pub(crate) async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> Session
 pub(crate) fn event(kind: &str, n: i64) -> NewEvent {
     NewEvent {
         kind: kind.into(),
-        payload: json!({ "n": n }),
+        payload: json!({ "n": n }).into(),
         run_id: Some("run_x".into()),
     }
 }
@@ -373,7 +373,7 @@ async fn a_batch_of_many_events_is_stored_whole_and_in_order(store: Arc<dyn Stor
         events: (from..from + count)
             .map(|n| NewEvent {
                 kind: format!("kind_{}", n % 5),
-                payload: json!({ "n": n, "text": "x".repeat(n as usize * 10) }),
+                payload: json!({ "n": n, "text": "x".repeat(n as usize * 10) }).into(),
                 run_id: (n % 2 == 0).then(|| format!("run_{n}")),
             })
             .collect(),
@@ -388,9 +388,9 @@ async fn a_batch_of_many_events_is_stored_whole_and_in_order(store: Arc<dyn Stor
     for (event, n) in stored.iter().zip(1_i64..) {
         assert_eq!(event.seq, n);
         assert_eq!(event.kind, format!("kind_{}", n % 5));
-        assert_eq!(event.payload["n"], n, "{event:?}");
+        assert_eq!(event.payload.value()["n"], n, "{event:?}");
         assert_eq!(
-            event.payload["text"].as_str().map(str::len),
+            event.payload.value()["text"].as_str().map(str::len),
             Some(n as usize * 10)
         );
         assert_eq!(event.run_id, (n % 2 == 0).then(|| format!("run_{n}")));
@@ -706,7 +706,7 @@ async fn nul_characters_are_stored_as_replacement_characters(store: Arc<dyn Stor
                 }],
                 events: vec![NewEvent {
                     kind: "assistant_delta".into(),
-                    payload: json!({"text": "x\u{0}y"}),
+                    payload: json!({"text": "x\u{0}y"}).into(),
                     run_id: None,
                 }],
                 outputs: vec![NewOutput {

@@ -21,7 +21,7 @@ fn history(texts: &[&str]) -> AppendBatch {
             .collect(),
         events: vec![NewEvent {
             kind: "forked".into(),
-            payload: json!({"messages_copied": texts.len()}),
+            payload: json!({"messages_copied": texts.len()}).into(),
             run_id: None,
         }],
         ..Default::default()

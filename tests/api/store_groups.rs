@@ -41,7 +41,7 @@ fn batch(lease: Option<RunLease>, n: usize) -> AppendBatch {
         events: (0..n)
             .map(|i| NewEvent {
                 kind: "e".into(),
-                payload: json!({ "i": i }),
+                payload: json!({ "i": i }).into(),
                 run_id: None,
             })
             .collect(),
@@ -346,7 +346,7 @@ pub async fn run_ends_are_written_whole_run_after_run(store: Arc<dyn Store>) {
                 AppendBatch {
                     events: vec![NewEvent {
                         kind: "terminal".into(),
-                        payload: json!({ "reason": "end_turn", "n": n }),
+                        payload: json!({ "reason": "end_turn", "n": n }).into(),
                         run_id: Some(run_id.to_string()),
                     }],
                     lease: Some(lease),

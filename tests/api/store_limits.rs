@@ -274,7 +274,7 @@ pub async fn concurrent_session_creations_never_pass_the_open_cap(store: Arc<dyn
                         batch: AppendBatch {
                             events: vec![NewEvent {
                                 kind: "forked".into(),
-                                payload: json!({"messages_copied": 0}),
+                                payload: json!({"messages_copied": 0}).into(),
                                 run_id: None,
                             }],
                             ..Default::default()
@@ -614,7 +614,7 @@ pub async fn spend_totals_sum_every_session_of_the_tenant(store: Arc<dyn Store>)
         let batch = AppendBatch {
             events: vec![NewEvent {
                 kind: "model_request".into(),
-                payload: json!({}),
+                payload: json!({}).into(),
                 run_id: None,
             }],
             usage: vec![call(10 * (n as u64 + 1)), call(1)],
@@ -718,7 +718,7 @@ pub async fn workspace_bytes_sum_open_sessions_of_the_tenant(store: Arc<dyn Stor
     let measured = |bytes: u64, retry: bool| AppendBatch {
         events: vec![NewEvent {
             kind: "tool_result".into(),
-            payload: json!({"tool_use_id": "t1"}),
+            payload: json!({"tool_use_id": "t1"}).into(),
             run_id: None,
         }],
         id: Some(format!("measured-{bytes}")),

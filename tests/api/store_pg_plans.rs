@@ -190,7 +190,7 @@ async fn a_session_deleted_by_an_operator_takes_its_history_with_it() {
                 AppendBatch {
                     events: vec![NewEvent {
                         kind: "note".into(),
-                        payload: json!({"n": 1}),
+                        payload: json!({"n": 1}).into(),
                         run_id: None,
                     }],
                     messages: vec![message(None)],
@@ -237,7 +237,7 @@ async fn every_shape_of_an_append_writes_what_its_batch_holds() {
         let batch = AppendBatch {
             events: vec![NewEvent {
                 kind: if notifies { "run_parked" } else { "note" }.into(),
-                payload: json!({"shape": shape}),
+                payload: json!({"shape": shape}).into(),
                 run_id: Some(run.id.clone()),
             }],
             messages: if messages {

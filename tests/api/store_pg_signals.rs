@@ -18,7 +18,7 @@ fn events(n: usize) -> AppendBatch {
         events: (0..n)
             .map(|i| NewEvent {
                 kind: "note".into(),
-                payload: json!({ "n": i }),
+                payload: json!({ "n": i }).into(),
                 run_id: None,
             })
             .collect(),

@@ -4,9 +4,11 @@
 //! SQLite: multi-row inserts on the one writer, grouped by `sqlite_writer`).
 
 use crate::message::{ContentBlock, Role};
-use crate::store::{EventRecord, MessageRecord, OutputRecord, StoreError, StoreResult};
+use crate::store::{
+    EventPayload, EventRecord, MessageRecord, OutputRecord, StoreError, StoreResult,
+};
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use sqlx::types::Json;
 use sqlx::{FromRow, Row};
 
@@ -34,7 +36,9 @@ pub(in crate::store) const PURGE_OUTPUTS: &str = "DELETE FROM outputs WHERE crea
 pub(in crate::store) struct EventRow {
     pub(super) seq: i64,
     pub(super) kind: String,
-    pub(super) payload: Json<Value>,
+    /// The payload's text as stored (`jsonb` on Postgres, `TEXT` on SQLite), checked to be
+    /// JSON without being parsed into a tree.
+    pub(super) payload: Json<Box<RawValue>>,
     pub(super) run_id: Option<String>,
     pub(super) created_at: DateTime<Utc>,
 }
@@ -44,7 +48,7 @@ impl From<EventRow> for EventRecord {
         Self {
             seq: row.seq,
             kind: row.kind,
-            payload: row.payload.0,
+            payload: EventPayload::from_json_text(String::from(Box::<str>::from(row.payload.0))),
             run_id: row.run_id,
             created_at: row.created_at,
         }

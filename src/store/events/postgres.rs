@@ -88,7 +88,7 @@ impl PgStore {
 /// An append's events as the arrays of an `UNNEST` insert.
 pub(super) struct EventColumns<'a> {
     pub kinds: Vec<&'a str>,
-    pub payloads: &'a [String],
+    pub payloads: Vec<&'a str>,
     pub runs: Vec<Option<&'a str>>,
 }
 
@@ -96,7 +96,7 @@ impl<'a> EventColumns<'a> {
     pub fn of(batch: &'a StorableBatch) -> Self {
         Self {
             kinds: batch.events.iter().map(|e| e.kind.as_str()).collect(),
-            payloads: batch.event_payloads(),
+            payloads: batch.events.iter().map(|e| e.payload.as_str()).collect(),
             runs: batch.events.iter().map(|e| e.run_id.as_deref()).collect(),
         }
     }
@@ -270,7 +270,7 @@ pub(in crate::store) async fn append_in(
             created_at,
         );
         notified = crate::store::webhooks::postgres::insert_events(
-            tx, tenant, session, created_at, &seqs, &kinds, payloads, &runs, &notices,
+            tx, tenant, session, created_at, &seqs, &kinds, &payloads, &runs, &notices,
         )
         .await?;
     }

@@ -218,7 +218,7 @@ pub(in crate::store) async fn append(
         .bind(lease.map(|lease| lease.owner.as_str()))
         .bind(lease.map(|lease| lease.fence))
         .bind(&events.kinds)
-        .bind(events.payloads)
+        .bind(&events.payloads)
         .bind(&events.runs)
         .bind(&messages.roles)
         .bind(&messages.contents)

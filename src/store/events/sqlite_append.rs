@@ -226,25 +226,20 @@ fn insert_events(
     first: i64,
     created: &str,
 ) -> StoreResult<()> {
-    let payloads = batch.event_payloads();
     let mut seq = first;
-    for (events, payloads) in batch
-        .events
-        .chunks(EVENT_ROWS)
-        .zip(payloads.chunks(EVENT_ROWS))
-    {
+    for events in batch.events.chunks(EVENT_ROWS) {
         let mut insert = db.prepare_cached(insert_events_sql(events.len()))?;
         let mut index = 0;
         let mut bind = |value: &dyn rusqlite::ToSql| -> rusqlite::Result<()> {
             index += 1;
             insert.raw_bind_parameter(index, value)
         };
-        for (event, payload) in events.iter().zip(payloads) {
+        for event in events {
             bind(&session.as_str())?;
             bind(&seq)?;
             bind(&tenant.as_str())?;
             bind(&event.kind.as_str())?;
-            bind(&payload.as_str())?;
+            bind(&event.payload.as_str())?;
             bind(&event.run_id.as_deref())?;
             bind(&created)?;
             seq += 1;

@@ -27,7 +27,7 @@ pub(in crate::store) async fn insert_events(
     at: DateTime<Utc>,
     seqs: &[i64],
     kinds: &[&str],
-    payloads: &[String],
+    payloads: &[&str],
     runs: &[Option<&str>],
     notices: &[Notice],
 ) -> StoreResult<u64> {
