@@ -652,6 +652,27 @@ pub async fn spend_totals_sum_every_session_of_the_tenant(store: Arc<dyn Store>)
         .await
         .unwrap();
     assert_eq!(others.day.tokens, 1_000_001);
+    // Sums past the largest integer stay at it, in both periods.
+    for _ in 0..2 {
+        store
+            .append(
+                &TenantId::new("other"),
+                &other,
+                AppendBatch {
+                    usage: vec![call(i64::MAX as u64)],
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let saturated = store
+        .tenant_spend(&TenantId::new("other"), chrono::Utc::now())
+        .await
+        .unwrap();
+    let most = i64::MAX as u64;
+    assert_eq!((saturated.day.tokens, saturated.month.tokens), (most, most));
+    assert_eq!(saturated.day.cost_pico, 7 * 3);
 }
 
 async fn record_then_total(

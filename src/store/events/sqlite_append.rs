@@ -302,22 +302,33 @@ fn insert_usage(
             created,
         ])?;
     }
-    // An integer sum past the largest integer becomes a real in SQLite; MIN brings it back.
+    // Both periods' totals (the day's and the month's) in one statement. An integer sum past
+    // the largest integer becomes a real in SQLite; MIN brings it back.
+    let deltas = crate::budgets::spend_deltas(&batch.usage, at);
     let mut spend = db.prepare_cached(
         "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) \
-             VALUES (?, ?, ?, ?, ?) \
+             VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?) \
              ON CONFLICT (tenant_id, period, period_key) DO UPDATE SET \
              tokens = CAST(MIN(tokens + excluded.tokens, 9223372036854775807) AS INTEGER), \
              cost_pico = CAST(MIN(cost_pico + excluded.cost_pico, 9223372036854775807) AS INTEGER)",
     )?;
-    for delta in crate::budgets::spend_deltas(&batch.usage, at) {
-        spend.execute(params![
-            tenant.as_str(),
-            delta.period.as_str(),
-            delta.key,
-            delta.tokens,
-            delta.cost_pico,
-        ])?;
-    }
+    let [today, this_month] = deltas.as_slice() else {
+        return Err(crate::store::StoreError::Internal(format!(
+            "{} spend periods, not a day and a month",
+            deltas.len()
+        )));
+    };
+    spend.execute(params![
+        tenant.as_str(),
+        today.period.as_str(),
+        today.key,
+        today.tokens,
+        today.cost_pico,
+        tenant.as_str(),
+        this_month.period.as_str(),
+        this_month.key,
+        this_month.tokens,
+        this_month.cost_pico,
+    ])?;
     Ok(())
 }
