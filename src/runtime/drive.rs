@@ -45,19 +45,22 @@ impl SessionRuntime {
         let mut aborts = self.run_aborts.lock().unwrap_or_else(|e| e.into_inner());
         let task = self.run_tasks.spawn(tracing::Instrument::instrument(
             async move {
-                let outcome = runtime
-                    .run_one(
-                        &tenant,
-                        &session,
-                        &lease,
-                        run_factory::RunStart {
-                            prompt: prompt.clone(),
-                            resume,
-                            started,
-                            known,
-                        },
-                    )
-                    .await;
+                // The run's future (the whole agent loop's state, kilobytes) lives in a box of
+                // its own, made when the task first runs, and so does every later step's: the
+                // task's own future stays small, so spawning it moves a few words into the
+                // task, not the loop's state (a copy of kilobytes, several per run).
+                let outcome = Box::pin(runtime.run_one(
+                    &tenant,
+                    &session,
+                    &lease,
+                    run_factory::RunStart {
+                        prompt: prompt.clone(),
+                        resume,
+                        started,
+                        known,
+                    },
+                ))
+                .await;
                 if let Ok(Ended::Parked(_)) = &outcome {
                     runtime
                         .metrics()
@@ -67,11 +70,11 @@ impl SessionRuntime {
                 match outcome {
                     Ok(Ended::Finished) => {}
                     Ok(Ended::Parked(_)) if runtime.is_shutting_down() => {
-                        runtime.handed_off(&tenant, &session, &lease).await;
+                        Box::pin(runtime.handed_off(&tenant, &session, &lease)).await;
                         return;
                     }
                     Ok(Ended::Parked(waiting)) => {
-                        runtime.park(tenant, session, lease, prompt, waiting).await;
+                        Box::pin(runtime.park(tenant, session, lease, prompt, waiting)).await;
                         return;
                     }
                     Err(error) if error.is_transient() && !runtime.is_shutting_down() => {
@@ -94,18 +97,17 @@ impl SessionRuntime {
                         );
                         let writer = runtime.run_writer(&tenant, &session, &lease);
                         writer.count_run_end(runtime.metrics().clone(), started);
-                        let _ = writer
-                            .write(
-                                vec![],
-                                vec![RunEvent::Terminal(TerminalReason::Error {
-                                    code: error.terminal_code().to_owned(),
-                                    message: error.to_string(),
-                                })],
-                            )
-                            .await;
+                        let _ = Box::pin(writer.write(
+                            vec![],
+                            vec![RunEvent::Terminal(TerminalReason::Error {
+                                code: error.terminal_code().to_owned(),
+                                message: error.to_string(),
+                            })],
+                        ))
+                        .await;
                     }
                 }
-                runtime.advance(tenant, session).await;
+                Box::pin(runtime.advance(tenant, session)).await;
             },
             span,
         ));
