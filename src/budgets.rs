@@ -282,20 +282,22 @@ pub struct SpendDelta {
 /// The day and month totals a batch of ledger rows written at `at` adds to (none when the
 /// batch has no rows).
 pub fn spend_deltas(records: &[NewUsageRecord], at: DateTime<Utc>) -> Vec<SpendDelta> {
+    spend_periods(records, at).map_or_else(Vec::new, Vec::from)
+}
+
+/// [`spend_deltas`] as the pair it always is: the day's total, then the month's.
+pub fn spend_periods(records: &[NewUsageRecord], at: DateTime<Utc>) -> Option<[SpendDelta; 2]> {
     if records.is_empty() {
-        return Vec::new();
+        return None;
     }
     let spend = spend_of_records(records);
     let sql = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
-    [Period::Day, Period::Month]
-        .into_iter()
-        .map(|period| SpendDelta {
-            period,
-            key: period.key(at),
-            tokens: sql(spend.tokens),
-            cost_pico: sql(spend.cost_pico),
-        })
-        .collect()
+    Some([Period::Day, Period::Month].map(|period| SpendDelta {
+        period,
+        key: period.key(at),
+        tokens: sql(spend.tokens),
+        cost_pico: sql(spend.cost_pico),
+    }))
 }
 
 /// A spent budget: nothing new may start until `resets_at`.

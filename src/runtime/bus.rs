@@ -151,14 +151,6 @@ impl EventBus {
     /// from another replica's notification are delivered once. Drops the channel when nobody
     /// listens any more.
     pub fn publish(&self, session: &SessionId, events: Vec<EventRecord>) {
-        self.publish_live(session, || events.into_iter().map(LiveEvent::new));
-    }
-
-    fn publish_live<I: Iterator<Item = LiveEvent>>(
-        &self,
-        session: &SessionId,
-        render: impl FnOnce() -> I,
-    ) {
         {
             let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
             let Some(channel) = channels.get(session) else {
@@ -170,7 +162,10 @@ impl EventBus {
             }
         }
         // Rendered once for every subscriber, outside the lock.
-        let rendered: Vec<Arc<LiveEvent>> = render().map(Arc::new).collect();
+        let rendered: Vec<Arc<LiveEvent>> = events
+            .into_iter()
+            .map(|event| Arc::new(LiveEvent::new(event)))
+            .collect();
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         let Some(channel) = channels.get_mut(session) else {
             return;

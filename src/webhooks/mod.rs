@@ -167,7 +167,6 @@ pub fn notices<'a>(
                     return None;
                 }
             };
-            debug_assert!(notifies(event.kind));
             Some(Notice {
                 event: kind,
                 event_index: Some(index),

@@ -304,7 +304,9 @@ fn insert_usage(
     }
     // Both periods' totals (the day's and the month's) in one statement. An integer sum past
     // the largest integer becomes a real in SQLite; MIN brings it back.
-    let deltas = crate::budgets::spend_deltas(&batch.usage, at);
+    let Some([today, this_month]) = crate::budgets::spend_periods(&batch.usage, at) else {
+        return Ok(());
+    };
     let mut spend = db.prepare_cached(
         "INSERT INTO tenant_spend (tenant_id, period, period_key, tokens, cost_pico) \
              VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?) \
@@ -312,12 +314,6 @@ fn insert_usage(
              tokens = CAST(MIN(tokens + excluded.tokens, 9223372036854775807) AS INTEGER), \
              cost_pico = CAST(MIN(cost_pico + excluded.cost_pico, 9223372036854775807) AS INTEGER)",
     )?;
-    let [today, this_month] = deltas.as_slice() else {
-        return Err(crate::store::StoreError::Internal(format!(
-            "{} spend periods, not a day and a month",
-            deltas.len()
-        )));
-    };
     spend.execute(params![
         tenant.as_str(),
         today.period.as_str(),
