@@ -94,7 +94,7 @@ pub async fn list_approvals(
     request_body = ApprovalAnswerRequest,
     responses((status = 200, body = ApprovalRecord),
               (status = 409, description = "APPROVAL_ALREADY_DECIDED or APPROVAL_EXPIRED", body = ErrorBody),
-              (status = 422, body = ErrorBody, description = "INVALID_REQUEST: `updated_input` not an object or not valid for the tool, a malformed `grant.rule`, `grant.ttl_seconds` 0, a grant with a `deny`")),
+              (status = 422, body = ErrorBody, description = "INVALID_REQUEST: `updated_input` not an object, nested deeper than 64 levels or not valid for the tool, a malformed `grant.rule`, `grant.ttl_seconds` 0, a grant with a `deny`")),
     security(("bearer" = [])))]
 pub async fn answer_approval(
     State(state): State<AppState>,
@@ -143,6 +143,17 @@ pub(crate) async fn decide_answer(
     {
         return Err(ApiError::invalid("updated_input must be a JSON object")
             .with_details(json!({ "field": "updated_input" })));
+    }
+    if answer
+        .updated_input
+        .as_ref()
+        .is_some_and(|input| !crate::message::tool_input_within_depth(input))
+    {
+        return Err(ApiError::invalid(format!(
+            "updated_input nests deeper than {} levels",
+            crate::message::MAX_TOOL_INPUT_DEPTH
+        ))
+        .with_details(json!({ "field": "updated_input" })));
     }
     if crate::mcp::elicitation::is_elicitation(&existing.input)
         && existing.tool_name.starts_with("mcp__")

@@ -109,12 +109,7 @@ fn error_text(error: &reqwest::Error) -> String {
     message
 }
 
-/// The deepest nesting of a tool input a model may send (objects and arrays, the input itself
-/// counting as one). The input is kept inside other JSON — the `tool_call` event's payload, the
-/// history message's content, an approval, a subagent's events nested in its parent's — and
-/// every one of them must still read back under `serde_json`'s nesting limit (128): an input
-/// nested 127 levels deep once made the session's transcript and history unreadable.
-pub const MAX_TOOL_INPUT_DEPTH: usize = 64;
+pub use crate::message::MAX_TOOL_INPUT_DEPTH;
 
 /// Parses the joined input fragments of one tool call: empty input is `{}`; malformed JSON
 /// or an input nested deeper than [`MAX_TOOL_INPUT_DEPTH`] is a [`ProviderError::Decode`].
@@ -131,23 +126,13 @@ pub fn parse_tool_input(name: &str, joined: &str) -> Result<Value, ProviderError
 /// `input` when it nests at most [`MAX_TOOL_INPUT_DEPTH`] levels, else a
 /// [`ProviderError::Decode`].
 pub fn bounded_tool_input(name: &str, input: Value) -> Result<Value, ProviderError> {
-    let mut pending = vec![(&input, 1)];
-    while let Some((value, depth)) = pending.pop() {
-        if !(value.is_array() || value.is_object()) {
-            continue;
-        }
-        if depth > MAX_TOOL_INPUT_DEPTH {
-            return Err(ProviderError::Decode(format!(
-                "tool `{name}` input nests deeper than {MAX_TOOL_INPUT_DEPTH} levels"
-            )));
-        }
-        match value {
-            Value::Array(items) => pending.extend(items.iter().map(|item| (item, depth + 1))),
-            Value::Object(map) => pending.extend(map.values().map(|item| (item, depth + 1))),
-            _ => {}
-        }
+    if crate::message::tool_input_within_depth(&input) {
+        Ok(input)
+    } else {
+        Err(ProviderError::Decode(format!(
+            "tool `{name}` input nests deeper than {MAX_TOOL_INPUT_DEPTH} levels"
+        )))
     }
-    Ok(input)
 }
 
 /// Parses an event's data as JSON.

@@ -50,6 +50,29 @@ impl Message {
     }
 }
 
+/// The deepest nesting of a tool input (objects and arrays, the input itself counting as one)
+/// the server takes from anyone: a model's tool call, a hook's or an approver's replacement.
+/// The input is kept inside other JSON — the `tool_call` event's payload, the history message's
+/// content, an approval and its `approval_decided` event, a subagent's events nested in its
+/// parent's — and every one of them must still read back under `serde_json`'s nesting limit
+/// (128): an input nested 127 levels deep once made the session's transcript and history
+/// unreadable.
+pub const MAX_TOOL_INPUT_DEPTH: usize = 64;
+
+/// Whether `input` nests at most [`MAX_TOOL_INPUT_DEPTH`] levels (walked without recursion).
+pub fn tool_input_within_depth(input: &Value) -> bool {
+    let mut pending = vec![(input, 1)];
+    while let Some((value, depth)) = pending.pop() {
+        match value {
+            Value::Array(_) | Value::Object(_) if depth > MAX_TOOL_INPUT_DEPTH => return false,
+            Value::Array(items) => pending.extend(items.iter().map(|item| (item, depth + 1))),
+            Value::Object(map) => pending.extend(map.values().map(|item| (item, depth + 1))),
+            _ => {}
+        }
+    }
+    true
+}
+
 /// A block of message content.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -159,5 +182,29 @@ mod tests {
         assert_eq!(value["content"][2]["code"], "TOOL_FAILED");
         let back: Message = serde_json::from_value(value).unwrap();
         assert_eq!(back, message);
+    }
+
+    /// `levels` nested arrays and objects, alternating, around a number.
+    fn nested(levels: usize) -> Value {
+        (0..levels).fold(json!(1), |inner, level| {
+            if level % 2 == 0 {
+                json!([inner])
+            } else {
+                json!({ "k": inner })
+            }
+        })
+    }
+
+    #[test]
+    fn tool_input_depth_counts_arrays_and_objects_up_to_the_bound() {
+        assert!(tool_input_within_depth(&json!(1)));
+        assert!(tool_input_within_depth(&json!({})));
+        assert!(tool_input_within_depth(&nested(MAX_TOOL_INPUT_DEPTH)));
+        assert!(!tool_input_within_depth(&nested(MAX_TOOL_INPUT_DEPTH + 1)));
+        // A deep branch beside shallow ones is found.
+        let mixed = json!({ "a": 1, "b": [1, 2], "c": nested(MAX_TOOL_INPUT_DEPTH) });
+        assert!(!tool_input_within_depth(&mixed));
+        let wide = json!({ "a": [1, 2], "c": nested(MAX_TOOL_INPUT_DEPTH - 1) });
+        assert!(tool_input_within_depth(&wide));
     }
 }

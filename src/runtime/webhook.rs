@@ -27,6 +27,21 @@ pub struct SyncAnswer {
     pub updated_input: Option<Value>,
 }
 
+impl SyncAnswer {
+    /// The answer in a response body, if it holds one the server takes: JSON of this shape
+    /// whose `updated_input`, if any, nests at most [`crate::message::MAX_TOOL_INPUT_DEPTH`]
+    /// levels (it is stored in the approval and its event). Anything else is no answer: the
+    /// request stays answerable over REST.
+    pub fn parse(body: &[u8]) -> Option<Self> {
+        serde_json::from_slice::<Self>(body).ok().filter(|answer| {
+            answer
+                .updated_input
+                .as_ref()
+                .is_none_or(crate::message::tool_input_within_depth)
+        })
+    }
+}
+
 /// What the tenant sees of a failed delivery (`approval_webhook_failed` event's `code`); the
 /// detail goes to the server log only.
 pub const WEBHOOK_FAILED: &str = "WEBHOOK_FAILED";
@@ -89,7 +104,7 @@ pub async fn deliver(
             .await;
         match sent {
             Ok(answer) if answer.status.is_success() => {
-                return Ok(serde_json::from_slice::<SyncAnswer>(&answer.body).ok());
+                return Ok(SyncAnswer::parse(&answer.body));
             }
             Ok(answer) if answer.status.as_u16() == 429 || answer.status.is_server_error() => {
                 last = format!("HTTP {}", answer.status);
@@ -153,5 +168,30 @@ mod tests {
                 .validate(&AddressPolicy::PublicOnly)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_sync_answer_is_taken_only_with_an_updated_input_within_the_depth_bound() {
+        let nested = |levels: usize| {
+            (0..levels).fold(
+                serde_json::json!(1),
+                |inner, _| serde_json::json!({ "k": inner }),
+            )
+        };
+        let body = |updated: Value| {
+            serde_json::to_vec(&serde_json::json!({"decision": "allow", "updated_input": updated}))
+                .unwrap()
+        };
+        let within = SyncAnswer::parse(&body(nested(crate::message::MAX_TOOL_INPUT_DEPTH)));
+        assert_eq!(within.expect("an answer").decision, "allow");
+        let deeper = body(nested(crate::message::MAX_TOOL_INPUT_DEPTH + 1));
+        assert_eq!(SyncAnswer::parse(&deeper), None);
+        assert_eq!(
+            SyncAnswer::parse(br#"{"decision": "deny"}"#)
+                .unwrap()
+                .decision,
+            "deny"
+        );
+        assert_eq!(SyncAnswer::parse(b"not json"), None);
     }
 }

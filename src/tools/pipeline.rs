@@ -19,7 +19,7 @@ use super::output::{OutputPolicy, Provenance, SpilledOutput, cap_result};
 use super::registry::{RegisteredTool, ToolRegistry};
 use super::{Tool, ToolContext, ToolError, ToolOutput, codes};
 use crate::hooks::{HookEvent, HookEventName, HookPayload, HookRunner};
-use crate::message::{Message, ToolResultBlock};
+use crate::message::{MAX_TOOL_INPUT_DEPTH, Message, ToolResultBlock};
 use crate::permission::{Reason, Stage, ToolFacts, Verdict};
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -480,7 +480,7 @@ impl Pipeline {
                     // D3: the rewrite is a new input; it earns nothing the old one was granted.
                     decision.rewritten_by_hook = true;
                     let prefix = format!("input rewritten by hook {hook}: ");
-                    validate(&entry, &rewritten, &prefix)?;
+                    validate_replacement(&entry, &rewritten, &prefix)?;
                     let reason =
                         format!("{name} requires approval for the input rewritten by hook {hook}");
                     input = self
@@ -583,7 +583,7 @@ impl Pipeline {
             } => {
                 // The approver's replacement is validated and checked again: deny rules still
                 // win; the approval itself covers exactly this input.
-                validate(entry, &updated, "input updated by the approver: ")?;
+                validate_replacement(entry, &updated, "input updated by the approver: ")?;
                 match self.gate.evaluate(tool, &updated) {
                     Verdict::Deny(reason) => {
                         let failure = denial(tool, &updated, &reason);
@@ -641,6 +641,23 @@ impl Pipeline {
             },
         }
     }
+}
+
+/// [`validate`] for an input that replaces the model's (a hook's rewrite, an approver's
+/// `updated_input`), which no provider bounded: it must also nest at most
+/// [`MAX_TOOL_INPUT_DEPTH`] levels, raw-input tools included (it is stored inside events).
+fn validate_replacement(
+    entry: &RegisteredTool,
+    input: &Value,
+    prefix: &str,
+) -> Result<(), Failure> {
+    if !crate::message::tool_input_within_depth(input) {
+        return Err(Failure::new(
+            codes::INPUT_SCHEMA_INVALID,
+            format!("{prefix}nests deeper than {MAX_TOOL_INPUT_DEPTH} levels"),
+        ));
+    }
+    validate(entry, input, prefix)
 }
 
 fn validate(entry: &RegisteredTool, input: &Value, prefix: &str) -> Result<(), Failure> {

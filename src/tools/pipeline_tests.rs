@@ -499,6 +499,49 @@ async fn hook_rewrite_is_revalidated() {
     assert_eq!(probe.calls(), 0);
 }
 
+/// `{"n": 5, "deep": …}` whose `deep` makes the whole input nest `levels` levels.
+fn deep_input(levels: usize) -> Value {
+    let deep = (0..levels - 1).fold(json!(1), |inner, _| json!([inner]));
+    json!({"n": 5, "deep": deep})
+}
+
+#[tokio::test]
+async fn a_replacement_input_nested_past_the_bound_never_runs() {
+    let bound = crate::message::MAX_TOOL_INPUT_DEPTH;
+    let probe = Probe::default();
+    // A hook's rewrite.
+    let hooked = pipeline(&probe, TestGate::allow_all()).with_hooks(hooks(vec![Ok(
+        HookResponse::rewrite(deep_input(bound + 1)),
+    )]));
+    let outcome = run(&hooked, json!({"n": 5})).await;
+    assert_eq!(code(&outcome), Some(codes::INPUT_SCHEMA_INVALID));
+    assert_eq!(
+        outcome.result.content,
+        format!("input rewritten by hook h0: nests deeper than {bound} levels")
+    );
+    // An approver's replacement.
+    let approver = ScriptedApprover::answering(ApprovalAnswer::Allow {
+        updated_input: Some(deep_input(bound + 1)),
+    });
+    let approved = pipeline(&probe, TestGate::ask()).with_approver(approver);
+    let outcome = run(&approved, json!({"n": 50})).await;
+    assert_eq!(code(&outcome), Some(codes::INPUT_SCHEMA_INVALID));
+    assert_eq!(
+        outcome.result.content,
+        format!("input updated by the approver: nests deeper than {bound} levels")
+    );
+    assert_eq!(probe.calls(), 0);
+    // At the bound the depth is no objection (the schema judges the rest).
+    let hooked = pipeline(&probe, TestGate::allow_all())
+        .with_hooks(hooks(vec![Ok(HookResponse::rewrite(deep_input(bound)))]));
+    let outcome = run(&hooked, json!({"n": 5})).await;
+    assert!(
+        !outcome.result.content.contains("nests deeper"),
+        "{}",
+        outcome.result.content
+    );
+}
+
 #[tokio::test]
 async fn hook_rewrite_is_rechecked_by_permission() {
     let probe = Probe::default();

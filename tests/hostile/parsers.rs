@@ -1,7 +1,8 @@
 //! Parsers are bounded: a shell text nested 100,000 levels deep (under the body limit) once
 //! killed the process with a stack overflow, as a permission rule at session creation and as
 //! a Bash command chosen by the model. Now the rule is a `422 INVALID_REQUEST` naming the rule,
-//! and the command is "unparsable": refused with `COMMAND_DENIED`.
+//! and the command is "unparsable": refused with `COMMAND_DENIED`. Tool inputs nest at most 64
+//! levels wherever they come from (a model, an approver, a hook).
 
 use std::time::Duration;
 
@@ -120,5 +121,87 @@ async fn a_deeply_nested_tool_input_chosen_by_the_model_leaves_the_transcript_re
             .await;
         assert_eq!(status, 200, "{levels}: {page}");
     }
+    support::assert_still_serves(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_answer_nested_past_the_tool_input_bound_is_refused_and_the_approval_stays_open()
+ {
+    let server = support::start_server(&[]).await;
+    let token = server.token("hostile");
+    // `Write` asks in the default mode.
+    let config = json!({
+        "tools": ["Write"],
+        "model": {"script": {"turns": [
+            {"tool_calls": [{"name": "Write", "input": {"file_path": "a.txt", "content": "a"}}]},
+            {"text": "done"}
+        ]}},
+    });
+    let session = support::create_session(&server, "hostile", &config).await;
+    let (status, body) = server
+        .post(
+            &format!("/v1/sessions/{session}/prompts"),
+            &token,
+            &json!({ "text": "go" }),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let events = server
+        .wait_for_events(
+            &token,
+            &session,
+            Duration::from_secs(30),
+            "approval_requested",
+            |events| events.iter().any(|e| e["type"] == "approval_requested"),
+        )
+        .await;
+    let approval = events
+        .iter()
+        .find(|e| e["type"] == "approval_requested")
+        .expect("approval_requested")["payload"]["approval"]["id"]
+        .as_str()
+        .expect("approval id")
+        .to_owned();
+    let answer_path = format!("/v1/sessions/{session}/approvals/{approval}");
+    // 65 levels (the input itself counting as one): one past the bound; 100 still parses
+    // as a body (128).
+    for levels in [65, 100] {
+        let updated =
+            json!({"file_path": "a.txt", "content": "a", "extra": nested_object(levels - 1)});
+        let (status, body) = server
+            .post(
+                &answer_path,
+                &token,
+                &json!({"decision": "allow", "updated_input": updated}),
+            )
+            .await;
+        assert_eq!(status, 422, "{levels}: {body}");
+        assert_eq!(support::code(&body), "INVALID_REQUEST", "{body}");
+        assert_eq!(body["details"]["field"], "updated_input", "{body}");
+    }
+    // Nothing was decided: the approval is still pending and takes a good answer.
+    let (status, listed) = server
+        .get(&format!("/v1/sessions/{session}/approvals"), &token)
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["approvals"][0]["status"], "pending", "{listed}");
+    let (status, body) = server
+        .post(&answer_path, &token, &json!({"decision": "allow"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let events = server
+        .wait_for_events(
+            &token,
+            &session,
+            Duration::from_secs(30),
+            "terminal",
+            |events| events.iter().any(|e| e["type"] == "terminal"),
+        )
+        .await;
+    let terminal = events
+        .iter()
+        .find(|e| e["type"] == "terminal")
+        .expect("terminal");
+    assert_eq!(terminal["payload"]["reason"], "end_turn", "{terminal}");
     support::assert_still_serves(&server).await;
 }
