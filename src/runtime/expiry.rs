@@ -6,8 +6,8 @@ use crate::store::{Store, StoreError};
 use std::sync::Arc;
 
 /// Closes open sessions idle for `seconds` (not running anything): their background work is
-/// stopped, a `session_expired` event is recorded and SessionEnd hooks run with reason
-/// `expired`.
+/// stopped, a `session_expired` event is recorded and SessionEnd hooks are started with reason
+/// `expired` (the sweep does not wait for them).
 pub async fn expire_idle_sessions(
     store: &Arc<dyn Store>,
     runtime: &Arc<SessionRuntime>,
@@ -44,16 +44,23 @@ pub async fn expire_idle_sessions(
         // Live subscribers on this replica see it at once (on SQLite there is no other way;
         // on Postgres the notification of the same seq is then a duplicate the bus drops).
         runtime.bus().publish(&session.id, written.events);
-        // A subagent's session runs no SessionEnd hooks (its top-level session does).
+        // A subagent's session runs no SessionEnd hooks (its top-level session does). The
+        // hooks run on a task of their own: one tenant's hook that answers slowly (up to its
+        // timeout, 32 hooks of 10 minutes) must not hold up the sweep, and with it every
+        // other tenant's expiry. Each task ends within its hooks' timeouts; there is at most
+        // one per expired session.
         if closed.config.get("subagent").is_none() {
-            runtime
-                .session_hooks(
-                    &closed,
-                    crate::hooks::HookPayload::SessionEnd {
-                        reason: "expired".into(),
-                    },
-                )
-                .await;
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                runtime
+                    .session_hooks(
+                        &closed,
+                        crate::hooks::HookPayload::SessionEnd {
+                            reason: "expired".into(),
+                        },
+                    )
+                    .await;
+            });
         }
         tracing::info!(session_id = %session.id, tenant = %session.tenant, "idle session expired");
         expired += 1;

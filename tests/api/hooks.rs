@@ -190,6 +190,58 @@ async fn session_end_hooks_run_on_idle_expiry() {
     }
 }
 
+/// A SessionEnd hook that never answers (up to its 10-minute timeout) holds up only its own
+/// session's hook: the idle sweep goes on and expires another tenant's session at once.
+#[tokio::test]
+async fn a_session_end_hook_that_never_answers_holds_up_no_other_expiry() {
+    let called: Seen = Arc::default();
+    let router = axum::Router::new()
+        .route(
+            "/hang",
+            axum::routing::post(|State(called): State<Seen>, body: String| async move {
+                called.lock().unwrap().push(json!(body));
+                std::future::pending::<()>().await;
+            }),
+        )
+        .with_state(called.clone());
+    let url = format!("{}/hang", serve_local(router).await);
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.session_idle_expiry_seconds = 1;
+        s.allow_private_webhooks = true;
+    })
+    .await
+    .unwrap();
+    let hooks = json!({"hooks": [{"name": "end", "event": "SessionEnd", "timeout_ms": 600000,
+        "handler": {"type": "remote", "url": url, "secret": SECRET}}]});
+    app.create_session("hostile", &hooks).await;
+    // The hostile session goes idle first, so a sweep meets it first.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let token = app.token("bystander");
+    let id = app.create_session("bystander", &json!({})).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let session: Value = app
+            .get(&format!("/v1/sessions/{id}"), &token)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if session["status"] == "closed" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bystander's idle session never expired behind the hanging hook"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        called.lock().unwrap().len(),
+        1,
+        "the hanging hook was called once"
+    );
+}
+
 #[tokio::test]
 async fn a_prompt_hook_on_a_private_address_fails_closed_with_only_hook_failed() {
     let seen: Seen = Arc::default();
