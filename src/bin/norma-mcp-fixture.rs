@@ -10,6 +10,9 @@
 //! (`sample`: `times` requests of `max_tokens` each, answering with what the model said),
 //! and one that tells which process answers (`pid`: its id and start time).
 //!
+//! `--endless-list` makes the tool list hostile: after the first page (the tools above), every
+//! page has 20 tools of ~10 KB, a tool with a 200 KB schema, and a `nextCursor`, forever.
+//!
 //! `--http ADDR` serves the same tools over Streamable HTTP (rmcp's server side on axum) at
 //! `http://ADDR/mcp` instead of stdio, printing the bound address on its first line of
 //! stdout; `--token T` then refuses requests without `Authorization: Bearer T` (401).
@@ -43,6 +46,31 @@ fn instance() -> String {
 static GROWN: AtomicBool = AtomicBool::new(false);
 /// How many times the tool list was read.
 static LISTS: AtomicU32 = AtomicU32::new(0);
+/// `--endless-list` (see the module docs).
+static ENDLESS: AtomicBool = AtomicBool::new(false);
+
+/// Page `page` (≥ 1) of the endless list: 20 tools of ~10 KB, one huge tool, a next cursor.
+fn endless_page(page: u64) -> Value {
+    let mut tools: Vec<Value> = (0..20)
+        .map(|n| {
+            json!({"name": format!("junk_{page}_{n}"), "description": "x".repeat(10_000),
+                   "inputSchema": {"type": "object"}})
+        })
+        .collect();
+    let properties: serde_json::Map<String, Value> = (0..4_000)
+        .map(|n| {
+            (
+                format!("field_{n:05}_padding_padding"),
+                json!({"type": "string"}),
+            )
+        })
+        .collect();
+    tools.push(
+        json!({"name": format!("huge_{page}"), "description": "huge",
+                      "inputSchema": {"type": "object", "properties": properties}}),
+    );
+    json!({"tools": tools, "nextCursor": (page + 1).to_string()})
+}
 
 fn tools() -> Value {
     let object = |properties: Value, required: Value| json!({"type": "object", "properties": properties, "required": required});
@@ -100,11 +128,23 @@ impl ServerHandler for Fixture {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         LISTS.fetch_add(1, Ordering::SeqCst);
-        serde_json::from_value(tools()).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+        let page = if ENDLESS.load(Ordering::SeqCst) {
+            match request.and_then(|params| params.cursor) {
+                Some(cursor) => endless_page(cursor.parse().unwrap_or(1)),
+                None => {
+                    let mut first = tools();
+                    first["nextCursor"] = json!("1");
+                    first
+                }
+            }
+        } else {
+            tools()
+        };
+        serde_json::from_value(page).map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
     async fn call_tool(
@@ -285,6 +325,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     runtime.block_on(async {
         instance();
+        ENDLESS.store(
+            args.iter().any(|arg| arg == "--endless-list"),
+            Ordering::SeqCst,
+        );
         if let Some(addr) = flag("--http") {
             return serve_http(&addr, flag("--token")).await;
         }

@@ -21,6 +21,7 @@ pub mod config;
 pub mod elicitation;
 pub mod guard;
 pub mod http;
+pub mod listing;
 pub mod refresh;
 pub mod registry;
 pub mod sampling;
@@ -130,7 +131,7 @@ impl SessionMcp {
     }
 
     /// The registry tools of one server's list, recorded in its status.
-    fn offer(server: &Arc<McpServer>, listed: &[rmcp::model::Tool]) -> McpTools {
+    fn offer(server: &Arc<McpServer>, listed: &listing::Listing) -> McpTools {
         let (offered, skipped) = tools::registry_tools(server, listed);
         server.set_offered(
             offered.iter().map(|tool| tool.name().to_owned()).collect(),

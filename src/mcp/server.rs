@@ -4,11 +4,12 @@
 use super::client::{ClientState, McpClient};
 use super::config::{McpServerConfig, McpTransport};
 use super::guard::{CutOff, GuardLimits, OutputGuard};
+use super::listing::{self, Listing};
 use super::status::{McpServerState, McpServerStatus};
 use crate::sandbox::Sandbox;
 use crate::tools::builtin::SessionNetwork;
-use rmcp::model::{CallToolRequestParams, CallToolResult, Tool as McpTool};
-use rmcp::service::{RunningService, ServiceError};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{Peer, RunningService, ServiceError};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{RoleClient, ServiceExt};
 use std::path::PathBuf;
@@ -24,8 +25,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// before a model request, so a server slow to answer delays its run only this much (and
 /// keeps its last list).
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(10);
-/// At most this many tools are taken from one server.
-const MAX_TOOLS: usize = 1000;
 /// Consecutive crashes after which the server is not restarted any more.
 const MAX_CRASHES: u32 = 5;
 /// The end of the server's stderr kept for its status.
@@ -116,10 +115,20 @@ pub struct McpServer {
     egress: crate::egress::EgressClient,
     limits: GuardLimits,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
-    /// The last tool list (kept while the server is idle).
-    listed: Mutex<Vec<McpTool>>,
+    /// The last tool list (kept while the server is idle), shared with each run that reads it.
+    listed: Mutex<Arc<Listing>>,
     client: Arc<ClientState>,
     health: Mutex<Health>,
+}
+
+/// The first tool list of a freshly connected server. rmcp's response cache is turned off
+/// first: it would keep every page the server marks cacheable (up to 512 answers of 4 MiB,
+/// kept past their expiry to serve on errors) beside the bounded [`Listing`], and could
+/// answer a read after `tools/list_changed` with a stale page.
+async fn list_tools(peer: &Peer<RoleClient>) -> Result<Listing, ServiceError> {
+    peer.set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
+        .await;
+    listing::read(peer).await
 }
 
 impl McpServer {
@@ -139,7 +148,7 @@ impl McpServer {
             egress,
             limits: GuardLimits::default(),
             connection: tokio::sync::Mutex::new(None),
-            listed: Mutex::new(Vec::new()),
+            listed: Mutex::new(Arc::default()),
             health: Mutex::new(Health {
                 state: McpServerState::NotStarted,
                 error: None,
@@ -190,21 +199,20 @@ impl McpServer {
     /// The server's tools, starting it first when it is not running (an idle server is not
     /// started: its last list stands until a call starts it again). After the server said
     /// its list changed, the list is read again, with the same bounds as the first.
-    pub async fn tools(&self) -> Result<Vec<McpTool>, String> {
+    pub async fn tools(&self) -> Result<Arc<Listing>, String> {
         if self.health().state == McpServerState::Idle {
             return Ok(self.listed().clone());
         }
         let connection = self.connect().await?;
         if self.client.take_tools_changed() {
             let listed =
-                tokio::time::timeout(REFRESH_TIMEOUT, connection.service.peer().list_all_tools())
+                tokio::time::timeout(REFRESH_TIMEOUT, listing::read(connection.service.peer()))
                     .await;
             match listed {
-                Ok(Ok(mut tools)) => {
-                    tools.truncate(MAX_TOOLS);
-                    tracing::info!(server = %self.config.name, tools = tools.len(),
+                Ok(Ok(listing)) => {
+                    tracing::info!(server = %self.config.name, tools = listing.tools.len(),
                         "MCP server tool list refreshed");
-                    *self.listed() = tools;
+                    *self.listed() = Arc::new(listing);
                 }
                 Ok(Err(error)) => {
                     tracing::warn!(server = %self.config.name, %error, "tools/list refresh failed");
@@ -217,7 +225,7 @@ impl McpServer {
         Ok(self.listed().clone())
     }
 
-    fn listed(&self) -> std::sync::MutexGuard<'_, Vec<McpTool>> {
+    fn listed(&self) -> std::sync::MutexGuard<'_, Arc<Listing>> {
         self.listed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -296,7 +304,7 @@ impl McpServer {
                 }
                 // A fresh list: no earlier change notice is pending for it.
                 self.client.take_tools_changed();
-                tracing::info!(server = %self.config.name, tools = self.listed().len(), "MCP server ready");
+                tracing::info!(server = %self.config.name, tools = self.listed().tools.len(), "MCP server ready");
                 *slot = Some(connection.clone());
                 Ok(connection)
             }
@@ -419,13 +427,10 @@ impl McpServer {
                 return Err(tail("handshake", error.to_string()));
             }
         };
-        let mut tools = service
-            .peer()
-            .list_all_tools()
+        let listing = list_tools(service.peer())
             .await
             .map_err(|error| tail("tools/list", error.to_string()))?;
-        tools.truncate(MAX_TOOLS);
-        *self.listed() = tools;
+        *self.listed() = Arc::new(listing);
         Ok(Connection {
             service,
             child: Mutex::new(Some(child)),
@@ -444,13 +449,10 @@ impl McpServer {
             .serve(transport)
             .await
             .map_err(|error| format!("handshake: {error}"))?;
-        let mut tools = service
-            .peer()
-            .list_all_tools()
+        let listing = list_tools(service.peer())
             .await
             .map_err(|error| format!("tools/list: {error}"))?;
-        tools.truncate(MAX_TOOLS);
-        *self.listed() = tools;
+        *self.listed() = Arc::new(listing);
         Ok(Connection {
             service,
             child: Mutex::new(None),

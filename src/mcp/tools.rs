@@ -6,6 +6,7 @@
 //! admin marked the server `trusted` (and `destructiveHint` is not also set).
 
 use super::config::{is_valid_tool_part, tool_name};
+use super::listing::Listing;
 use super::server::{CallError, CallSpec, McpServer};
 use crate::message::ToolImage;
 use crate::tools::builder::ToolBuilder;
@@ -29,10 +30,11 @@ const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/w
 
 /// The tools `server` offers (its allow-list applied) and those it lists but cannot offer,
 /// each with the reason.
-pub fn registry_tools(server: &Arc<McpServer>, listed: &[McpTool]) -> (Vec<DynTool>, Vec<String>) {
+pub fn registry_tools(server: &Arc<McpServer>, listing: &Listing) -> (Vec<DynTool>, Vec<String>) {
     let config = server.config();
     let mut offered = Vec::new();
-    let mut skipped = Vec::new();
+    let mut skipped: Vec<String> = listing.dropped_notes().collect();
+    let listed = &listing.tools;
     for tool in listed {
         let own = tool.name.as_ref();
         if config
@@ -49,7 +51,9 @@ pub fn registry_tools(server: &Arc<McpServer>, listed: &[McpTool]) -> (Vec<DynTo
     }
     if let Some(allowed) = &config.tools {
         for name in allowed {
-            if !listed.iter().any(|tool| tool.name == name.as_str()) {
+            if !listed.iter().any(|tool| tool.name == name.as_str())
+                && !listing.dropped_by_name(name)
+            {
                 skipped.push(format!("{name}: the server does not list it"));
             }
         }

@@ -350,6 +350,73 @@ async fn a_trusted_servers_read_only_tools_run_without_approval() {
     assert_eq!(results[0]["is_error"], false, "{results:?}");
 }
 
+/// A server whose tool list never ends (a `nextCursor` on every page, ~380 KB pages with a
+/// 180 KB tool on each) is read within bounds: the server starts, its real tools are offered,
+/// and what was left out is named in its status; another tenant is still served.
+#[tokio::test]
+async fn an_endless_tool_list_is_read_within_bounds() {
+    let app = spawn(Backend::Sqlite).await.unwrap();
+    let config = json!({
+        "mcp_servers": [fixture(json!({"args": ["--endless-list"]}))],
+        "permission": {"mode": "bypass"},
+        "model": {"script": calls(&[("mcp__fx__echo", json!({"text": "still works"}))])}
+    });
+    let (id, results) = run(&app, config).await;
+    assert_eq!(results[0]["is_error"], false, "{results:?}");
+    assert!(
+        results[0]["content"].to_string().contains("still works"),
+        "{results:?}"
+    );
+    let status = session(&app, &app.token("acme"), &id).await["mcp_servers"][0].clone();
+    assert_eq!(status["state"], "ready", "{status}");
+    let offered: Vec<&str> = status["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(offered.contains(&"mcp__fx__echo"), "{offered:?}");
+    assert!(offered.len() <= 1000, "{}", offered.len());
+    let skipped: Vec<&str> = status["skipped_tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        skipped.contains(&"huge_1: its definition is larger than 96 KiB"),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped
+            .iter()
+            .any(|note| note.ends_with(": the server's tool definitions pass 1 MiB")),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped
+            .iter()
+            .any(|note| note.ends_with("more tools were left out")),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped.contains(&"the server's list has more than 32 pages; the rest was not read"),
+        "{skipped:?}"
+    );
+    assert!(skipped.len() <= 40, "{}", skipped.len());
+    // Another tenant's run.
+    let token = app.token("globex");
+    let other = app
+        .create_session(
+            "globex",
+            &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}),
+        )
+        .await;
+    assert_eq!(app.prompt(&token, &other, "go").await.status(), 202);
+    let events = wait_idle(&app, &token, &other).await;
+    assert_eq!(count(&events, "terminal"), 1);
+}
+
 #[tokio::test]
 async fn bad_entries_are_refused_with_their_field() {
     let app = spawn(Backend::Sqlite).await.unwrap();
