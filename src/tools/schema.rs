@@ -1,6 +1,9 @@
 //! Tool input schemas (D1): compiled once at registration with the `jsonschema` crate (full
 //! JSON Schema: enum, bounds, pattern, additionalProperties, nested objects and arrays, and
-//! formats with format checking ON), then used before every call. A failure lists every
+//! formats with format checking ON), then used before every call. Schemas may come from a
+//! tenant (an MCP server's tools, an elicitation), so `pattern`s run on the linear-time `regex`
+//! engine (no look-around or backreferences: such a schema does not compile) within
+//! [`PATTERN_SIZE_LIMIT`], and a failing input's violations are counted to [`MAX_COUNTED`]. A failure lists every
 //! failing field (its instance path) and why, so the model can fix its call.
 //!
 //! Compiled validators are shared through a small process-wide cache keyed by the schema's
@@ -16,6 +19,12 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 /// How many violations one error text lists at most.
 const MAX_LISTED: usize = 20;
+/// How many violations are counted at most: past it the count says "more than" (an input of
+/// a million wrong items is not walked to its end).
+const MAX_COUNTED: usize = 1000;
+/// The most a schema's `pattern` may compile to, and its lazy DFA's cache: a schema may come
+/// from a tenant's MCP server (or an elicitation request), like a Grep pattern from a model.
+const PATTERN_SIZE_LIMIT: usize = 2 * 1024 * 1024;
 /// Compiled schemas kept in the process-wide cache at most.
 pub const CACHE_ENTRIES: usize = 256;
 /// Longest schema text (bytes) the cache keeps; longer ones are compiled every time.
@@ -57,11 +66,12 @@ pub struct FieldViolation {
     pub message: String,
 }
 
-/// Every failing field of one input (at most a bounded number are kept, `total` counts all).
+/// Every failing field of one input (at most a bounded number are kept, `total` counts them up
+/// to one past [`MAX_COUNTED`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchemaViolations {
     pub violations: Vec<FieldViolation>,
-    /// How many violations were found in all.
+    /// How many violations were found, counted up to one past [`MAX_COUNTED`].
     pub total: usize,
 }
 
@@ -76,7 +86,13 @@ impl fmt::Display for SchemaViolations {
             };
             write!(f, "\n- {path}: {}", violation.message)?;
         }
-        if self.total > self.violations.len() {
+        if self.total > MAX_COUNTED {
+            write!(
+                f,
+                "\n- … and more than {} more",
+                MAX_COUNTED - self.violations.len()
+            )?;
+        } else if self.total > self.violations.len() {
             write!(f, "\n- … and {} more", self.total - self.violations.len())?;
         }
         write!(
@@ -155,6 +171,11 @@ impl CompiledSchema {
         let validator = Arc::new(
             jsonschema::options()
                 .should_validate_formats(true)
+                .with_pattern_options(
+                    jsonschema::PatternOptions::regex()
+                        .size_limit(PATTERN_SIZE_LIMIT)
+                        .dfa_size_limit(PATTERN_SIZE_LIMIT),
+                )
                 .offline()
                 .build(schema)
                 .map_err(|error| SchemaError::Invalid {
@@ -184,7 +205,7 @@ impl CompiledSchema {
         }
         let mut violations = Vec::new();
         let mut total = 0;
-        for error in self.validator.iter_errors(input) {
+        for error in self.validator.iter_errors(input).take(MAX_COUNTED + 1) {
             total += 1;
             if violations.len() < MAX_LISTED {
                 violations.push(FieldViolation {
