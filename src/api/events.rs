@@ -131,6 +131,26 @@ const STORE_PAGE: u32 = 500;
 /// [`SUBSCRIBER_BUFFER`]: crate::runtime::bus::SUBSCRIBER_BUFFER
 pub const STALL_LIMIT: Duration = Duration::from_secs(2);
 
+/// The caller's session `id` as read, with an `sse_streams` hold for a stream of it (one round
+/// trip on Postgres); `404` when the session is not the caller's, `429 TENANT_LIMIT` when the
+/// tenant's streams are all open. The stream keeps the hold until it ends.
+pub(crate) async fn stream_hold(
+    state: &AppState,
+    principal: &Principal,
+    id: &crate::ids::SessionId,
+) -> ApiResult<(crate::store::SessionRecord, crate::limits::HoldGuard)> {
+    state
+        .runtime
+        .holds()
+        .acquire_on_session(&principal.tenant, id, HoldKind::SseStream)
+        .await
+        .map_err(|error| match error {
+            HoldError::Limit(exceeded) => ApiError::from(exceeded),
+            HoldError::Store(error) => ApiError::from(error),
+        })?
+        .ok_or_else(|| ApiError::not_found("session"))
+}
+
 fn reconnect(last_event_id: i64) -> Event {
     Event::default()
         .event("reconnect")
@@ -211,16 +231,7 @@ pub async fn stream(
     // The session as read and the stream's hold, in one round trip on Postgres: the open
     // stream counts against the tenant's `sse_streams` on every replica until the client
     // goes (the hold is dropped with the stream). Not the caller's session: no hold, `404`.
-    let (session, hold) = state
-        .runtime
-        .holds()
-        .acquire_on_session(&principal.tenant, &subscribed_to, HoldKind::SseStream)
-        .await
-        .map_err(|error| match error {
-            HoldError::Limit(exceeded) => ApiError::from(exceeded),
-            HoldError::Store(error) => ApiError::from(error),
-        })?
-        .ok_or_else(|| ApiError::not_found("session"))?;
+    let (session, hold) = stream_hold(&state, &principal, &subscribed_to).await?;
     bus.follow(&principal.tenant, &session.id);
     let horizon = session.last_event_seq;
     let store = state.store.clone();

@@ -88,6 +88,74 @@ async fn many_sse_streams_are_bounded() {
     drop(open);
 }
 
+/// An AG-UI run's event stream counts against `sse_streams` like `GET …/stream`: with the
+/// tenant's streams all open it is `429` and starts no run; with one freed it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ag_ui_streams_count_against_sse_streams() {
+    let server = start_server(&[("NORMA_LIMITS__SSE_STREAMS", "2")]).await;
+    let token = server.token(ATTACKER);
+    let config = json!({"model": {"script": {"turns": [{"text": "hi"}]}}});
+    let session = create_session(&server, ATTACKER, &config).await;
+    let mut open = vec![
+        server.open_stream(&token, &session).await,
+        server.open_stream(&token, &session).await,
+    ];
+    assert!(open.iter().all(|response| response.status() == 200));
+    let input = json!({
+        "threadId": session, "runId": "r1", "state": {},
+        "messages": [{"id": "m1", "role": "user", "content": "go"}],
+        "tools": [], "context": [], "forwardedProps": {}
+    });
+    let ag_ui = format!("/v1/sessions/{session}/ag-ui");
+    for _ in 0..10 {
+        let (status, body) = server.post(&ag_ui, &token, &input).await;
+        assert_eq!(status, 429, "{body}");
+        assert_eq!(
+            body["details"],
+            json!({"limit": "sse_streams", "max": 2}),
+            "{body}"
+        );
+    }
+    let (status, runs) = server
+        .get(&format!("/v1/sessions/{session}/runs"), &token)
+        .await;
+    assert_eq!(status, 200, "{runs}");
+    assert_eq!(
+        runs["runs"],
+        json!([]),
+        "a refused AG-UI request starts no run"
+    );
+    // One stream freed: the AG-UI run streams to its end.
+    drop(open.pop());
+    let response = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let response = server
+                .client
+                .post(server.url(&ag_ui))
+                .bearer_auth(&token)
+                .json(&input)
+                .send()
+                .await
+                .expect("AG-UI request");
+            // The freed stream's hold is released when the server notices the close.
+            if response.status() != 429 {
+                return response;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the freed stream's hold is released");
+    assert_eq!(response.status(), 200);
+    let body = tokio::time::timeout(Duration::from_secs(30), response.text())
+        .await
+        .expect("the AG-UI stream ends")
+        .expect("body");
+    assert!(body.contains("RUN_FINISHED"), "{body}");
+    assert_still_serves(&server).await;
+    drop(open);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_and_shells_by_a_scripted_model_are_bounded() {
     let server = start_server(&[]).await;

@@ -20,7 +20,6 @@ mod mapping_tests;
 
 use crate::api::approvals::{ApprovalAnswerRequest, Verdict, decide_answer};
 use crate::api::extract::AppJson;
-use crate::api::runs::load_owned_session;
 use crate::app::AppState;
 use crate::auth::{Principal, scopes};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -210,7 +209,7 @@ fn resume_answer(entry: &ResumeEntry) -> ApiResult<ApprovalAnswerRequest> {
               (status = 404, body = ErrorBody, description = "Unknown session, or a resume entry naming no approval of it"),
               (status = 409, body = ErrorBody, description = "SESSION_BUSY, SESSION_CLOSED, APPROVAL_PENDING, APPROVAL_ALREADY_DECIDED, APPROVAL_EXPIRED"),
               (status = 422, body = ErrorBody, description = "INVALID_REQUEST (threadId, runId, messages, resume), HOOK_BLOCKED: a UserPromptSubmit hook refused the prompt, or MODEL_NOT_PRICED (the tenant has a cost budget and the session's model has no price)"),
-              (status = 429, body = ErrorBody, description = "TENANT_LIMIT: runs in flight, or BUDGET_EXCEEDED: a spend budget is spent (`Retry-After` and `details.resets_at` give the reset)",
+              (status = 429, body = ErrorBody, description = "TENANT_LIMIT: runs in flight or open event streams (`sse_streams`, which an AG-UI stream counts against), or BUDGET_EXCEEDED: a spend budget is spent (`Retry-After` and `details.resets_at` give the reset)",
                headers(("Retry-After" = u64, description = "With BUDGET_EXCEEDED: seconds until the spent budget resets"))),
               (status = 503, body = ErrorBody, description = "SHUTTING_DOWN: this replica is stopping; retry on another")),
     security(("bearer" = [])))]
@@ -221,7 +220,11 @@ pub async fn run(
     AppJson(input): AppJson<RunAgentInput>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     principal.require(scopes::SESSIONS_WRITE)?;
-    let session = load_owned_session(&state, &principal, id).await?;
+    // The stream counts against the tenant's `sse_streams` like `GET …/stream` (the hold is
+    // dropped with the stream), taken before any run starts: a tenant cannot keep more event
+    // streams open (each pinning its session's live channel) by asking over AG-UI.
+    let (session, hold) =
+        crate::api::events::stream_hold(&state, &principal, &SessionId::from_string(id)).await?;
     input.validate(session.id.as_str())?;
     let config = SessionConfig::from_json(session.config.clone())
         .map_err(|_| ApiError::new(crate::error::ErrorCode::Internal, "internal error"))?;
@@ -275,6 +278,7 @@ pub async fn run(
     let bus = state.runtime.bus().clone();
     let subscribed = state.runtime.metrics().sse_subscribed();
     let events = async_stream::stream! {
+        let _hold = hold;
         let _subscribed = subscribed;
         let mut opening = mapper.start(echo, snapshot);
         opening.extend(mapper.resumed_calls(&resumed_calls));
