@@ -737,6 +737,44 @@ async fn anthropic_prompt_too_long_is_context_overflow() {
     assert_eq!(fake.request_count(), 1);
 }
 
+/// A provider answering `400` with a body that never ends (1 KiB chunks for as long as the
+/// client reads), or that stops sending after a first chunk: the error keeps the first 64 KiB
+/// and the read ends (at the body cap, or at the request timeout), never with the run.
+#[tokio::test(start_paused = true)]
+async fn an_endless_or_stalled_error_body_is_read_to_its_cap_or_timeout() {
+    for stall in [false, true] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            read_http_request(&mut socket).await;
+            let head = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            let chunk = format!("400\r\n{}\r\n", "e".repeat(1024));
+            loop {
+                if socket.write_all(chunk.as_bytes()).await.is_err() {
+                    return;
+                }
+                if stall {
+                    std::future::pending::<()>().await;
+                }
+            }
+        });
+        let provider = provider(&anthropic(&format!("http://{addr}")));
+        let error = run(provider.as_ref(), &hello()).await.0.expect_err("400");
+        let ProviderError::Status { status, body } = error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(status, 400);
+        let expected = if stall {
+            1024
+        } else {
+            norma::llm::retry::MAX_ERROR_BODY_BYTES
+        };
+        assert_eq!(body.len(), expected, "stall: {stall}");
+    }
+}
+
 /// Reads one HTTP/1.1 request (headers and a content-length body) from `socket`.
 async fn read_http_request(socket: &mut tokio::net::TcpStream) {
     let mut buffer = Vec::new();

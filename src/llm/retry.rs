@@ -168,7 +168,7 @@ impl RetryingSender {
                         let body = tokio::select! {
                             biased;
                             () = cancel.cancelled() => return Err(ProviderError::Cancelled),
-                            body = response.text() => body.unwrap_or_default(),
+                            body = error_body(response, self.request_timeout) => body,
                         };
                         return Err(classify(status, body));
                     }
@@ -295,4 +295,25 @@ where
         Peeked::Content(stream) => Ok(stream),
         Peeked::Empty => Err(ProviderError::EmptyResponse),
     }
+}
+
+/// The most of an error answer's body read: it becomes the error's text (the terminal
+/// event's message), and a provider's URL may be a tenant's (see "Providers").
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// The first [`MAX_ERROR_BODY_BYTES`] of an error answer's body as text (lossy), read for at
+/// most `within`: an endless or stalled error body ends the read, not the run.
+async fn error_body(mut response: reqwest::Response, within: Duration) -> String {
+    let mut body = Vec::new();
+    let read = async {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let room = MAX_ERROR_BODY_BYTES - body.len();
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if body.len() == MAX_ERROR_BODY_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(within, read).await;
+    String::from_utf8_lossy(&body).into_owned()
 }
