@@ -64,6 +64,9 @@ pub struct TenantLimits {
     pub idempotency_keys: u32,
     /// MCP servers registered for the tenant (`/v1/mcp-servers`).
     pub mcp_servers: u32,
+    /// Processes of sessions' stdio MCP servers running at once in all of the tenant's
+    /// sessions (each is a sandboxed process on the host until it stops: idle, closed, ended).
+    pub mcp_processes: u32,
     /// Skills registered for the tenant (`/v1/skills`).
     pub skills: u32,
     /// Spend limits per UTC day and month (`[limits.budget]`), every tenant's default until
@@ -88,6 +91,7 @@ impl Default for TenantLimits {
             workspace_bytes: 10 * 1024 * 1024 * 1024,
             idempotency_keys: 10_000,
             mcp_servers: 32,
+            mcp_processes: 128,
             skills: 64,
             budget: crate::budgets::Budget::default(),
         }
@@ -111,6 +115,7 @@ pub enum Limit {
     WorkspaceBytes,
     IdempotencyKeys,
     McpServers,
+    McpProcesses,
     Skills,
 }
 
@@ -132,6 +137,7 @@ impl Limit {
             Self::WorkspaceBytes => "workspace_bytes",
             Self::IdempotencyKeys => "idempotency_keys",
             Self::McpServers => "mcp_servers",
+            Self::McpProcesses => "mcp_processes",
             Self::Skills => "skills",
         }
     }
@@ -153,6 +159,7 @@ impl Limit {
             Self::WorkspaceBytes => "workspace bytes",
             Self::IdempotencyKeys => "idempotency keys remembered",
             Self::McpServers => "registered MCP servers",
+            Self::McpProcesses => "running MCP server processes",
             Self::Skills => "registered skills",
         }
     }
@@ -207,6 +214,7 @@ impl TenantLimits {
             Limit::WorkspaceBytes => u32::try_from(self.workspace_bytes).unwrap_or(u32::MAX),
             Limit::IdempotencyKeys => self.idempotency_keys,
             Limit::McpServers => self.mcp_servers,
+            Limit::McpProcesses => self.mcp_processes,
             Limit::Skills => self.skills,
         }
     }
@@ -226,6 +234,7 @@ impl TenantLimits {
             HoldKind::SseStream => (None, Limit::SseStreams),
             HoldKind::Task => (Some(Limit::TasksPerSession), Limit::Tasks),
             HoldKind::Shell => (Some(Limit::ShellsPerSession), Limit::Shells),
+            HoldKind::McpProcess => (None, Limit::McpProcesses),
         };
         HoldCaps {
             per_session: per_session.map(|limit| (limit, self.count_max(limit))),
@@ -267,6 +276,8 @@ pub enum HoldKind {
     SseStream,
     Task,
     Shell,
+    /// A session's stdio MCP server process.
+    McpProcess,
 }
 
 impl HoldKind {
@@ -275,6 +286,7 @@ impl HoldKind {
             Self::SseStream => "sse_stream",
             Self::Task => "task",
             Self::Shell => "shell",
+            Self::McpProcess => "mcp_process",
         }
     }
 }

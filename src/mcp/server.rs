@@ -50,6 +50,8 @@ pub enum CallError {
 
 struct Connection {
     service: RunningService<RoleClient, McpClient>,
+    /// A stdio server's `mcp_processes` hold, released when the connection goes.
+    process_hold: Option<crate::limits::HoldGuard>,
     child: Mutex<Option<tokio::process::Child>>,
     cut_off: CutOff,
     stderr_tail: Arc<Mutex<Vec<u8>>>,
@@ -115,6 +117,9 @@ pub struct McpServer {
     egress: crate::egress::EgressClient,
     limits: GuardLimits,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// Where a stdio server's process is counted (the tenant's `mcp_processes`); `None`
+    /// counts nothing.
+    holds: Option<crate::limits::SessionHolds>,
     /// The last tool list (kept while the server is idle), shared with each run that reads it.
     listed: Mutex<Arc<Listing>>,
     client: Arc<ClientState>,
@@ -138,8 +143,10 @@ impl McpServer {
         network: SessionNetwork,
         workspace: PathBuf,
         egress: crate::egress::EgressClient,
+        holds: Option<crate::limits::SessionHolds>,
     ) -> Self {
         Self {
+            holds,
             client: ClientState::new(&config.name, config.sampling),
             config,
             sandbox,
@@ -289,9 +296,20 @@ impl McpServer {
                 _ => {}
             }
         }
+        // A stdio server is a process on this host: it counts against the tenant's
+        // `mcp_processes` while it runs. Refused, the server stays as it was (not started,
+        // idle or crashed) and is tried again at its next use.
+        let process_hold = match self.take_process_hold().await {
+            Ok(hold) => hold,
+            Err(why) => {
+                self.health().error = Some(why.clone());
+                return Err(why);
+            }
+        };
         self.health().state = McpServerState::Starting;
         match tokio::time::timeout(START_TIMEOUT, self.start()).await {
-            Ok(Ok(connection)) => {
+            Ok(Ok(mut connection)) => {
+                connection.process_hold = process_hold;
                 let connection = Arc::new(connection);
                 {
                     let mut health = self.health();
@@ -314,6 +332,23 @@ impl McpServer {
                 START_TIMEOUT.as_secs()
             ))),
         }
+    }
+
+    /// The `mcp_processes` hold a stdio server's start needs (`None` for an `http` server or
+    /// when nothing is counted); `Err` says why the start is refused.
+    async fn take_process_hold(&self) -> Result<Option<crate::limits::HoldGuard>, String> {
+        let Some(holds) = self
+            .holds
+            .as_ref()
+            .filter(|_| self.config.transport == McpTransport::Stdio)
+        else {
+            return Ok(None);
+        };
+        holds
+            .take(crate::limits::HoldKind::McpProcess)
+            .await
+            .map(Some)
+            .map_err(|error| format!("the server was not started: {}", error.message))
     }
 
     fn start_failed(&self, error: String) -> String {
@@ -433,6 +468,7 @@ impl McpServer {
         *self.listed() = Arc::new(listing);
         Ok(Connection {
             service,
+            process_hold: None,
             child: Mutex::new(Some(child)),
             cut_off,
             stderr_tail,
@@ -455,6 +491,7 @@ impl McpServer {
         *self.listed() = Arc::new(listing);
         Ok(Connection {
             service,
+            process_hold: None,
             child: Mutex::new(None),
             cut_off: CutOff::default(),
             stderr_tail: Arc::default(),

@@ -54,7 +54,7 @@ impl SessionRuntime {
         tasks.set_holds(holds.clone());
         let finished = tasks.notifications();
         let shells = builtin::pty::ShellRegistry::new();
-        shells.set_holds(holds);
+        shells.set_holds(holds.clone());
         let egress_journal = EgressSlot::default();
         let network = self.session_network(tenant, session, config, &egress_journal)?;
         let env = Arc::new(SessionEnv {
@@ -79,6 +79,7 @@ impl SessionRuntime {
                 workspace.root(),
                 &self.egress,
                 self.settings.mcp.idle_stop(),
+                Some(holds),
             )),
             workspace: workspace.root().to_owned(),
             web_cache: Default::default(),

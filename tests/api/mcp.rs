@@ -417,6 +417,61 @@ async fn an_endless_tool_list_is_read_within_bounds() {
     assert_eq!(count(&events, "terminal"), 1);
 }
 
+/// A tenant's stdio server processes are counted (`mcp_processes`): past the cap a session's
+/// server is not started (its run goes on without the server's tools, its status says why,
+/// and it is not marked failed), another tenant's still starts, and a closed session's process
+/// frees its place.
+#[tokio::test]
+async fn stdio_server_processes_count_against_the_tenants_limit() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |settings| {
+        let dir = std::path::Path::new(FIXTURE).parent().unwrap().to_owned();
+        settings.sandbox.extra_read = vec![dir];
+        settings.limits.mcp_processes = 1;
+    })
+    .await
+    .unwrap();
+    let config = json!({
+        "mcp_servers": [fixture(json!({}))],
+        "permission": {"mode": "bypass"},
+        "model": {"script": calls(&[("mcp__fx__echo", json!({"text": "hi"}))])}
+    });
+    let token = app.token("acme");
+    let (first, results) = run(&app, config.clone()).await;
+    assert_eq!(results[0]["is_error"], false, "{results:?}");
+    let (second, results) = run(&app, config.clone()).await;
+    assert_eq!(results[0]["is_error"], true, "{results:?}");
+    assert_eq!(results[0]["code"], "TOOL_NOT_FOUND", "{results:?}");
+    let status = session(&app, &token, &second).await["mcp_servers"][0].clone();
+    assert_ne!(status["state"], "failed", "{status}");
+    let error = status["error"].as_str().unwrap_or_default();
+    assert!(error.contains("(limit mcp_processes)"), "{status}");
+    // Another tenant's server starts.
+    let globex = app.token("globex");
+    let other = app.create_session("globex", &config).await;
+    assert_eq!(app.prompt(&globex, &other, "go").await.status(), 202);
+    wait_idle(&app, &globex, &other).await;
+    let results = tool_results(&app.messages(&globex, &other).await);
+    assert_eq!(results[0]["is_error"], false, "{results:?}");
+    // Closing the first session stops its server and frees the place (released a moment
+    // after the close).
+    assert_eq!(
+        app.delete(&format!("/v1/sessions/{first}"), &token)
+            .await
+            .status(),
+        200
+    );
+    let mut started = false;
+    for _ in 0..50 {
+        let (_, results) = run(&app, config.clone()).await;
+        if results[0]["is_error"] == false {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(started, "a server started once the first session closed");
+}
+
 #[tokio::test]
 async fn bad_entries_are_refused_with_their_field() {
     let app = spawn(Backend::Sqlite).await.unwrap();
