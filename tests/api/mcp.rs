@@ -421,15 +421,16 @@ async fn an_endless_tool_list_is_read_within_bounds() {
 /// server is not started (its run goes on without the server's tools, its status says why,
 /// and it is not marked failed), another tenant's still starts, and a closed session's process
 /// frees its place.
-#[tokio::test]
-async fn stdio_server_processes_count_against_the_tenants_limit() {
-    let app = TestApp::spawn_with(Backend::Sqlite, |settings| {
+async fn stdio_server_processes_count_against_the_tenants_limit(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, |settings| {
         let dir = std::path::Path::new(FIXTURE).parent().unwrap().to_owned();
         settings.sandbox.extra_read = vec![dir];
         settings.limits.mcp_processes = 1;
     })
     .await
-    .unwrap();
+    else {
+        return;
+    };
     let config = json!({
         "mcp_servers": [fixture(json!({}))],
         "permission": {"mode": "bypass"},
@@ -470,6 +471,16 @@ async fn stdio_server_processes_count_against_the_tenants_limit() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(started, "a server started once the first session closed");
+}
+
+#[tokio::test]
+async fn stdio_server_processes_count_against_the_tenants_limit_sqlite() {
+    stdio_server_processes_count_against_the_tenants_limit(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn stdio_server_processes_count_against_the_tenants_limit_postgres() {
+    stdio_server_processes_count_against_the_tenants_limit(Backend::Postgres).await;
 }
 
 #[tokio::test]
