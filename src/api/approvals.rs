@@ -136,24 +136,18 @@ pub(crate) async fn decide_answer(
             "session"
         }));
     };
-    if answer
-        .updated_input
-        .as_ref()
-        .is_some_and(|input| !input.is_object())
-    {
-        return Err(ApiError::invalid("updated_input must be a JSON object")
-            .with_details(json!({ "field": "updated_input" })));
-    }
-    if answer
-        .updated_input
-        .as_ref()
-        .is_some_and(|input| !crate::message::tool_input_within_depth(input))
-    {
-        return Err(ApiError::invalid(format!(
-            "updated_input nests deeper than {} levels",
-            crate::message::MAX_TOOL_INPUT_DEPTH
-        ))
-        .with_details(json!({ "field": "updated_input" })));
+    if let Some(input) = &answer.updated_input {
+        let invalid =
+            |why: String| ApiError::invalid(why).with_details(json!({ "field": "updated_input" }));
+        if !input.is_object() {
+            return Err(invalid("updated_input must be a JSON object".into()));
+        }
+        if !crate::message::tool_input_within_depth(input) {
+            return Err(invalid(format!(
+                "updated_input nests deeper than {} levels",
+                crate::message::MAX_TOOL_INPUT_DEPTH
+            )));
+        }
     }
     if crate::mcp::elicitation::is_elicitation(&existing.input)
         && existing.tool_name.starts_with("mcp__")

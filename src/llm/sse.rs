@@ -109,7 +109,7 @@ fn error_text(error: &reqwest::Error) -> String {
     message
 }
 
-pub use crate::message::MAX_TOOL_INPUT_DEPTH;
+use crate::message::MAX_TOOL_INPUT_DEPTH;
 
 /// Parses the joined input fragments of one tool call: empty input is `{}`; malformed JSON
 /// or an input nested deeper than [`MAX_TOOL_INPUT_DEPTH`] is a [`ProviderError::Decode`].
