@@ -30,34 +30,41 @@ const NOTE_NAME_CHARS: usize = 64;
 #[derive(Clone, Debug, Default)]
 pub struct Listing {
     pub tools: Vec<McpTool>,
-    /// `name: why` of tools listed but not kept.
-    pub dropped: Vec<String>,
+    /// `(name, why)` of tools listed but not kept (the name cut to [`NOTE_NAME_CHARS`]).
+    dropped: Vec<(String, String)>,
     /// Tools left out beyond the notes.
     dropped_more: usize,
+    /// Whether the server had pages left after [`MAX_PAGES`].
+    unread_pages: bool,
     /// The JSON size of `tools`.
     bytes: usize,
 }
 
 impl Listing {
-    /// The notes on what was left out, with the count of the rest as a last note.
+    /// The notes on what was left out (`name: why`), then whether pages were left unread and
+    /// the count of the tools beyond the notes.
     pub fn dropped_notes(&self) -> impl Iterator<Item = String> + '_ {
         let more = (self.dropped_more > 0)
             .then(|| format!("{} more tools were left out", self.dropped_more));
-        self.dropped.iter().cloned().chain(more)
+        let unread = self.unread_pages.then(|| {
+            format!("the server's list has more than {MAX_PAGES} pages; the rest was not read")
+        });
+        self.dropped
+            .iter()
+            .map(|(name, why)| format!("{name}: {why}"))
+            .chain(unread)
+            .chain(more)
     }
 
     /// Whether a tool of this name was listed but left out with a note.
     pub fn dropped_by_name(&self, name: &str) -> bool {
-        self.dropped.iter().any(|note| {
-            note.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(": "))
-        })
+        self.dropped.iter().any(|(dropped, _)| dropped == name)
     }
 
-    fn drop_tool(&mut self, name: &str, why: &str) {
+    fn drop_tool(&mut self, name: &str, why: String) {
         if self.dropped.len() < MAX_DROPPED_NOTES {
-            let name: String = name.chars().take(NOTE_NAME_CHARS).collect();
-            self.dropped.push(format!("{name}: {why}"));
+            self.dropped
+                .push((name.chars().take(NOTE_NAME_CHARS).collect(), why));
         } else {
             self.dropped_more += 1;
         }
@@ -68,14 +75,14 @@ impl Listing {
         if self.tools.len() >= MAX_TOOLS {
             return self.drop_tool(
                 &tool.name,
-                &format!("the server lists more than {MAX_TOOLS} tools"),
+                format!("the server lists more than {MAX_TOOLS} tools"),
             );
         }
         let size = serde_json::to_vec(&tool).map_or(usize::MAX, |json| json.len());
         if size > MAX_TOOL_BYTES {
             return self.drop_tool(
                 &tool.name,
-                &format!(
+                format!(
                     "its definition is larger than {} KiB",
                     MAX_TOOL_BYTES / 1024
                 ),
@@ -84,7 +91,7 @@ impl Listing {
         if self.bytes + size > MAX_LIST_BYTES {
             return self.drop_tool(
                 &tool.name,
-                &format!(
+                format!(
                     "the server's tool definitions pass {} MiB",
                     MAX_LIST_BYTES / (1024 * 1024)
                 ),
@@ -112,9 +119,7 @@ pub async fn read(peer: &Peer<RoleClient>) -> Result<Listing, ServiceError> {
             None => return Ok(listing),
         }
     }
-    listing.dropped.push(format!(
-        "the server's list has more than {MAX_PAGES} pages; the rest was not read"
-    ));
+    listing.unread_pages = true;
     Ok(listing)
 }
 
@@ -139,7 +144,7 @@ mod tests {
         listing.take(tool("huge", MAX_TOOL_BYTES));
         assert_eq!(listing.tools.len(), 1);
         assert_eq!(
-            listing.dropped,
+            listing.dropped_notes().collect::<Vec<_>>(),
             vec!["huge: its definition is larger than 96 KiB".to_owned()]
         );
         assert!(listing.dropped_by_name("huge"));
@@ -150,7 +155,8 @@ mod tests {
         }
         assert_eq!(listing.tools.len(), 13);
         assert!(listing.bytes <= MAX_LIST_BYTES);
-        assert!(listing.dropped[1].starts_with("big12: the server's tool definitions pass 1 MiB"));
+        let notes: Vec<String> = listing.dropped_notes().collect();
+        assert!(notes[1].starts_with("big12: the server's tool definitions pass 1 MiB"));
         // Notes stop at MAX_DROPPED_NOTES; the rest is counted.
         for n in 0..100 {
             listing.take(tool(&format!("late{n}"), 80 * 1024));
@@ -159,6 +165,14 @@ mod tests {
         let notes: Vec<String> = listing.dropped_notes().collect();
         assert_eq!(notes.len(), MAX_DROPPED_NOTES + 1);
         assert_eq!(notes[MAX_DROPPED_NOTES], "77 more tools were left out");
+        // Pages left unread are said after the notes, before the count.
+        listing.unread_pages = true;
+        let notes: Vec<String> = listing.dropped_notes().collect();
+        assert_eq!(
+            notes[MAX_DROPPED_NOTES],
+            "the server's list has more than 32 pages; the rest was not read"
+        );
+        assert_eq!(notes[MAX_DROPPED_NOTES + 1], "77 more tools were left out");
     }
 
     #[test]
@@ -169,13 +183,15 @@ mod tests {
         }
         assert_eq!(listing.tools.len(), MAX_TOOLS);
         assert_eq!(listing.dropped.len(), 5);
-        assert!(listing.dropped[0].ends_with(": the server lists more than 1000 tools"));
+        let notes: Vec<String> = listing.dropped_notes().collect();
+        assert!(notes[0].ends_with(": the server lists more than 1000 tools"));
     }
 
     #[test]
     fn a_long_name_is_quoted_cut() {
         let mut listing = Listing::default();
         listing.take(tool(&"n".repeat(10_000), MAX_TOOL_BYTES));
-        assert!(listing.dropped[0].len() < 200);
+        let notes: Vec<String> = listing.dropped_notes().collect();
+        assert!(notes[0].len() < 200);
     }
 }

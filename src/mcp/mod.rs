@@ -62,8 +62,8 @@ impl SessionMcp {
     /// The session's servers (none started yet): `stdio` ones run in `sandbox` in
     /// `workspace` with the session's command `network`, `http` ones are reached through
     /// `egress`; each stdio server's process counts against the tenant's `mcp_processes`
-    /// through `holds` while it runs. With `idle_stop`, a task (ending with the session's servers) stops each one
-    /// unused for that long; it needs a Tokio runtime.
+    /// through `holds` while it runs. With `idle_stop`, a task (ending with the session's
+    /// servers) stops each one unused for that long; it needs a Tokio runtime.
     pub fn new(
         configs: &[McpServerConfig],
         sandbox: Arc<Sandbox>,
@@ -71,7 +71,7 @@ impl SessionMcp {
         workspace: &Path,
         egress: &crate::egress::EgressClient,
         idle_stop: Option<Duration>,
-        holds: Option<crate::limits::SessionHolds>,
+        holds: crate::limits::SessionHolds,
     ) -> Self {
         let servers: Vec<Arc<McpServer>> = configs
             .iter()

@@ -117,9 +117,8 @@ pub struct McpServer {
     egress: crate::egress::EgressClient,
     limits: GuardLimits,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
-    /// Where a stdio server's process is counted (the tenant's `mcp_processes`); `None`
-    /// counts nothing.
-    holds: Option<crate::limits::SessionHolds>,
+    /// Where a stdio server's process is counted (the tenant's `mcp_processes`).
+    holds: crate::limits::SessionHolds,
     /// The last tool list (kept while the server is idle), shared with each run that reads it.
     listed: Mutex<Arc<Listing>>,
     client: Arc<ClientState>,
@@ -143,7 +142,7 @@ impl McpServer {
         network: SessionNetwork,
         workspace: PathBuf,
         egress: crate::egress::EgressClient,
-        holds: Option<crate::limits::SessionHolds>,
+        holds: crate::limits::SessionHolds,
     ) -> Self {
         Self {
             holds,
@@ -334,17 +333,13 @@ impl McpServer {
         }
     }
 
-    /// The `mcp_processes` hold a stdio server's start needs (`None` for an `http` server or
-    /// when nothing is counted); `Err` says why the start is refused.
+    /// The `mcp_processes` hold a stdio server's start needs (`None` for an `http` server);
+    /// `Err` says why the start is refused.
     async fn take_process_hold(&self) -> Result<Option<crate::limits::HoldGuard>, String> {
-        let Some(holds) = self
-            .holds
-            .as_ref()
-            .filter(|_| self.config.transport == McpTransport::Stdio)
-        else {
+        if self.config.transport != McpTransport::Stdio {
             return Ok(None);
-        };
-        holds
+        }
+        self.holds
             .take(crate::limits::HoldKind::McpProcess)
             .await
             .map(Some)

@@ -79,7 +79,7 @@ impl SessionRuntime {
                 workspace.root(),
                 &self.egress,
                 self.settings.mcp.idle_stop(),
-                Some(holds),
+                holds,
             )),
             workspace: workspace.root().to_owned(),
             web_cache: Default::default(),
