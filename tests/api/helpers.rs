@@ -249,6 +249,25 @@ impl TestApp {
         .await
     }
 
+    /// Polls the session until its status is `closed` (at most 15 s); `what` says, on
+    /// failure, what should have closed it.
+    pub async fn wait_until_closed(&self, token: &str, id: &str, what: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let session: serde_json::Value = self
+                .get(&format!("/v1/sessions/{id}"), token)
+                .await
+                .json()
+                .await
+                .unwrap();
+            if session["status"] == "closed" {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Polls the session's events until `done` holds (at most 30 s), and returns them.
     pub async fn wait_for_events(
         &self,

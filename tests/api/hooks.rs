@@ -218,23 +218,12 @@ async fn a_session_end_hook_that_never_answers_holds_up_no_other_expiry() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let token = app.token("bystander");
     let id = app.create_session("bystander", &json!({})).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let session: Value = app
-            .get(&format!("/v1/sessions/{id}"), &token)
-            .await
-            .json()
-            .await
-            .unwrap();
-        if session["status"] == "closed" {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the bystander's idle session never expired behind the hanging hook"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    app.wait_until_closed(
+        &token,
+        &id,
+        "the bystander's idle session never expired behind the hanging hook",
+    )
+    .await;
     assert_eq!(
         called.lock().unwrap().len(),
         1,

@@ -39,6 +39,20 @@ pub(crate) async fn wait_idle(app: &TestApp, token: &str, id: &str) -> Vec<Value
         .await
 }
 
+/// A plain session of another tenant still runs to its end.
+pub(crate) async fn assert_still_serves_another_tenant(app: &TestApp) {
+    let token = app.token("globex");
+    let id = app
+        .create_session(
+            "globex",
+            &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}),
+        )
+        .await;
+    assert_eq!(app.prompt(&token, &id, "go").await.status(), 202);
+    let events = wait_idle(app, &token, &id).await;
+    assert_eq!(count(&events, "terminal"), 1);
+}
+
 pub(crate) async fn session(app: &TestApp, token: &str, id: &str) -> Value {
     app.get(&format!("/v1/sessions/{id}"), token)
         .await
@@ -369,20 +383,17 @@ async fn an_endless_tool_list_is_read_within_bounds() {
     );
     let status = session(&app, &app.token("acme"), &id).await["mcp_servers"][0].clone();
     assert_eq!(status["state"], "ready", "{status}");
-    let offered: Vec<&str> = status["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    fn strings(list: &Value) -> Vec<&str> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect()
+    }
+    let offered = strings(&status["tools"]);
     assert!(offered.contains(&"mcp__fx__echo"), "{offered:?}");
     assert!(offered.len() <= 1000, "{}", offered.len());
-    let skipped: Vec<&str> = status["skipped_tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let skipped = strings(&status["skipped_tools"]);
     assert!(
         skipped.contains(&"huge_1: its definition is larger than 96 KiB"),
         "{skipped:?}"
@@ -404,17 +415,7 @@ async fn an_endless_tool_list_is_read_within_bounds() {
         "{skipped:?}"
     );
     assert!(skipped.len() <= 40, "{}", skipped.len());
-    // Another tenant's run.
-    let token = app.token("globex");
-    let other = app
-        .create_session(
-            "globex",
-            &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}),
-        )
-        .await;
-    assert_eq!(app.prompt(&token, &other, "go").await.status(), 202);
-    let events = wait_idle(&app, &token, &other).await;
-    assert_eq!(count(&events, "terminal"), 1);
+    assert_still_serves_another_tenant(&app).await;
 }
 
 /// A tenant's stdio server processes are counted (`mcp_processes`): past the cap a session's

@@ -4,22 +4,8 @@
 //! real stdio fixture server.
 
 use crate::helpers::*;
-use crate::mcp::{calls, fixture, run, session, spawn, wait_idle};
+use crate::mcp::{assert_still_serves_another_tenant, calls, fixture, run, session, spawn};
 use serde_json::{Value, json};
-
-/// A plain session of another tenant still runs to its end.
-async fn assert_still_serves_another_tenant(app: &TestApp) {
-    let token = app.token("globex");
-    let id = app
-        .create_session(
-            "globex",
-            &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}),
-        )
-        .await;
-    assert_eq!(app.prompt(&token, &id, "go").await.status(), 202);
-    let events = wait_idle(app, &token, &id).await;
-    assert_eq!(count(&events, "terminal"), 1);
-}
 
 fn contents(results: &[Value]) -> Vec<String> {
     results

@@ -5,7 +5,7 @@
 //! and the approved call then runs on the new server process.
 
 use crate::helpers::{Backend, count, tool_results};
-use crate::mcp::{FIXTURE, calls, session, wait_idle};
+use crate::mcp::{FIXTURE, assert_still_serves_another_tenant, calls, session};
 use crate::resume::{Prepared, wait_for_run};
 use norma::ids::TenantId;
 use norma::store::NewApproval;
@@ -118,15 +118,7 @@ async fn a_resumed_run_restarts_its_servers(backend: Backend) {
     assert_eq!(shown["mcp_servers"][0]["restarts"], 0, "{shown}");
 
     // Another tenant is served meanwhile.
-    let other = app.token("globex");
-    let plain = app
-        .create_session(
-            "globex",
-            &json!({"model": {"script": {"turns": [{"text": "hi"}]}}}),
-        )
-        .await;
-    assert_eq!(app.prompt(&other, &plain, "go").await.status(), 202);
-    wait_idle(&app, &other, &plain).await;
+    assert_still_serves_another_tenant(&app).await;
 }
 
 #[tokio::test]

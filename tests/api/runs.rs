@@ -411,23 +411,8 @@ async fn idle_sessions_expire_and_stop_accepting_prompts() {
         .unwrap();
     let token = app.token("acme");
     let id = app.create_session("acme", &json!({})).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let session: Value = app
-            .get(&format!("/v1/sessions/{id}"), &token)
-            .await
-            .json()
-            .await
-            .unwrap();
-        if session["status"] == "closed" {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the idle session never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    app.wait_until_closed(&token, &id, "the idle session never expired")
+        .await;
     let events: Value = app
         .get(&format!("/v1/sessions/{id}/events"), &token)
         .await

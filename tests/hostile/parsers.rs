@@ -137,28 +137,9 @@ async fn an_approval_answer_nested_past_the_tool_input_bound_is_refused_and_the_
             {"text": "done"}
         ]}},
     });
-    let session = support::create_session(&server, "hostile", &config).await;
-    let (status, body) = server
-        .post(
-            &format!("/v1/sessions/{session}/prompts"),
-            &token,
-            &json!({ "text": "go" }),
-        )
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let events = server
-        .wait_for_events(
-            &token,
-            &session,
-            Duration::from_secs(30),
-            "approval_requested",
-            |events| events.iter().any(|e| e["type"] == "approval_requested"),
-        )
-        .await;
-    let approval = events
-        .iter()
-        .find(|e| e["type"] == "approval_requested")
-        .expect("approval_requested")["payload"]["approval"]["id"]
+    let (session, _run) = server.session_with_prompt(&token, &config, "go").await;
+    let requested = first_event(&server, &token, &session, "approval_requested").await;
+    let approval = requested["payload"]["approval"]["id"]
         .as_str()
         .expect("approval id")
         .to_owned();
@@ -189,19 +170,22 @@ async fn an_approval_answer_nested_past_the_tool_input_bound_is_refused_and_the_
         .post(&answer_path, &token, &json!({"decision": "allow"}))
         .await;
     assert_eq!(status, 200, "{body}");
-    let events = server
-        .wait_for_events(
-            &token,
-            &session,
-            Duration::from_secs(30),
-            "terminal",
-            |events| events.iter().any(|e| e["type"] == "terminal"),
-        )
-        .await;
-    let terminal = events
-        .iter()
-        .find(|e| e["type"] == "terminal")
-        .expect("terminal");
+    let terminal = first_event(&server, &token, &session, "terminal").await;
     assert_eq!(terminal["payload"]["reason"], "end_turn", "{terminal}");
     support::assert_still_serves(&server).await;
+}
+
+/// The session's first event of `kind`, waited for (at most 30 s).
+async fn first_event(
+    server: &crate::server::ServerProcess,
+    token: &str,
+    session: &str,
+    kind: &str,
+) -> serde_json::Value {
+    let events = server
+        .wait_for_events(token, session, Duration::from_secs(30), kind, |events| {
+            crate::server::count(events, kind) > 0
+        })
+        .await;
+    crate::server::of_kind(&events, kind)[0].clone()
 }
