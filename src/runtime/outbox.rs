@@ -2,10 +2,14 @@
 //! events they report (see [`crate::webhooks`]).
 //!
 //! One task per replica claims due deliveries (as many as it has free slots, at most
-//! `webhooks.concurrency` in flight), sends each through the shared outbound client — the
-//! same address checks, pinning and bounds as the approval webhook's: a URL that is or
-//! resolves to a non-public address is refused unless `egress.allow_private_cidrs` lists it —
-//! signed in the Standard Webhooks format with the delivery's stable id, and records the
+//! `webhooks.concurrency` in flight), shared among tenants: at most
+//! `webhooks.per_tenant_concurrency` of one tenant in flight (half the slots unless set), and
+//! a free slot goes to the tenant with the fewest in flight, its oldest due delivery first
+//! ([`DeliveryShares`]) — so a tenant whose receiver is slow or dead, with any backlog, keeps
+//! no other tenant's deliveries waiting for its own. It sends each through the shared
+//! outbound client — the same address checks, pinning and bounds as the approval webhook's: a
+//! URL that is or resolves to a non-public address is refused unless
+//! `egress.allow_private_cidrs` lists it — signed in the Standard Webhooks format with the delivery's stable id, and records the
 //! attempt. A 2xx answer delivers; any other answer, a timeout or a connection failure is
 //! retried after an exponential, jittered delay, until `webhooks.max_attempts` or
 //! `webhooks.max_age_seconds`; a refused destination fails at once. It sleeps until a commit
@@ -20,11 +24,15 @@
 //! `failed` — retried or not — or `refused` by the address checks).
 
 use crate::egress::{EgressClient, EgressError, Purpose, RequestLimits};
+use crate::ids::TenantId;
 use crate::metrics::{DeliveryOutcome, Metrics, WebhookKind};
 use crate::signing::{SignedHeaders, WebhookSecret, sign};
-use crate::store::{AttemptResult, DueDelivery, Store, TRANSIENT_RETRY_WINDOW, retry_transient};
+use crate::store::{
+    AttemptResult, DeliveryShares, DueDelivery, Store, TRANSIENT_RETRY_WINDOW, retry_transient,
+};
 use crate::webhooks::{DeliveryAttempt, DeliveryStatus, WebhookSettings};
 use rand::Rng;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -56,6 +64,9 @@ pub async fn run(
     let lease = Duration::from_secs(settings.lease_seconds);
     let sweep = Duration::from_secs(settings.sweep_seconds);
     let mut in_flight: JoinSet<()> = JoinSet::new();
+    // Whose delivery each task is, and how many each tenant has in flight.
+    let mut tenant_of: HashMap<tokio::task::Id, TenantId> = HashMap::new();
+    let mut shares = DeliveryShares::new(settings.per_tenant() as u32);
     let mut last_purge: Option<tokio::time::Instant> = None;
     loop {
         if settings.retention_hours > 0 && last_purge.is_none_or(|at| at.elapsed() >= PURGE_EVERY) {
@@ -64,8 +75,12 @@ pub async fn run(
         }
         let free = settings.concurrency.saturating_sub(in_flight.len());
         let mut full = free == 0;
+        let claimed_at = chrono::Utc::now();
         if free > 0 {
-            match store.claim_webhook_deliveries(lease, free as u32).await {
+            match store
+                .claim_webhook_deliveries(lease, free as u32, &shares)
+                .await
+            {
                 Ok(claimed) => {
                     full = claimed.len() == free;
                     for due in claimed {
@@ -73,7 +88,9 @@ pub async fn run(
                             tenant = %due.tenant, session_id = due.session_id.as_deref(),
                             webhook_id = %due.webhook_id, delivery_id = %due.id,
                             event = %due.event_type, attempt = due.attempt);
-                        in_flight.spawn(
+                        shares.started(&due.tenant);
+                        let tenant = due.tenant.clone();
+                        let task = in_flight.spawn(
                             deliver(
                                 store.clone(),
                                 egress.clone(),
@@ -83,16 +100,18 @@ pub async fn run(
                             )
                             .instrument(span),
                         );
+                        tenant_of.insert(task.id(), tenant);
                     }
                 }
                 Err(error) => tracing::warn!(%error, "claiming webhook deliveries failed"),
             }
         }
-        // Sleep until the next retry is due, at most one sweep; with every slot taken, until a
-        // delivery finishes (more may be due).
+        // Sleep until the next delivery comes due, at most one sweep; with every slot taken,
+        // until a delivery finishes (more may be due). Deliveries left due by the claim are
+        // over their tenant's share: one of that tenant's finishing wakes the loop.
         let mut wait = sweep;
         if !full {
-            match store.next_webhook_due().await {
+            match store.next_webhook_due(claimed_at).await {
                 Ok(Some(due)) => {
                     let until = (due - chrono::Utc::now())
                         .to_std()
@@ -107,7 +126,15 @@ pub async fn run(
             () = stop.cancelled() => return,
             () = wakeup.notified(), if !full => {}
             () = tokio::time::sleep(wait), if !full => {}
-            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            Some(done) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
+                let task = match done {
+                    Ok((task, ())) => task,
+                    Err(error) => error.id(),
+                };
+                if let Some(tenant) = tenant_of.remove(&task) {
+                    shares.finished(&tenant);
+                }
+            }
         }
     }
 }
@@ -261,7 +288,6 @@ async fn send(egress: &EgressClient, due: &DueDelivery, timestamp: i64) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::TenantId;
 
     fn due(attempt: u32, url: &str) -> DueDelivery {
         DueDelivery {

@@ -269,14 +269,14 @@ macro_rules! store_facade {
             async fn list_webhook_deliveries(&self, tenant: &TenantId, webhook: &str, before: Option<i64>, limit: u32) -> StoreResult<Vec<DeliveryRecord>> {
                 self.list_deliveries_tx(tenant, webhook, before, limit).await
             }
-            async fn claim_webhook_deliveries(&self, lease: Duration, limit: u32) -> StoreResult<Vec<DueDelivery>> {
-                self.claim_deliveries(lease, limit).await
+            async fn claim_webhook_deliveries(&self, lease: Duration, limit: u32, shares: &DeliveryShares) -> StoreResult<Vec<DueDelivery>> {
+                self.claim_deliveries(lease, limit, shares).await
             }
             async fn finish_webhook_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
                 self.finish_attempt(result).await
             }
-            async fn next_webhook_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
-                self.next_due().await
+            async fn next_webhook_due(&self, after: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
+                self.next_due(after).await
             }
             async fn purge_webhook_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64> {
                 self.purge_deliveries(before).await

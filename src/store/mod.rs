@@ -47,8 +47,8 @@ use events::event_views;
 use webhooks::sqlite as sqlite_webhooks;
 
 pub use crate::webhooks::{
-    AttemptResult, DeliveryRecord, DueDelivery, NewWebhook, WebhookCapReached, WebhookCaps,
-    WebhookRecord,
+    AttemptResult, DeliveryRecord, DeliveryShares, DueDelivery, NewWebhook, WebhookCapReached,
+    WebhookCaps, WebhookRecord,
 };
 pub use error::{
     StoreError, StoreResult, TRANSIENT_RETRY_WINDOW, retry_transient, transient_sqlite_code,
@@ -703,22 +703,30 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<DeliveryRecord>>;
 
-    /// System-level: claims at most `limit` due deliveries of every tenant for one attempt
-    /// each (attempt count bumped, reserved for `lease`), oldest due first; replicas sharing
-    /// the store never claim the same one while its lease lives.
+    /// System-level: claims at most `limit` due deliveries for one attempt each (attempt
+    /// count bumped, reserved for `lease`), shared among tenants by `shares`: at most a
+    /// tenant's room, each tenant's oldest due first, in turns (see [`DeliveryShares`]). A
+    /// tenant's backlog is never scanned: the tenants with pending deliveries are found by a
+    /// loose scan of an index by (tenant, due time) and each is read to its room only.
+    /// Replicas sharing the store never claim the same one while its lease lives.
     async fn claim_webhook_deliveries(
         &self,
         lease: Duration,
         limit: u32,
+        shares: &DeliveryShares,
     ) -> StoreResult<Vec<DueDelivery>>;
 
     /// System-level: records an attempt's outcome (the attempt is appended to the log); a
     /// result for an attempt that is not the delivery's latest any more is ignored.
     async fn finish_webhook_attempt(&self, result: &AttemptResult) -> StoreResult<()>;
 
-    /// System-level: when the earliest pending delivery is due (a claimed one: when its
-    /// lease ends); `None` when nothing is pending.
-    async fn next_webhook_due(&self) -> StoreResult<Option<chrono::DateTime<chrono::Utc>>>;
+    /// System-level: the earliest time after `after` at which a pending delivery comes due
+    /// or a claimed one's lease ends; `None` when there is none. (Deliveries already due at
+    /// `after` are the claim's to take; those it left were over their tenant's room.)
+    async fn next_webhook_due(
+        &self,
+        after: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<Option<chrono::DateTime<chrono::Utc>>>;
 
     /// System-level: deletes delivered and failed deliveries created before `before`.
     async fn purge_webhook_deliveries(

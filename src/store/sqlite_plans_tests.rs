@@ -15,6 +15,7 @@ use super::runs::{
 };
 use super::sessions::{COUNT_OPEN_SESSIONS, IDLE_SESSIONS, SELECT_SESSION, WORKSPACE_SNAPSHOT};
 use super::tool_state::{GET_MODE, GET_TODOS, SESSION_OWNED};
+use super::webhooks::sqlite::{DUE_OF_TENANT, NEXT_DUE, PENDING_TENANTS};
 use crate::usage::UsageScope;
 
 /// Tables that grow with use; a statement may scan only the others (a handful of replicas).
@@ -103,6 +104,9 @@ async fn hot_statements_read_through_an_index() {
         GET_TODOS,
         GET_MODE,
         SESSION_OWNED,
+        PENDING_TENANTS,
+        DUE_OF_TENANT,
+        NEXT_DUE,
     ];
     // A run's and a session's usage totals: through the ledger's (session_id, run_id) index.
     let run = UsageScope::Run {
@@ -143,6 +147,22 @@ async fn a_sessions_grants_are_read_through_their_own_indexes() {
                 && through("grants_live_tenant_wide (tenant_id=?)")
                 && through("grants_live_session (session_id=?)"),
             "{steps:#?}"
+        );
+    }
+}
+
+/// The outbox worker's claim finds the tenants with pending deliveries one index probe each
+/// and reads each tenant's due deliveries from its own range of the index (migration 0027): a
+/// tenant's backlog is never read whole, and one tenant's rows are never read for another.
+#[tokio::test]
+async fn the_outbox_claim_reads_each_tenant_through_the_index_by_tenant() {
+    let (_dir, db) = migrated().await;
+    for sql in [PENDING_TENANTS, DUE_OF_TENANT] {
+        let steps = plan(&db, sql).join("; ");
+        assert!(
+            steps.contains("webhook_deliveries_tenant_due (tenant_id")
+                && !steps.contains("webhook_deliveries_due"),
+            "{steps}"
         );
     }
 }

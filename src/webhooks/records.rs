@@ -5,6 +5,7 @@ use super::WebhookEvent;
 use crate::ids::{SessionId, TenantId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use utoipa::ToSchema;
 
 /// A subscription to write (its id and secret issued by the server).
@@ -158,6 +159,58 @@ impl std::fmt::Debug for DueDelivery {
             .field("attempt", &self.attempt)
             .field("secret", &"<redacted>")
             .finish()
+    }
+}
+
+/// How a worker's free delivery slots are shared among tenants when it claims (see
+/// `Store::claim_webhook_deliveries`): no tenant gets more than `per_tenant` in flight, and
+/// slots go in turns — a tenant's `n`-th claimed delivery has turn `busy + n`, lower turns
+/// first, the older due first on a tie — so the tenant with the fewest in flight gets the
+/// next free slot however old another tenant's backlog is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeliveryShares {
+    /// The most deliveries of one tenant in flight at once.
+    pub per_tenant: u32,
+    /// Deliveries in flight per tenant (tenants with none are absent).
+    pub busy: HashMap<TenantId, u32>,
+}
+
+impl DeliveryShares {
+    pub fn new(per_tenant: u32) -> Self {
+        Self {
+            per_tenant,
+            busy: HashMap::new(),
+        }
+    }
+
+    /// The tenant's deliveries in flight.
+    pub fn busy(&self, tenant: &TenantId) -> u32 {
+        self.busy.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// How many more of the tenant's deliveries may be claimed.
+    pub fn room(&self, tenant: &TenantId) -> u32 {
+        self.per_tenant.saturating_sub(self.busy(tenant))
+    }
+
+    /// The turn of the tenant's `rank`-th claimed delivery (1-based).
+    pub fn turn(&self, tenant: &TenantId, rank: u32) -> u32 {
+        self.busy(tenant).saturating_add(rank)
+    }
+
+    /// One more of the tenant's deliveries is in flight.
+    pub fn started(&mut self, tenant: &TenantId) {
+        *self.busy.entry(tenant.clone()).or_insert(0) += 1;
+    }
+
+    /// One of the tenant's deliveries is done.
+    pub fn finished(&mut self, tenant: &TenantId) {
+        if let Some(busy) = self.busy.get_mut(tenant) {
+            *busy = busy.saturating_sub(1);
+            if *busy == 0 {
+                self.busy.remove(tenant);
+            }
+        }
     }
 }
 

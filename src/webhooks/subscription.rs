@@ -35,6 +35,9 @@ pub struct WebhookSettings {
     pub retry_max_ms: u64,
     /// Deliveries sent at once by one replica.
     pub concurrency: usize,
+    /// Deliveries of one tenant sent at once by one replica (unset: half of `concurrency`,
+    /// at least 1), so one tenant's slow or dead receiver never takes every slot.
+    pub per_tenant_concurrency: Option<usize>,
     /// How often the outbox is swept for due retries and for deliveries a crashed worker
     /// held (new notifications wake the worker at once).
     pub sweep_seconds: u64,
@@ -55,6 +58,7 @@ impl Default for WebhookSettings {
             retry_base_ms: 5_000,
             retry_max_ms: 3_600_000,
             concurrency: 8,
+            per_tenant_concurrency: None,
             sweep_seconds: 60,
             lease_seconds: 60,
             retention_hours: 168,
@@ -70,6 +74,14 @@ impl WebhookSettings {
         }
         if self.concurrency == 0 || self.concurrency > 256 {
             return Err("webhooks.concurrency must be between 1 and 256".into());
+        }
+        if self
+            .per_tenant_concurrency
+            .is_some_and(|n| n == 0 || n > self.concurrency)
+        {
+            return Err(
+                "webhooks.per_tenant_concurrency must be between 1 and webhooks.concurrency".into(),
+            );
         }
         if self.retry_base_ms == 0 || self.retry_max_ms < self.retry_base_ms {
             return Err(
@@ -89,6 +101,13 @@ impl WebhookSettings {
             );
         }
         Ok(())
+    }
+
+    /// The most deliveries of one tenant in flight at once on one replica.
+    pub fn per_tenant(&self) -> usize {
+        self.per_tenant_concurrency
+            .unwrap_or(self.concurrency / 2)
+            .clamp(1, self.concurrency.max(1))
     }
 
     /// The subscription caps.
@@ -259,5 +278,23 @@ mod tests {
         assert_eq!(settings.backoff(3, 0.0), Duration::from_secs(2));
         assert_eq!(settings.backoff(20, 1.0), Duration::from_secs(10));
         assert_eq!(settings.backoff(u32::MAX, 1.0), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn one_tenant_gets_half_the_slots_unless_set_within_the_total() {
+        let with = |concurrency, per_tenant| WebhookSettings {
+            concurrency,
+            per_tenant_concurrency: per_tenant,
+            ..WebhookSettings::default()
+        };
+        assert_eq!(with(8, None).per_tenant(), 4);
+        assert_eq!(with(1, None).per_tenant(), 1);
+        assert_eq!(with(3, None).per_tenant(), 1);
+        assert_eq!(with(8, Some(8)).per_tenant(), 8);
+        assert!(with(8, Some(8)).validate().is_ok());
+        for refused in [Some(0), Some(9)] {
+            let error = with(8, refused).validate().unwrap_err();
+            assert!(error.contains("per_tenant_concurrency"), "{error}");
+        }
     }
 }

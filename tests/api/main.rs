@@ -45,6 +45,7 @@ mod store_pg_plans;
 mod store_pg_signals;
 mod store_runs;
 mod store_sqlite_wal;
+mod store_webhooks;
 mod subagents;
 mod subagents_hooks;
 mod subagents_nested;

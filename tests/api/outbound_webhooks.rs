@@ -38,6 +38,7 @@ on_both! {
     notifications_are_signed_and_cover_runs_approvals_parking_and_close => signed_notifications;
     a_failing_receiver_is_retried_with_the_same_id => retried_with_the_same_id;
     hostile_subscriptions_are_refused_and_another_tenant_is_still_served => hostile_subscriptions;
+    a_tenants_stalled_receiver_keeps_no_other_tenant_waiting => stalled_receiver;
 }
 
 /// A server that may reach loopback (`egress.allow_private_cidrs`), parks fast and retries
@@ -468,6 +469,63 @@ async fn hostile_subscriptions(backend: Backend) {
     let received = receiver.wait_for(WITHIN, |r| !r.is_empty()).await;
     let verified = verify_with_standardwebhooks(created["secret"].as_str().unwrap(), &received);
     assert_eq!(verified[0]["data"]["session_id"], session.as_str());
+}
+
+/// A tenant whose receiver never answers, with a backlog of notifications older than anyone
+/// else's, holds its share of the outbox worker's slots (half of `webhooks.concurrency`) and
+/// no more; another tenant's notification is delivered at once, not after the stalled
+/// attempts time out (10 s) — claimed oldest-first, the backlog took every slot.
+async fn stalled_receiver(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, |s| {
+        s.egress.allow_private_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+        s.webhooks.concurrency = 4;
+    })
+    .await
+    else {
+        return;
+    };
+    let stalled = Receiver::stalling().await;
+    let noisy = admin(&app, "noisy");
+    subscribe(
+        &app,
+        &noisy,
+        &json!({"url": stalled.url, "events": ["session.closed"]}),
+    )
+    .await;
+    for _ in 0..6 {
+        let id = app.create_session("noisy", &json!({})).await;
+        assert_eq!(
+            app.delete(&format!("/v1/sessions/{id}"), &noisy)
+                .await
+                .status(),
+            200
+        );
+    }
+    stalled.wait_for(WITHIN, |r| r.len() >= 2).await;
+
+    let receiver = Receiver::start().await;
+    let quiet = admin(&app, "quiet");
+    let created = subscribe(
+        &app,
+        &quiet,
+        &json!({"url": receiver.url, "events": ["session.closed"]}),
+    )
+    .await;
+    let id = app.create_session("quiet", &json!({})).await;
+    assert_eq!(
+        app.delete(&format!("/v1/sessions/{id}"), &quiet)
+            .await
+            .status(),
+        200
+    );
+    let received = receiver.wait_for(WITHIN, |r| !r.is_empty()).await;
+    let verified = verify_with_standardwebhooks(created["secret"].as_str().unwrap(), &received);
+    assert_eq!(verified[0]["data"]["session_id"], id.as_str());
+    // Still only the noisy tenant's share in flight: none of its attempts had timed out (a
+    // timed-out slot would have gone to its next delivery).
+    let stuck = stalled.received();
+    assert_eq!(stuck.len(), 2, "{stuck:#?}");
+    assert!(stuck.iter().all(|r| r.answered == 0));
 }
 
 /// A host name resolving to loopback passes creation (names are checked when resolved) but

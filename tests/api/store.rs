@@ -36,6 +36,7 @@ use crate::store_runs::{
     released_leases_are_claimable_at_once_and_fence_the_releaser,
     run_leases_are_exclusive_and_fence_stale_writers,
 };
+use crate::store_webhooks::deliveries_are_claimed_in_turns_within_each_tenants_room;
 
 async fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -107,6 +108,7 @@ store_suite!(
     run_ends_are_written_whole_run_after_run,
     permission_state_reads_live_grants_and_the_mode_override_together,
     a_started_run_comes_with_the_permission_state_it_starts_from,
+    deliveries_are_claimed_in_turns_within_each_tenants_room,
 );
 
 pub(crate) async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {

@@ -18,7 +18,7 @@ pub struct Received {
     pub timestamp: String,
     pub signature: String,
     pub body: String,
-    /// The status it was answered with.
+    /// The status it was answered with (0: not answered, the receiver stalls).
     pub answered: u16,
 }
 
@@ -26,6 +26,8 @@ pub struct Received {
 struct Inner {
     seen: Mutex<Vec<Received>>,
     fail: Mutex<VecDeque<u16>>,
+    /// Never answer: every request is recorded and then held open.
+    stall: bool,
 }
 
 /// The receiver (stops with the test's runtime).
@@ -43,7 +45,10 @@ async fn receive(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Stri
             .unwrap_or_default()
             .to_owned()
     };
-    let status = inner.fail.lock().unwrap().pop_front().unwrap_or(200);
+    let status = match inner.stall {
+        true => 0,
+        false => inner.fail.lock().unwrap().pop_front().unwrap_or(200),
+    };
     inner.seen.lock().unwrap().push(Received {
         id: header("webhook-id"),
         timestamp: header("webhook-timestamp"),
@@ -51,17 +56,32 @@ async fn receive(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Stri
         body,
         answered: status,
     });
+    if inner.stall {
+        std::future::pending::<()>().await;
+    }
     StatusCode::from_u16(status).unwrap()
 }
 
 impl Receiver {
     /// Listens on 127.0.0.1 (a fixed `port`, or any with 0) at `/hook`.
     pub async fn start_on(port: u16) -> Self {
+        Self::listen(port, false).await
+    }
+
+    /// A receiver that records each request and never answers it (the sender times out).
+    pub async fn stalling() -> Self {
+        Self::listen(0, true).await
+    }
+
+    async fn listen(port: u16, stall: bool) -> Self {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        let inner = Arc::new(Inner::default());
+        let inner = Arc::new(Inner {
+            stall,
+            ..Inner::default()
+        });
         let app = axum::Router::new()
             .route("/hook", axum::routing::post(receive))
             .with_state(inner.clone());

@@ -286,24 +286,23 @@ impl PgStore {
         &self,
         lease: Duration,
         limit: u32,
+        shares: &DeliveryShares,
     ) -> StoreResult<Vec<DueDelivery>> {
         let now = Utc::now();
-        let rows = sqlx::query(
-            "UPDATE webhook_deliveries d SET attempts = d.attempts + 1, lease_until = $1 \
-             FROM webhook_subscriptions s \
-             WHERE s.id = d.webhook_id AND d.position IN ( \
-                 SELECT position FROM webhook_deliveries \
-                 WHERE status = 'pending' AND next_attempt_at <= $2 \
-                     AND (lease_until IS NULL OR lease_until <= $2) \
-                 ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
-             RETURNING d.id, d.tenant_id, d.webhook_id, d.session_id, d.event_type, d.body, \
-                 d.attempts, d.created_at, s.url, s.secret",
-        )
-        .bind(now + crate::store::dialect::lease_span(lease))
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(self.pool())
-        .await?;
+        let (busy_tenants, busy): (Vec<&str>, Vec<i32>) = shares
+            .busy
+            .iter()
+            .map(|(tenant, n)| (tenant.as_str(), (*n).min(i32::MAX as u32) as i32))
+            .unzip();
+        let rows = sqlx::query(CLAIM)
+            .bind(now + crate::store::dialect::lease_span(lease))
+            .bind(now)
+            .bind(i64::from(limit))
+            .bind(&busy_tenants)
+            .bind(&busy)
+            .bind(i64::from(shares.per_tenant))
+            .fetch_all(self.pool())
+            .await?;
         rows.iter()
             .map(|row| {
                 Ok(DueDelivery {
@@ -341,13 +340,14 @@ impl PgStore {
         Ok(())
     }
 
-    pub(in crate::store) async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
-        Ok(sqlx::query_scalar(
-            "SELECT min(GREATEST(next_attempt_at, lease_until)) FROM webhook_deliveries \
-             WHERE status = 'pending'",
-        )
-        .fetch_one(self.pool())
-        .await?)
+    pub(in crate::store) async fn next_due(
+        &self,
+        after: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        Ok(sqlx::query_scalar(NEXT_DUE)
+            .bind(after)
+            .fetch_one(self.pool())
+            .await?)
     }
 
     pub(in crate::store) async fn purge_deliveries(
@@ -363,3 +363,43 @@ impl PgStore {
         .rows_affected())
     }
 }
+
+/// Claims at most `$3` due deliveries until `$1` (`$2` is now), shared among tenants: the
+/// tenants with pending deliveries are found by a loose scan of
+/// `webhook_deliveries_tenant_due` (migration 0033, one index probe per tenant), each tenant's
+/// oldest due ones are locked up to its room (`$6` less its deliveries in flight, `$4`/`$5`),
+/// and the claimed ones are taken in turns (see [`DeliveryShares`]).
+pub(in crate::store) const CLAIM: &str = "WITH RECURSIVE tenants (tenant_id) AS ( \
+         SELECT min(tenant_id) FROM webhook_deliveries WHERE status = 'pending' \
+         UNION ALL \
+         SELECT (SELECT min(d.tenant_id) FROM webhook_deliveries d \
+                 WHERE d.status = 'pending' AND d.tenant_id > t.tenant_id) \
+         FROM tenants t WHERE t.tenant_id IS NOT NULL), \
+     busy (tenant_id, n) AS (SELECT * FROM UNNEST($4::text[], $5::int[])), \
+     picked AS ( \
+         SELECT due.position FROM tenants t \
+         LEFT JOIN busy b ON b.tenant_id = t.tenant_id \
+         CROSS JOIN LATERAL ( \
+             SELECT o.position, o.next_attempt_at, \
+                 row_number() OVER (ORDER BY o.next_attempt_at, o.position) AS rank \
+             FROM (SELECT position, next_attempt_at FROM webhook_deliveries \
+                   WHERE tenant_id = t.tenant_id AND status = 'pending' \
+                       AND next_attempt_at <= $2 AND (lease_until IS NULL OR lease_until <= $2) \
+                   ORDER BY next_attempt_at \
+                   LIMIT GREATEST(LEAST($6 - COALESCE(b.n, 0), $3), 0) \
+                   FOR UPDATE SKIP LOCKED) o) due \
+         WHERE t.tenant_id IS NOT NULL \
+         ORDER BY COALESCE(b.n, 0) + due.rank, due.next_attempt_at \
+         LIMIT $3) \
+     UPDATE webhook_deliveries d SET attempts = d.attempts + 1, lease_until = $1 \
+     FROM webhook_subscriptions s, picked \
+     WHERE d.position = picked.position AND s.id = d.webhook_id \
+     RETURNING d.id, d.tenant_id, d.webhook_id, d.session_id, d.event_type, d.body, \
+         d.attempts, d.created_at, s.url, s.secret";
+
+/// The earliest time after `$1` a pending delivery comes due or a claim's lease ends.
+pub(in crate::store) const NEXT_DUE: &str = "SELECT LEAST( \
+         (SELECT min(next_attempt_at) FROM webhook_deliveries \
+             WHERE status = 'pending' AND next_attempt_at > $1), \
+         (SELECT min(lease_until) FROM webhook_deliveries \
+             WHERE lease_until IS NOT NULL AND lease_until > $1))";

@@ -7,6 +7,7 @@ use crate::store::sqlite::{SqliteStore, parse_ts, ts};
 use crate::store::*;
 use crate::webhooks::{DeliveryAttempt, DeliveryStatus, Notice, WebhookEvent};
 use chrono::{DateTime, Utc};
+use rusqlite::OptionalExtension;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection, SqlitePool};
 use std::collections::HashMap;
@@ -345,51 +346,48 @@ impl SqliteStore {
         &self,
         lease: Duration,
         limit: u32,
+        shares: &DeliveryShares,
     ) -> StoreResult<Vec<DueDelivery>> {
-        let now = Utc::now();
-        let mut turn = self.writer().sqlx().await?;
-        let mut tx = turn.begin().await?;
-        let claimed = sqlx::query(
-            "UPDATE webhook_deliveries SET attempts = attempts + 1, lease_until = ?1 \
-             WHERE position IN ( \
-                 SELECT position FROM webhook_deliveries \
-                 WHERE status = 'pending' AND next_attempt_at <= ?2 \
-                     AND (lease_until IS NULL OR lease_until <= ?2) \
-                 ORDER BY next_attempt_at LIMIT ?3) \
-             RETURNING id, tenant_id, webhook_id, session_id, event_type, body, attempts, \
-                 created_at",
-        )
-        .bind(ts(now + crate::store::dialect::lease_span(lease)))
-        .bind(ts(now))
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut due = Vec::with_capacity(claimed.len());
-        for row in &claimed {
-            let webhook: String = row.try_get("webhook_id")?;
-            let Some(target) =
-                sqlx::query("SELECT url, secret FROM webhook_subscriptions WHERE id = ?")
-                    .bind(&webhook)
-                    .fetch_optional(&mut *tx)
-                    .await?
-            else {
-                continue;
-            };
-            due.push(DueDelivery {
-                id: row.try_get("id")?,
-                tenant: TenantId::new(row.try_get::<String, _>("tenant_id")?),
-                webhook_id: webhook,
-                session_id: row.try_get("session_id")?,
-                event_type: row.try_get("event_type")?,
-                body: row.try_get("body")?,
-                attempt: row.try_get::<i64, _>("attempts")?.max(0) as u32,
-                created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
-                url: target.try_get("url")?,
-                secret: target.try_get("secret")?,
-            });
-        }
-        tx.commit().await?;
-        Ok(due)
+        let at = Utc::now();
+        let now = ts(at);
+        let until = ts(at + crate::store::dialect::lease_span(lease));
+        self.writer()
+            .transaction(|db| {
+                let picked = pick_due(db, &now, limit, shares)?;
+                if picked.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let positions = serde_json::to_string(&picked)
+                    .map_err(|error| StoreError::Internal(error.to_string()))?;
+                let mut target = db
+                    .prepare_cached("SELECT url, secret FROM webhook_subscriptions WHERE id = ?")?;
+                let mut claim = db.prepare_cached(CLAIM)?;
+                let mut rows = claim.query(rusqlite::params![until, positions])?;
+                let mut due = Vec::with_capacity(picked.len());
+                while let Some(row) = rows.next()? {
+                    let webhook_id: String = row.get("webhook_id")?;
+                    let Some((url, secret)) = target
+                        .query_row([&webhook_id], |row| Ok((row.get(0)?, row.get(1)?)))
+                        .optional()?
+                    else {
+                        continue;
+                    };
+                    due.push(DueDelivery {
+                        id: row.get("id")?,
+                        tenant: TenantId::new(row.get::<_, String>("tenant_id")?),
+                        webhook_id,
+                        session_id: row.get("session_id")?,
+                        event_type: row.get("event_type")?,
+                        body: row.get("body")?,
+                        attempt: row.get::<_, i64>("attempts")?.max(0) as u32,
+                        created_at: parse_ts(&row.get::<_, String>("created_at")?)?,
+                        url,
+                        secret,
+                    });
+                }
+                Ok(due)
+            })
+            .await
     }
 
     pub(in crate::store) async fn finish_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
@@ -416,13 +414,14 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(in crate::store) async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
-        let next: Option<String> = sqlx::query_scalar(
-            "SELECT min(max(next_attempt_at, COALESCE(lease_until, next_attempt_at))) \
-             FROM webhook_deliveries WHERE status = 'pending'",
-        )
-        .fetch_one(self.reader())
-        .await?;
+    pub(in crate::store) async fn next_due(
+        &self,
+        after: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        let next: Option<String> = sqlx::query_scalar(NEXT_DUE)
+            .bind(ts(after))
+            .fetch_one(self.reader())
+            .await?;
         next.as_deref().map(parse_ts).transpose()
     }
 
@@ -442,4 +441,72 @@ impl SqliteStore {
         tx.commit().await?;
         Ok(purged)
     }
+}
+
+/// The tenants with pending deliveries, one index probe each (a loose scan of
+/// `webhook_deliveries_tenant_due`, migration 0027).
+pub(in crate::store) const PENDING_TENANTS: &str = "WITH RECURSIVE tenants (tenant_id) AS ( \
+         SELECT min(tenant_id) FROM webhook_deliveries WHERE status = 'pending' \
+         UNION ALL \
+         SELECT (SELECT min(d.tenant_id) FROM webhook_deliveries d \
+                 WHERE d.status = 'pending' AND d.tenant_id > t.tenant_id) \
+         FROM tenants t WHERE t.tenant_id IS NOT NULL) \
+     SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL";
+
+/// A tenant's (`?1`) oldest deliveries due at `?2` and not claimed, at most `?3`.
+pub(in crate::store) const DUE_OF_TENANT: &str = "SELECT position, next_attempt_at \
+     FROM webhook_deliveries WHERE tenant_id = ?1 AND status = 'pending' \
+         AND next_attempt_at <= ?2 AND (lease_until IS NULL OR lease_until <= ?2) \
+     ORDER BY next_attempt_at, position LIMIT ?3";
+
+/// Claims the deliveries at the positions of the JSON array `?2` until `?1` (a delivery's
+/// subscription is deleted with it, in the same transaction as its deliveries).
+const CLAIM: &str = "UPDATE webhook_deliveries SET attempts = attempts + 1, lease_until = ?1 \
+     WHERE position IN (SELECT value FROM json_each(?2)) \
+     RETURNING id, tenant_id, webhook_id, session_id, event_type, body, attempts, created_at";
+
+/// The earliest time after `?1` a pending delivery comes due or a claim's lease ends.
+pub(in crate::store) const NEXT_DUE: &str = "SELECT min(at) FROM ( \
+         SELECT min(next_attempt_at) AS at FROM webhook_deliveries \
+             WHERE status = 'pending' AND next_attempt_at > ?1 \
+         UNION ALL \
+         SELECT min(lease_until) FROM webhook_deliveries \
+             WHERE lease_until IS NOT NULL AND lease_until > ?1)";
+
+/// The positions of the deliveries to claim: each tenant's oldest due ones up to its room in
+/// `shares`, taken in turns (see [`DeliveryShares`]), at most `limit`.
+fn pick_due(
+    db: &rusqlite::Connection,
+    now: &str,
+    limit: u32,
+    shares: &DeliveryShares,
+) -> StoreResult<Vec<i64>> {
+    let tenants: Vec<String> = db
+        .prepare_cached(PENDING_TENANTS)?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut due_of_tenant = db.prepare_cached(DUE_OF_TENANT)?;
+    // (turn, due time, position) of every candidate.
+    let mut candidates: Vec<(u32, String, i64)> = Vec::new();
+    for tenant in tenants {
+        let tenant = TenantId::new(tenant);
+        let room = shares.room(&tenant).min(limit);
+        if room == 0 {
+            continue;
+        }
+        let due = due_of_tenant
+            .query_map(rusqlite::params![tenant.as_str(), now, room], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })?;
+        for (rank, row) in (1..).zip(due) {
+            let (position, at) = row?;
+            candidates.push((shares.turn(&tenant, rank), at, position));
+        }
+    }
+    candidates.sort_unstable();
+    candidates.truncate(limit as usize);
+    Ok(candidates
+        .into_iter()
+        .map(|(_, _, position)| position)
+        .collect())
 }
