@@ -29,7 +29,10 @@ pub struct PageParams {
     /// Return items with `seq` greater than this (default 0).
     #[param(minimum = 0)]
     pub after: Option<i64>,
-    /// Page size, 1..=1000 (default 100); outside that range `422 INVALID_REQUEST`.
+    /// Page size, 1..=1000 (default 100); outside that range `422 INVALID_REQUEST`. A page
+    /// also ends after the item that brings it to 4 MiB of payload or content (one larger
+    /// item comes alone), so a shorter page is not the end: page on with `next_after` until
+    /// a page is empty.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
@@ -51,13 +54,16 @@ impl PageParams {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EventPage {
     pub events: Vec<EventRecord>,
-    /// Pass as `after` for the next page (the last `seq` returned, or the given `after`).
+    /// Pass as `after` for the next page (the last `seq` returned, or the given `after`); the
+    /// end is an empty page.
     pub next_after: i64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MessagePage {
     pub messages: Vec<MessageRecord>,
+    /// Pass as `after` for the next page (the last `seq` returned, or the given `after`); the
+    /// end is an empty page.
     pub next_after: i64,
 }
 
@@ -99,7 +105,7 @@ pub async fn list_messages(
     let session = load_owned_session(&state, &principal, id).await?;
     let messages = state
         .store
-        .list_messages(&principal.tenant, &session.id, after, limit)
+        .list_messages_page(&principal.tenant, &session.id, after, limit)
         .await?;
     let next_after = messages.last().map_or(after, |m| m.seq);
     Ok(Json(MessagePage {

@@ -213,13 +213,14 @@ pub async fn run(command: ClientCommand) -> Result<(), CliError> {
                     ))
                     .await?;
                 let events = page["events"].as_array().cloned().unwrap_or_default();
+                // A page ends early at 4 MiB of payload: the end is an empty page.
+                if events.is_empty() {
+                    printer.finish_line();
+                    return Ok(());
+                }
                 for event in &events {
                     printer.event(event);
                     after = event["seq"].as_i64().unwrap_or(after);
-                }
-                if events.len() < 1000 {
-                    printer.finish_line();
-                    return Ok(());
                 }
             }
         }

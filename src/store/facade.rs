@@ -46,7 +46,7 @@ macro_rules! store_facade {
                 events::$backend::append(self, tenant, session, batch).await
             }
             async fn list_events(&self, tenant: &TenantId, session: &SessionId, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
-                events::$backend::list_events(self, tenant, session, after, limit).await
+                events::$backend::list_events(self, tenant, session, after, limit, events::PAGE_BYTES).await
             }
             async fn list_run_events(&self, tenant: &TenantId, session: &SessionId, run: &RunId, kinds: &[&str]) -> StoreResult<Vec<EventRecord>> {
                 events::$backend::list_run_events(self, tenant, session, run, kinds).await
@@ -55,7 +55,10 @@ macro_rules! store_facade {
                 events::$backend::list_session_events(self, tenant, session, kinds, after, limit).await
             }
             async fn list_messages(&self, tenant: &TenantId, session: &SessionId, after: i64, limit: u32) -> StoreResult<Vec<MessageRecord>> {
-                events::$backend::list_messages(self, tenant, session, after, limit).await
+                events::$backend::list_messages(self, tenant, session, after, limit, usize::MAX).await
+            }
+            async fn list_messages_page(&self, tenant: &TenantId, session: &SessionId, after: i64, limit: u32) -> StoreResult<Vec<MessageRecord>> {
+                events::$backend::list_messages(self, tenant, session, after, limit, events::PAGE_BYTES).await
             }
             async fn get_output(&self, tenant: &TenantId, session: &SessionId, id: &OutputId) -> StoreResult<Option<OutputRecord>> {
                 events::$backend::get_output(self, tenant, session, id).await

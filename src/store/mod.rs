@@ -55,6 +55,7 @@ pub use error::{
     transient_sqlstate,
 };
 pub use event_payload::EventPayload;
+pub use events::PAGE_BYTES;
 pub use idempotency::{IDEMPOTENCY_KEY_TTL, IdempotencyRecord, NewIdempotencyKey};
 pub use models::*;
 pub use noa::*;
@@ -164,7 +165,8 @@ pub trait Store: Send + Sync + 'static {
         batch: StorableBatch,
     ) -> StoreResult<Appended>;
 
-    /// Events with `seq > after`, in order, at most `limit`.
+    /// Events with `seq > after`, in order: a page of at most `limit`, ending after the event
+    /// that brings it to [`PAGE_BYTES`] of payload (a reader pages on until a page is empty).
     async fn list_events(
         &self,
         tenant: &TenantId,
@@ -193,8 +195,20 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<EventRecord>>;
 
-    /// History messages with `seq > after`, in order, at most `limit`.
+    /// History messages with `seq > after`, in order, at most `limit` (all of them, whatever
+    /// their size: a run's history).
     async fn list_messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>>;
+
+    /// A page of history messages with `seq > after`, in order: at most `limit`, ending after
+    /// the message that brings it to [`PAGE_BYTES`] of content (a reader pages on until a page
+    /// is empty).
+    async fn list_messages_page(
         &self,
         tenant: &TenantId,
         session: &SessionId,

@@ -188,13 +188,26 @@ impl Drop for TestApp {
 impl TestApp {
     /// The session's events (first 1,000).
     pub async fn events(&self, token: &str, id: &str) -> Vec<serde_json::Value> {
-        let page: serde_json::Value = self
-            .get(&format!("/v1/sessions/{id}/events?limit=1000"), token)
-            .await
-            .json()
-            .await
-            .expect("events page");
-        page["events"].as_array().cloned().unwrap_or_default()
+        let mut events = Vec::new();
+        loop {
+            let after = events
+                .last()
+                .map_or(0, |e: &Value| e["seq"].as_i64().unwrap());
+            let page: serde_json::Value = self
+                .get(
+                    &format!("/v1/sessions/{id}/events?after={after}&limit=1000"),
+                    token,
+                )
+                .await
+                .json()
+                .await
+                .expect("events page");
+            let page = page["events"].as_array().cloned().unwrap_or_default();
+            if page.is_empty() {
+                return events;
+            }
+            events.extend(page);
+        }
     }
 
     /// Sends a prompt to a session.

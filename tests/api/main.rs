@@ -39,6 +39,7 @@ mod store_faults;
 mod store_fork;
 mod store_groups;
 mod store_limits;
+mod store_pages;
 mod store_permissions;
 mod store_pg_conns;
 mod store_pg_plans;

@@ -12,6 +12,7 @@ mod egress;
 #[path = "../support/fake_llm.rs"]
 mod fake_llm;
 mod limits;
+mod pages;
 mod parsers;
 #[path = "../support/pg.rs"]
 mod pg;

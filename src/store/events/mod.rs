@@ -31,6 +31,104 @@ pub(in crate::store) const GET_OUTPUT: &str = "SELECT id, session_id, tool_use_i
 /// System-level: `$1` created before.
 pub(in crate::store) const PURGE_OUTPUTS: &str = "DELETE FROM outputs WHERE created_at < $1";
 
+/// The most bytes one page of events or messages holds, besides its row count: a page stops
+/// after the row that brings it to this many bytes of payload (events) or content (messages),
+/// so one row larger than this still comes, alone. An event or a message can be large (a
+/// model's turn carries up to 14 MiB of text, thinking and tool input), and a page of 1,000
+/// such rows read into memory at once would be gigabytes; every reader pages on until a page
+/// comes back empty.
+pub const PAGE_BYTES: usize = 4 << 20;
+
+/// What a page has taken so far, against its byte bound.
+pub(in crate::store) struct PageBytes {
+    left: usize,
+}
+
+impl PageBytes {
+    pub(in crate::store) fn new(max: usize) -> Self {
+        Self { left: max }
+    }
+
+    /// Takes a row of `bytes`; whether the page may take another.
+    pub(in crate::store) fn take(&mut self, bytes: usize) -> bool {
+        self.left = self.left.saturating_sub(bytes);
+        self.left > 0
+    }
+
+    /// Whether the page has reached its bound.
+    pub(in crate::store) fn full(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Takes `rows` until the bound (or their end).
+    pub(in crate::store) fn collect<T>(
+        &mut self,
+        rows: impl IntoIterator<Item = StoreResult<T>>,
+        bytes: impl Fn(&T) -> usize,
+    ) -> StoreResult<Vec<T>> {
+        let mut page = Vec::new();
+        for row in rows {
+            let row = row?;
+            let more = self.take(bytes(&row));
+            page.push(row);
+            if !more {
+                break;
+            }
+        }
+        Ok(page)
+    }
+}
+
+/// The bytes of an event a page counts: its payload's JSON text.
+pub(in crate::store) fn event_bytes(event: &EventRecord) -> usize {
+    event.payload.as_str().len()
+}
+
+/// The bytes of a message a page counts: its content's text, tool inputs as JSON, and images'
+/// data (what its JSON is made of, within a few bytes per block).
+pub(in crate::store) fn message_bytes(message: &MessageRecord) -> usize {
+    message
+        .content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text { text } => text.len(),
+            ContentBlock::Thinking {
+                thinking,
+                signature,
+            } => thinking.len() + signature.as_ref().map_or(0, String::len),
+            ContentBlock::RedactedThinking { data } => data.len(),
+            ContentBlock::ToolUse { id, name, input } => {
+                let mut counted = ByteCount(0);
+                // Writing to a counter cannot fail.
+                let _ = serde_json::to_writer(&mut counted, input);
+                id.len() + name.len() + counted.0
+            }
+            ContentBlock::ToolResult(result) => {
+                result.content.len()
+                    + result
+                        .images
+                        .iter()
+                        .map(|image| image.data.len())
+                        .sum::<usize>()
+            }
+        })
+        .sum()
+}
+
+/// Counts what is written to it.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// An event as both databases return it.
 #[derive(FromRow)]
 pub(in crate::store) struct EventRow {
@@ -86,11 +184,6 @@ impl TryFrom<MessageRow> for MessageRecord {
             created_at: row.created_at,
         })
     }
-}
-
-/// Messages as both databases return them, as records.
-pub(in crate::store) fn messages(rows: Vec<MessageRow>) -> StoreResult<Vec<MessageRecord>> {
-    rows.into_iter().map(TryInto::try_into).collect()
 }
 
 /// A stored tool output as both databases return it.

@@ -6,6 +6,7 @@ use crate::store::dialect::now;
 use crate::store::dialect::postgres::signal_payload;
 use crate::store::postgres::PgStore;
 use crate::store::*;
+use futures::TryStreamExt;
 use sqlx::Row;
 use sqlx::types::Json;
 
@@ -327,17 +328,31 @@ pub(in crate::store) async fn list_events(
     session: &SessionId,
     after: i64,
     limit: u32,
+    max_bytes: usize,
 ) -> StoreResult<Vec<EventRecord>> {
     let mut conn = store.tenant_conn(tenant).await?;
-    let rows = sqlx::query(LIST_EVENTS)
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *conn)
-        .await?;
+    let mut bytes = PageBytes::new(max_bytes);
+    let mut page = Vec::new();
+    {
+        // Rows past the bound are left unread (the connection drops them before its next
+        // statement).
+        let mut rows = sqlx::query(LIST_EVENTS)
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch(&mut *conn);
+        while let Some(row) = rows.try_next().await? {
+            let event = event_from_row(&row)?;
+            let more = bytes.take(event_bytes(&event));
+            page.push(event);
+            if !more {
+                break;
+            }
+        }
+    }
     conn.commit().await?;
-    rows.iter().map(event_from_row).collect()
+    Ok(page)
 }
 
 pub(in crate::store) async fn list_run_events(
@@ -392,17 +407,29 @@ pub(in crate::store) async fn list_messages(
     session: &SessionId,
     after: i64,
     limit: u32,
+    max_bytes: usize,
 ) -> StoreResult<Vec<MessageRecord>> {
     let mut conn = store.tenant_conn(tenant).await?;
-    let rows: Vec<MessageRow> = sqlx::query_as(LIST_MESSAGES)
-        .bind(session.as_str())
-        .bind(tenant.as_str())
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *conn)
-        .await?;
+    let mut bytes = PageBytes::new(max_bytes);
+    let mut page = Vec::new();
+    {
+        let mut rows = sqlx::query_as::<_, MessageRow>(LIST_MESSAGES)
+            .bind(session.as_str())
+            .bind(tenant.as_str())
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch(&mut *conn);
+        while let Some(row) = rows.try_next().await? {
+            let message = MessageRecord::try_from(row)?;
+            let more = bytes.take(message_bytes(&message));
+            page.push(message);
+            if !more {
+                break;
+            }
+        }
+    }
     conn.commit().await?;
-    messages(rows)
+    Ok(page)
 }
 
 pub(in crate::store) async fn get_output(

@@ -6,6 +6,7 @@ use crate::store::dialect::now;
 use crate::store::dialect::sqlite::{json_column, ts, ts_column};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
+use futures::TryStreamExt;
 
 pub(in crate::store) async fn append(
     store: &SqliteStore,
@@ -19,22 +20,24 @@ pub(in crate::store) async fn append(
         .await
 }
 
-/// A page of events (at most `limit`), read on the caller's thread (see `sqlite_reads`:
-/// the SSE backlog and catch-up read pages of a bounded size).
+/// A page of events (at most `limit`, at most `max_bytes`: see [`PAGE_BYTES`]), read on the
+/// caller's thread (see `sqlite_reads`: the SSE backlog and catch-up read pages of a bounded
+/// size).
 pub(in crate::store) async fn list_events(
     store: &SqliteStore,
     tenant: &TenantId,
     session: &SessionId,
     after: i64,
     limit: u32,
+    max_bytes: usize,
 ) -> StoreResult<Vec<EventRecord>> {
     store.reads.read(|db| {
-        db.prepare_cached(LIST_EVENTS)?
-            .query_and_then(
-                rusqlite::params![session.as_str(), tenant.as_str(), after, i64::from(limit)],
-                event_record,
-            )?
-            .collect()
+        let mut list = db.prepare_cached(LIST_EVENTS)?;
+        let rows = list.query_and_then(
+            rusqlite::params![session.as_str(), tenant.as_str(), after, i64::from(limit)],
+            event_record,
+        )?;
+        PageBytes::new(max_bytes).collect(rows, event_bytes)
     })
 }
 
@@ -100,39 +103,48 @@ pub(in crate::store) async fn list_session_events(
 /// worker, not on the caller's thread).
 const MESSAGES_ON_CALLER: u32 = 64;
 
-/// Up to `limit` messages after `after`: the first [`MESSAGES_ON_CALLER`] on the caller's
-/// thread (see `sqlite_reads`), the rest, if any, through sqlx from where they ended. The
-/// history is append-only, so the two reads give the same rows as one.
+/// Up to `limit` messages after `after`, at most `max_bytes` (see [`PAGE_BYTES`]): the first
+/// [`MESSAGES_ON_CALLER`] on the caller's thread (see `sqlite_reads`), the rest, if any,
+/// through sqlx from where they ended. The history is append-only, so the two reads give the
+/// same rows as one.
 pub(in crate::store) async fn list_messages(
     store: &SqliteStore,
     tenant: &TenantId,
     session: &SessionId,
     after: i64,
     limit: u32,
+    max_bytes: usize,
 ) -> StoreResult<Vec<MessageRecord>> {
     let first = limit.min(MESSAGES_ON_CALLER);
+    let mut bytes = PageBytes::new(max_bytes);
     let mut records = store.reads.read(|db| {
-        db.prepare_cached(LIST_MESSAGES)?
-            .query_and_then(
-                rusqlite::params![session.as_str(), tenant.as_str(), after, i64::from(first)],
-                message_record,
-            )?
-            .collect::<StoreResult<Vec<MessageRecord>>>()
+        let mut list = db.prepare_cached(LIST_MESSAGES)?;
+        let rows = list.query_and_then(
+            rusqlite::params![session.as_str(), tenant.as_str(), after, i64::from(first)],
+            message_record,
+        )?;
+        bytes.collect(rows, message_bytes)
     })?;
     let Some(last) = records.last().map(|record| record.seq) else {
         return Ok(records);
     };
-    if records.len() < first as usize || limit == first {
+    if records.len() < first as usize || limit == first || bytes.full() {
         return Ok(records);
     }
-    let rows: Vec<MessageRow> = sqlx::query_as(LIST_MESSAGES)
+    let mut rows = sqlx::query_as::<_, MessageRow>(LIST_MESSAGES)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .bind(last)
         .bind(i64::from(limit - first))
-        .fetch_all(&store.pool)
-        .await?;
-    records.extend(messages(rows)?);
+        .fetch(&store.pool);
+    while let Some(row) = rows.try_next().await? {
+        let record = MessageRecord::try_from(row)?;
+        let more = bytes.take(message_bytes(&record));
+        records.push(record);
+        if !more {
+            break;
+        }
+    }
     Ok(records)
 }
 

@@ -180,7 +180,7 @@ impl WebFetchTool {
         while read < GUARD_MAX_MESSAGES {
             let page = self
                 .store
-                .list_messages(&self.tenant, &self.session, after, 500)
+                .list_messages_page(&self.tenant, &self.session, after, 500)
                 .await
                 .map_err(super::store_error)?;
             let Some(last) = page.last() else {

@@ -1,0 +1,96 @@
+//! Pages of events and messages on both stores end at their byte bound (`PAGE_BYTES`) as well
+//! as their row count: a session of large events or messages is read in pages of about 4 MiB,
+//! one row larger than that alone, and a run's history (`list_messages`) is still read whole.
+
+use crate::store::new_session;
+use norma::ids::TenantId;
+use norma::message::Message;
+use norma::store::{AppendBatch, NewEvent, NewMessage, PAGE_BYTES, Store};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Payload text of about a quarter of a page.
+fn quarter() -> String {
+    "x".repeat(PAGE_BYTES / 4)
+}
+
+pub(crate) async fn pages_of_events_and_messages_end_at_their_byte_bound(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    // Six events and six messages of a quarter page each, then one of a page and a half.
+    let mut events: Vec<NewEvent> = (0..6)
+        .map(|n| NewEvent {
+            kind: "assistant_message".into(),
+            payload: json!({"n": n, "text": quarter()}).into(),
+            run_id: None,
+        })
+        .collect();
+    events.push(NewEvent {
+        kind: "assistant_message".into(),
+        payload: json!({"n": 6, "text": "y".repeat(PAGE_BYTES * 3 / 2)}).into(),
+        run_id: None,
+    });
+    let mut messages: Vec<NewMessage> = (0..6)
+        .map(|_| NewMessage {
+            message: Message::assistant_text(quarter()),
+            run_id: None,
+            compaction_boundary: false,
+        })
+        .collect();
+    messages.push(NewMessage {
+        message: Message::user_text("y".repeat(PAGE_BYTES * 3 / 2)),
+        run_id: None,
+        compaction_boundary: false,
+    });
+    store
+        .append(
+            &tenant,
+            &id,
+            AppendBatch {
+                events,
+                messages,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+
+    // Four quarters (a little over: the JSON around the text) fill a page; the row that
+    // crosses the bound is the page's last.
+    let seqs = |page: &[i64]| page.to_vec();
+    let mut pages = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store.list_events(&tenant, &id, after, 1000).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        pages.push(page.iter().map(|e| e.seq).collect::<Vec<_>>());
+    }
+    assert_eq!(pages, [seqs(&[1, 2, 3, 4]), seqs(&[5, 6, 7])]);
+    // The row count still bounds a page.
+    let two = store.list_events(&tenant, &id, 0, 2).await.unwrap();
+    assert_eq!(two.len(), 2);
+    // A row larger than a page comes alone.
+    let big = store.list_events(&tenant, &id, 6, 1000).await.unwrap();
+    assert_eq!(big.len(), 1);
+    assert_eq!(big[0].payload.value()["n"], 6);
+
+    let mut pages = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store
+            .list_messages_page(&tenant, &id, after, 1000)
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        pages.push(page.iter().map(|m| m.seq).collect::<Vec<_>>());
+    }
+    assert_eq!(pages, [seqs(&[1, 2, 3, 4]), seqs(&[5, 6, 7])]);
+    // A run's history is read whole.
+    let whole = store
+        .list_messages(&tenant, &id, 0, u32::MAX)
+        .await
+        .unwrap();
+    assert_eq!(whole.len(), 7);
+}
