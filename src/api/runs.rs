@@ -246,7 +246,9 @@ pub async fn cancel_run(
 pub struct RunPageParams {
     /// Return runs submitted after this run id (the `next_after` of the previous page).
     pub after: Option<String>,
-    /// Page size, 1..=1000 (default 100); outside that range `422 INVALID_REQUEST`.
+    /// Page size, 1..=1000 (default 100); outside that range `422 INVALID_REQUEST`. A page
+    /// also ends after the run that brings it to 4 MiB of prompts (one larger run comes
+    /// alone).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
@@ -255,7 +257,8 @@ pub struct RunPageParams {
 pub struct RunPage {
     /// In submission order.
     pub runs: Vec<crate::store::RunRecord>,
-    /// Pass as `after` for the next page; absent on the last page.
+    /// Pass as `after` for the next page; absent on the last page (present on a page that
+    /// ended at its limit or byte bound, whose next page may be empty).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,
 }
@@ -282,9 +285,14 @@ pub async fn list_runs(
         .store
         .list_runs(&principal.tenant, &session.id, after.as_ref(), limit)
         .await?;
-    let next_after = (runs.len() == limit as usize)
-        .then(|| runs.last().map(|run| run.id.clone()))
-        .flatten();
+    // A page ends at `limit` runs or after the run that brings it to `PAGE_BYTES` of prompts.
+    let cut = runs.len() == limit as usize
+        || runs
+            .iter()
+            .map(crate::store::RunRecord::page_bytes)
+            .sum::<usize>()
+            >= crate::store::PAGE_BYTES;
+    let next_after = cut.then(|| runs.last().map(|run| run.id.clone())).flatten();
     Ok(Json(RunPage { runs, next_after }))
 }
 

@@ -342,6 +342,12 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// What the run counts for in a page of runs (its prompt; the rest is small and bounded):
+    /// a page ends after the run that brings it to [`crate::store::PAGE_BYTES`].
+    pub fn page_bytes(&self) -> usize {
+        self.prompt.len()
+    }
+
     /// The lease this record proves, when it is running.
     pub fn lease(&self) -> Option<RunLease> {
         (self.status == RunStatus::Running).then(|| RunLease {

@@ -26,7 +26,9 @@ use crate::store_limits::{
     pending_approvals_are_capped_per_tenant, run_admission_counts_live_running_and_queued_runs,
     spend_totals_sum_every_session_of_the_tenant, workspace_bytes_sum_open_sessions_of_the_tenant,
 };
-use crate::store_pages::pages_of_events_and_messages_end_at_their_byte_bound;
+use crate::store_pages::{
+    pages_of_events_and_messages_end_at_their_byte_bound, pages_of_runs_end_at_their_byte_bound,
+};
 use crate::store_permissions::{
     a_started_run_comes_with_the_permission_state_it_starts_from,
     permission_state_reads_live_grants_and_the_mode_override_together,
@@ -111,6 +113,7 @@ store_suite!(
     a_started_run_comes_with_the_permission_state_it_starts_from,
     deliveries_are_claimed_in_turns_within_each_tenants_room,
     pages_of_events_and_messages_end_at_their_byte_bound,
+    pages_of_runs_end_at_their_byte_bound,
 );
 
 pub(crate) async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {

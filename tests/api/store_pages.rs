@@ -1,11 +1,13 @@
 //! Pages of events and messages on both stores end at their byte bound (`PAGE_BYTES`) as well
 //! as their row count: a session of large events or messages is read in pages of about 4 MiB,
 //! one row larger than that alone, and a run's history (`list_messages`) is still read whole.
+//! Pages of runs end likewise at 4 MiB of prompts.
 
 use crate::store::new_session;
-use norma::ids::TenantId;
+use norma::ids::{RunId, TenantId};
+use norma::limits::RunCaps;
 use norma::message::Message;
-use norma::store::{AppendBatch, NewEvent, NewMessage, PAGE_BYTES, Store};
+use norma::store::{AppendBatch, NewEvent, NewMessage, NewRun, PAGE_BYTES, Store};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -93,4 +95,36 @@ pub(crate) async fn pages_of_events_and_messages_end_at_their_byte_bound(store: 
         .await
         .unwrap();
     assert_eq!(whole.len(), 7);
+}
+
+pub(crate) async fn pages_of_runs_end_at_their_byte_bound(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        let run = store
+            .create_run(
+                &tenant,
+                NewRun {
+                    id: RunId::generate(),
+                    session: id.clone(),
+                    prompt: quarter(),
+                },
+                None,
+                RunCaps::UNLIMITED,
+            )
+            .await
+            .unwrap();
+        ids.push(run.id);
+    }
+    let first = store.list_runs(&tenant, &id, None, 1000).await.unwrap();
+    let first: Vec<String> = first.into_iter().map(|run| run.id).collect();
+    assert_eq!(first, ids[..4]);
+    let last = RunId::from_string(first[3].clone());
+    let rest = store
+        .list_runs(&tenant, &id, Some(&last), 1000)
+        .await
+        .unwrap();
+    let rest: Vec<String> = rest.into_iter().map(|run| run.id).collect();
+    assert_eq!(rest, ids[4..]);
 }

@@ -4,8 +4,10 @@ use super::*;
 use crate::ids::{RunId, SessionId, TenantId};
 use crate::limits::Limit;
 use crate::store::dialect::{lease_span, now};
+use crate::store::events::{PAGE_BYTES, PageBytes};
 use crate::store::postgres::PgStore;
 use crate::store::*;
+use futures::TryStreamExt;
 
 // --- runs ---
 pub(in crate::store) async fn create_run_keyed(
@@ -290,18 +292,30 @@ pub(in crate::store) async fn list_runs(
     limit: u32,
 ) -> StoreResult<Vec<RunRecord>> {
     let mut conn = store.tenant_conn(tenant).await?;
-    let rows = sqlx::query(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = $1 AND position > COALESCE(\
-             (SELECT position FROM runs WHERE id = $2 AND session_id = $1), 0) \
-         ORDER BY position LIMIT $3"
-    ))
-    .bind(session.as_str())
-    .bind(after.map(RunId::as_str))
-    .bind(i64::from(limit))
-    .fetch_all(&mut *conn)
-    .await?;
+    let mut bytes = PageBytes::new(PAGE_BYTES);
+    let mut page = Vec::new();
+    {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = $1 AND position > COALESCE(\
+                 (SELECT position FROM runs WHERE id = $2 AND session_id = $1), 0) \
+             ORDER BY position LIMIT $3"
+        );
+        let mut rows = sqlx::query(&sql)
+            .bind(session.as_str())
+            .bind(after.map(RunId::as_str))
+            .bind(i64::from(limit))
+            .fetch(&mut *conn);
+        while let Some(row) = rows.try_next().await? {
+            let run = run_from_row(&row)?;
+            let more = bytes.take(run.page_bytes());
+            page.push(run);
+            if !more {
+                break;
+            }
+        }
+    }
     conn.commit().await?;
-    rows.iter().map(run_from_row).collect()
+    Ok(page)
 }
 
 pub(in crate::store) async fn renew_leases(

@@ -4,9 +4,11 @@ use super::*;
 use crate::ids::{RunId, SessionId, TenantId};
 use crate::store::dialect::sqlite::{opt_json_column, opt_ts_column, ts, ts_column};
 use crate::store::dialect::{lease_span, now};
+use crate::store::events::{PAGE_BYTES, PageBytes};
 use crate::store::limits::sqlite::{admit_queued, admit_running};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
+use futures::TryStreamExt;
 use rusqlite::params;
 
 // --- runs ---
@@ -236,19 +238,29 @@ pub(in crate::store) async fn list_runs(
     after: Option<&RunId>,
     limit: u32,
 ) -> StoreResult<Vec<RunRecord>> {
-    let rows = sqlx::query(&format!(
+    let sql = format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ? AND tenant_id = ? \
              AND position > COALESCE((SELECT position FROM runs WHERE id = ? AND session_id = ?), 0) \
          ORDER BY position LIMIT ?"
-    ))
-    .bind(session.as_str())
-    .bind(tenant.as_str())
-    .bind(after.map(RunId::as_str))
-    .bind(session.as_str())
-    .bind(i64::from(limit))
-    .fetch_all(&store.pool)
-    .await?;
-    rows.iter().map(run_from_row).collect()
+    );
+    let mut rows = sqlx::query(&sql)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(after.map(RunId::as_str))
+        .bind(session.as_str())
+        .bind(i64::from(limit))
+        .fetch(&store.pool);
+    let mut bytes = PageBytes::new(PAGE_BYTES);
+    let mut page = Vec::new();
+    while let Some(row) = rows.try_next().await? {
+        let run = run_from_row(&row)?;
+        let more = bytes.take(run.page_bytes());
+        page.push(run);
+        if !more {
+            break;
+        }
+    }
+    Ok(page)
 }
 
 pub(in crate::store) async fn renew_leases(
