@@ -64,6 +64,28 @@ pub fn json_bytes(value: &impl Serialize) -> Result<bytes::Bytes, serde_json::Er
     Ok(bytes::Bytes::from(body))
 }
 
+/// The length of `value`'s JSON text, counted as it is written (nothing is kept).
+pub fn json_len(value: &impl Serialize) -> usize {
+    let mut counted = ByteCount(0);
+    // Writing to a counter cannot fail; a value that fails to serialise counts what it wrote.
+    let _ = serde_json::to_writer(&mut counted, value);
+    counted.0
+}
+
+/// Counts what is written to it.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +153,15 @@ mod tests {
         assert_eq!(
             json_text(&Nested).unwrap(),
             serde_json::to_string(r#"{"inner":[1,2]}"#).unwrap()
+        );
+    }
+
+    #[test]
+    fn json_len_counts_the_text_written() {
+        let value = serde_json::json!({"a": [1, "two", null], "é": true});
+        assert_eq!(
+            json_len(&value),
+            serde_json::to_string(&value).unwrap().len()
         );
     }
 }

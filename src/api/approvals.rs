@@ -24,11 +24,25 @@ use utoipa::{IntoParams, ToSchema};
 pub struct ApprovalFilter {
     /// Only approvals in this state (e.g. `pending`).
     pub status: Option<ApprovalStatus>,
+    /// Approvals created after this one (the `next_after` of the previous page); an id that
+    /// names no approval of this session is `422 INVALID_REQUEST`.
+    #[param(max_length = 128)]
+    pub after: Option<String>,
+    /// Page size, 1..=1000 (default 100); outside that range `422 INVALID_REQUEST`. A page
+    /// also ends after the approval that brings it to 4 MiB of inputs and reasons (one larger
+    /// approval comes alone).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ApprovalList {
+    /// Oldest first.
     pub approvals: Vec<ApprovalRecord>,
+    /// Pass as `after` for the next page; absent on the last page (present on a page that
+    /// ended at its limit or byte bound, whose next page may be empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
 }
 
 /// Allow or deny.
@@ -79,12 +93,42 @@ pub async fn list_approvals(
     AppQuery(filter): AppQuery<ApprovalFilter>,
 ) -> ApiResult<Json<ApprovalList>> {
     principal.require(scopes::SESSIONS_READ)?;
+    let limit = filter.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid("limit must be between 1 and 1000")
+            .with_details(json!({ "field": "limit" })));
+    }
     let session = load_owned_session(&state, &principal, id).await?;
+    let after = filter.after.map(ApprovalId::from_string);
+    if let Some(after) = &after {
+        let known = after.as_str().len() <= 128
+            && state
+                .store
+                .get_approval(&principal.tenant, &session.id, after)
+                .await?
+                .is_some();
+        if !known {
+            return Err(ApiError::invalid("after names no approval of this session")
+                .with_details(json!({ "field": "after" })));
+        }
+    }
     let approvals = state
         .store
-        .list_approvals(&principal.tenant, &session.id, filter.status)
+        .list_approvals_page(
+            &principal.tenant,
+            &session.id,
+            filter.status,
+            after.as_ref(),
+            limit,
+        )
         .await?;
-    Ok(Json(ApprovalList { approvals }))
+    let next_after = crate::api::next_after(&approvals, limit, ApprovalRecord::page_bytes, |a| {
+        a.id.as_str()
+    });
+    Ok(Json(ApprovalList {
+        approvals,
+        next_after,
+    }))
 }
 
 /// Answers an approval request, exactly once: a second answer gets `409

@@ -121,6 +121,21 @@ impl utoipa::Modify for BearerAuth {
 }
 
 /// The OpenAPI document as pretty JSON (what `openapi/openapi.json` holds).
+/// The `next_after` cursor of a page read with `limit`: the last item's id when the page ended
+/// at `limit` items or at the store's byte bound ([`crate::store::PAGE_BYTES`] of what
+/// `bytes` counts; the next page may then be empty), `None` on the last page.
+pub(crate) fn next_after<T>(
+    page: &[T],
+    limit: u32,
+    bytes: impl Fn(&T) -> usize,
+    id: impl Fn(&T) -> &str,
+) -> Option<String> {
+    let cut = page.len() == limit as usize
+        || page.iter().map(bytes).sum::<usize>() >= crate::store::PAGE_BYTES;
+    cut.then(|| page.last().map(|item| id(item).to_owned()))
+        .flatten()
+}
+
 pub fn openapi_json() -> String {
     let mut text = ApiDoc::openapi()
         .to_pretty_json()

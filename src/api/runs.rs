@@ -285,14 +285,10 @@ pub async fn list_runs(
         .store
         .list_runs(&principal.tenant, &session.id, after.as_ref(), limit)
         .await?;
-    // A page ends at `limit` runs or after the run that brings it to `PAGE_BYTES` of prompts.
-    let cut = runs.len() == limit as usize
-        || runs
-            .iter()
-            .map(crate::store::RunRecord::page_bytes)
-            .sum::<usize>()
-            >= crate::store::PAGE_BYTES;
-    let next_after = cut.then(|| runs.last().map(|run| run.id.clone())).flatten();
+    let next_after =
+        crate::api::next_after(&runs, limit, crate::store::RunRecord::page_bytes, |run| {
+            run.id.as_str()
+        });
     Ok(Json(RunPage { runs, next_after }))
 }
 

@@ -269,6 +269,18 @@ pub trait Store: Send + Sync + 'static {
         id: &ApprovalId,
     ) -> StoreResult<Option<ApprovalRecord>>;
 
+    /// A page of the session's approvals, oldest first, optionally of one status, created
+    /// after the approval `after` (its id; `None`: from the first): at most `limit`, ending
+    /// after the approval that brings the page to [`PAGE_BYTES`] (inputs, reasons).
+    async fn list_approvals_page(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        status: Option<ApprovalStatus>,
+        after: Option<&ApprovalId>,
+        limit: u32,
+    ) -> StoreResult<Vec<ApprovalRecord>>;
+
     /// The session's approvals, oldest first, optionally of one status.
     async fn list_approvals(
         &self,

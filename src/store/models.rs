@@ -544,6 +544,19 @@ pub struct ApprovalRecord {
     pub created_at: DateTime<Utc>,
 }
 
+impl ApprovalRecord {
+    /// What the approval counts for in a page of approvals (its inputs and reasons; the rest
+    /// is small and bounded): a page ends after the one that brings it to
+    /// [`crate::store::PAGE_BYTES`].
+    pub fn page_bytes(&self) -> usize {
+        use crate::json_text::json_len;
+        json_len(&self.input)
+            + self.updated_input.as_ref().map_or(0, json_len)
+            + self.reason.len()
+            + self.decision_reason.as_ref().map_or(0, String::len)
+    }
+}
+
 /// How a pending approval is decided.
 #[derive(Clone, Debug)]
 pub struct ApprovalDecision {

@@ -7,6 +7,96 @@ use serde_json::{Value, json};
 on_both_backends! {
     concurrent_answers_decide_once_and_grants_apply_later => concurrent_answers_decide_once;
     a_prompt_while_an_approval_is_pending_follows_the_session_policy => prompt_while_pending;
+    approvals_are_listed_in_pages_with_a_checked_cursor => approvals_in_pages;
+}
+
+/// `GET …/approvals` pages (oldest first, `next_after` while more may follow); a cursor that
+/// names no approval of the session and a limit out of range are `422`, not an empty page.
+async fn approvals_in_pages(app: TestApp) {
+    let token = app.token("acme");
+    let calls: Vec<Value> = (0..3)
+        .map(|n| json!({"name": "Bash", "input": {"command": format!("echo {n}")}}))
+        .collect();
+    let config = json!({"model": {"script": {"turns": [{"tool_calls": calls}, {"text": "done"}]}}});
+    let id = app.create_session("acme", &config).await;
+    let other = app.create_session("acme", &config).await;
+    // The calls ask one after the other: each is allowed in turn.
+    for session in [&id, &other] {
+        app.prompt(&token, session, "go").await;
+        for asked in 1..=3 {
+            app.wait_for_events(&token, session, |e| count(e, "approval_requested") == asked)
+                .await;
+            let approval = app.first_pending_approval(&token, session).await;
+            let allow = json!({"decision": "allow"});
+            assert_eq!(
+                app.answer(&token, session, &approval, &allow)
+                    .await
+                    .status(),
+                200
+            );
+        }
+    }
+    let page = |query: String| {
+        let app = &app;
+        let token = token.clone();
+        let id = id.clone();
+        async move {
+            let response = app
+                .get(&format!("/v1/sessions/{id}/approvals?{query}"), &token)
+                .await;
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, first) = page("limit=2".into()).await;
+    assert_eq!(status, 200, "{first}");
+    let commands = |page: &Value| -> Vec<String> {
+        page["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["input"]["command"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(commands(&first), ["echo 0", "echo 1"]);
+    let cursor = first["next_after"].as_str().unwrap();
+    assert_eq!(cursor, first["approvals"][1]["id"].as_str().unwrap());
+    let (_, second) = page(format!("after={cursor}&limit=2&status=allowed")).await;
+    assert_eq!(commands(&second), ["echo 2"]);
+    assert!(second.get("next_after").is_none(), "{second}");
+    let (_, all) = page(String::new()).await;
+    assert_eq!(commands(&all), ["echo 0", "echo 1", "echo 2"]);
+
+    // Another session's approval, an unknown id and limits out of range are refused.
+    let (_, others) = app
+        .get(&format!("/v1/sessions/{other}/approvals"), &token)
+        .await
+        .json::<Value>()
+        .await
+        .map(|body| ((), body))
+        .unwrap();
+    let foreign = others["approvals"][0]["id"].as_str().unwrap().to_owned();
+    for query in [
+        format!("after={foreign}"),
+        "after=apr_unknown".to_owned(),
+        format!("after={}", "a".repeat(200)),
+    ] {
+        let (status, body) = page(query.clone()).await;
+        assert_eq!(
+            (status, &body["code"]),
+            (422, &json!("INVALID_REQUEST")),
+            "{query}"
+        );
+        assert_eq!(body["details"]["field"], "after", "{query}");
+    }
+    for query in ["limit=0", "limit=1001"] {
+        let (status, body) = page(query.into()).await;
+        assert_eq!(
+            (status, &body["details"]["field"]),
+            (422, &json!("limit")),
+            "{query}"
+        );
+    }
 }
 
 async fn concurrent_answers_decide_once(app: TestApp) {

@@ -27,6 +27,7 @@ use crate::store_limits::{
     spend_totals_sum_every_session_of_the_tenant, workspace_bytes_sum_open_sessions_of_the_tenant,
 };
 use crate::store_pages::{
+    pages_of_approvals_end_at_their_byte_bound,
     pages_of_events_and_messages_end_at_their_byte_bound, pages_of_runs_end_at_their_byte_bound,
 };
 use crate::store_permissions::{
@@ -114,6 +115,7 @@ store_suite!(
     deliveries_are_claimed_in_turns_within_each_tenants_room,
     pages_of_events_and_messages_end_at_their_byte_bound,
     pages_of_runs_end_at_their_byte_bound,
+    pages_of_approvals_end_at_their_byte_bound,
 );
 
 pub(crate) async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {

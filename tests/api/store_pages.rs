@@ -1,13 +1,15 @@
 //! Pages of events and messages on both stores end at their byte bound (`PAGE_BYTES`) as well
 //! as their row count: a session of large events or messages is read in pages of about 4 MiB,
 //! one row larger than that alone, and a run's history (`list_messages`) is still read whole.
-//! Pages of runs end likewise at 4 MiB of prompts.
+//! Pages of runs end likewise at 4 MiB of prompts, pages of approvals at 4 MiB of inputs.
 
 use crate::store::new_session;
-use norma::ids::{RunId, TenantId};
+use norma::ids::{ApprovalId, RunId, TenantId};
 use norma::limits::RunCaps;
 use norma::message::Message;
-use norma::store::{AppendBatch, NewEvent, NewMessage, NewRun, PAGE_BYTES, Store};
+use norma::store::{
+    AppendBatch, ApprovalStatus, NewApproval, NewEvent, NewMessage, NewRun, PAGE_BYTES, Store,
+};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -127,4 +129,55 @@ pub(crate) async fn pages_of_runs_end_at_their_byte_bound(store: Arc<dyn Store>)
         .unwrap();
     let rest: Vec<String> = rest.into_iter().map(|run| run.id).collect();
     assert_eq!(rest, ids[4..]);
+}
+
+pub(crate) async fn pages_of_approvals_end_at_their_byte_bound(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let id = new_session(&store, "t1").await;
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        let approval = ApprovalId::generate();
+        store
+            .create_approval(
+                &tenant,
+                NewApproval {
+                    id: approval.clone(),
+                    session: id.clone(),
+                    run_id: None,
+                    tool_use_id: format!("toolu_{n}"),
+                    tool_name: "Write".into(),
+                    input: json!({"content": quarter()}),
+                    input_sha256: "0".repeat(64),
+                    reason: "needs approval".into(),
+                    expires_at: chrono::Utc::now() + chrono::Duration::minutes(5),
+                },
+                100,
+            )
+            .await
+            .unwrap();
+        ids.push(approval.as_str().to_owned());
+    }
+    let page = |after: Option<String>, status: Option<ApprovalStatus>, limit: u32| {
+        let store = store.clone();
+        let (tenant, id) = (tenant.clone(), id.clone());
+        async move {
+            let after = after.map(ApprovalId::from_string);
+            store
+                .list_approvals_page(&tenant, &id, status, after.as_ref(), limit)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|approval| approval.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(page(None, None, 1000).await, ids[..4]);
+    assert_eq!(page(Some(ids[3].clone()), None, 1000).await, ids[4..]);
+    let pending = Some(ApprovalStatus::Pending);
+    assert_eq!(page(Some(ids[0].clone()), pending, 2).await, ids[1..3]);
+    assert!(
+        page(None, Some(ApprovalStatus::Denied), 1000)
+            .await
+            .is_empty()
+    );
 }

@@ -4,8 +4,10 @@ use super::*;
 use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
 use crate::store::dialect::now;
 use crate::store::dialect::sqlite::{json_column, opt_json_column, opt_ts_column, ts, ts_column};
+use crate::store::events::{PAGE_BYTES, PageBytes};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
+use futures::TryStreamExt;
 use rusqlite::OptionalExtension;
 use serde_json::Value;
 
@@ -174,6 +176,44 @@ pub(in crate::store) async fn list_approvals(
     .fetch_all(&store.pool)
     .await?;
     rows.iter().map(approval_from_row).collect()
+}
+
+pub(in crate::store) async fn list_approvals_page(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    status: Option<ApprovalStatus>,
+    after: Option<&ApprovalId>,
+    limit: u32,
+) -> StoreResult<Vec<ApprovalRecord>> {
+    let status = status.map(ApprovalStatus::as_str);
+    let after = after.map(ApprovalId::as_str);
+    // Through `approvals_session_created` (migration 0028).
+    let sql = format!(
+        "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE session_id = $1 AND tenant_id = $2 \
+             AND ($3 IS NULL OR status = $3) \
+             AND ($4 IS NULL OR (created_at, id) > \
+                 (SELECT created_at, id FROM approvals WHERE id = $4 AND session_id = $1)) \
+         ORDER BY created_at, id LIMIT $5"
+    );
+    let mut rows = sqlx::query(&sql)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(status)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch(&store.pool);
+    let mut bytes = PageBytes::new(PAGE_BYTES);
+    let mut page = Vec::new();
+    while let Some(row) = rows.try_next().await? {
+        let approval = approval_from_row(&row)?;
+        let more = bytes.take(approval.page_bytes());
+        page.push(approval);
+        if !more {
+            break;
+        }
+    }
+    Ok(page)
 }
 
 /// The session's live grants, read on the caller's thread (see `sqlite_reads`; `$1`..`$3`

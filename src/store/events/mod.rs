@@ -98,10 +98,7 @@ pub(in crate::store) fn message_bytes(message: &MessageRecord) -> usize {
             } => thinking.len() + signature.as_ref().map_or(0, String::len),
             ContentBlock::RedactedThinking { data } => data.len(),
             ContentBlock::ToolUse { id, name, input } => {
-                let mut counted = ByteCount(0);
-                // Writing to a counter cannot fail.
-                let _ = serde_json::to_writer(&mut counted, input);
-                id.len() + name.len() + counted.0
+                id.len() + name.len() + crate::json_text::json_len(input)
             }
             ContentBlock::ToolResult(result) => {
                 result.content.len()
@@ -113,20 +110,6 @@ pub(in crate::store) fn message_bytes(message: &MessageRecord) -> usize {
             }
         })
         .sum()
-}
-
-/// Counts what is written to it.
-struct ByteCount(usize);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 += bytes.len();
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// An event as both databases return it.
