@@ -8,9 +8,12 @@
 //! in the server's `skipped_tools` (at most [`MAX_DROPPED_NOTES`] notes, then one that counts
 //! the rest).
 
+use crate::tools::schema::CompiledSchema;
 use rmcp::RoleClient;
 use rmcp::model::{PaginatedRequestParams, Tool as McpTool};
 use rmcp::service::{Peer, ServiceError};
+use serde_json::Value;
+use std::sync::{Arc, OnceLock};
 
 /// Pages of one `tools/list` answer read at most.
 pub const MAX_PAGES: usize = 32;
@@ -38,7 +41,13 @@ pub struct Listing {
     unread_pages: bool,
     /// The JSON size of `tools`.
     bytes: usize,
+    /// Each tool's input schema, shared and compiled (or why it cannot be offered), made at
+    /// the first run that offers the listing and reused by every later one.
+    schemas: OnceLock<Vec<ToolSchema>>,
 }
+
+/// A listed tool's input schema as every run offers it, or why it cannot be offered.
+pub type ToolSchema = Result<(Arc<Value>, CompiledSchema), String>;
 
 impl Listing {
     /// The notes on what was left out (`name: why`), then whether pages were left unread and
@@ -54,6 +63,13 @@ impl Listing {
             .map(|(name, why)| format!("{name}: {why}"))
             .chain(unread)
             .chain(more)
+    }
+
+    /// The input schemas of `tools`, in their order, compiled once per listing (see
+    /// [`super::tools::tool_schema`]).
+    pub fn schemas(&self) -> &[ToolSchema] {
+        self.schemas
+            .get_or_init(|| self.tools.iter().map(super::tools::tool_schema).collect())
     }
 
     /// Whether a tool of this name was listed but left out with a note.
@@ -193,5 +209,26 @@ mod tests {
         listing.take(tool(&"n".repeat(10_000), MAX_TOOL_BYTES));
         let notes: Vec<String> = listing.dropped_notes().collect();
         assert!(notes[0].len() < 200);
+    }
+
+    /// A listing's schemas are compiled once, for every run that offers it; one that cannot
+    /// be offered says why.
+    #[test]
+    fn schemas_are_compiled_once_per_listing() {
+        let mut listing = Listing::default();
+        listing.take(tool("ok", 10));
+        listing.take(
+            serde_json::from_value(json!({
+                "name": "bad",
+                "inputSchema": {"type": "object", "properties": {"a": {"type": 7}}},
+            }))
+            .unwrap(),
+        );
+        let first = listing.schemas();
+        let (shared, _) = first[0].as_ref().unwrap();
+        let why = first[1].as_ref().unwrap_err();
+        assert!(why.starts_with("invalid input schema"), "{why}");
+        let again = listing.schemas();
+        assert!(Arc::ptr_eq(shared, &again[0].as_ref().unwrap().0));
     }
 }

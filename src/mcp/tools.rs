@@ -6,10 +6,11 @@
 //! admin marked the server `trusted` (and `destructiveHint` is not also set).
 
 use super::config::{is_valid_tool_part, tool_name};
-use super::listing::Listing;
+use super::listing::{Listing, ToolSchema};
 use super::server::{CallError, CallSpec, McpServer};
 use crate::message::ToolImage;
 use crate::tools::builder::ToolBuilder;
+use crate::tools::schema::CompiledSchema;
 use crate::tools::{DynTool, ToolError, ToolOutput, codes};
 use base64::Engine;
 use rmcp::model::{CallToolResult, Tool as McpTool};
@@ -35,7 +36,7 @@ pub fn registry_tools(server: &Arc<McpServer>, listing: &Listing) -> (Vec<DynToo
     let mut offered = Vec::new();
     let mut skipped: Vec<String> = listing.dropped_notes().collect();
     let listed = &listing.tools;
-    for tool in listed {
+    for (tool, schema) in listed.iter().zip(listing.schemas()) {
         let own = tool.name.as_ref();
         if config
             .tools
@@ -44,7 +45,7 @@ pub fn registry_tools(server: &Arc<McpServer>, listing: &Listing) -> (Vec<DynToo
         {
             continue;
         }
-        match registry_tool(server, tool) {
+        match registry_tool(server, tool, schema) {
             Ok(built) => offered.push(built),
             Err(why) => skipped.push(format!("{own}: {why}")),
         }
@@ -61,7 +62,25 @@ pub fn registry_tools(server: &Arc<McpServer>, listing: &Listing) -> (Vec<DynToo
     (offered, skipped)
 }
 
-fn registry_tool(server: &Arc<McpServer>, tool: &McpTool) -> Result<DynTool, String> {
+/// A listed tool's input schema, shared and compiled, or why it cannot be offered: larger
+/// than [`MAX_SCHEMA_BYTES`] or not a valid object schema (made once per listing, see
+/// [`Listing::schemas`]).
+pub(super) fn tool_schema(tool: &McpTool) -> ToolSchema {
+    let schema = Value::Object((*tool.input_schema).clone());
+    if crate::json_text::json_len(&schema) > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "its input schema is larger than {MAX_SCHEMA_BYTES} bytes"
+        ));
+    }
+    let compiled = CompiledSchema::compile(&schema).map_err(|error| error.to_string())?;
+    Ok((Arc::new(schema), compiled))
+}
+
+fn registry_tool(
+    server: &Arc<McpServer>,
+    tool: &McpTool,
+    schema: &ToolSchema,
+) -> Result<DynTool, String> {
     let config = server.config();
     let own = tool.name.to_string();
     if !is_valid_tool_part(&config.name, &own) {
@@ -70,12 +89,7 @@ fn registry_tool(server: &Arc<McpServer>, tool: &McpTool) -> Result<DynTool, Str
             tool_name(&config.name, &own)
         ));
     }
-    let schema = Value::Object((*tool.input_schema).clone());
-    if serde_json::to_vec(&schema).map_or(usize::MAX, |bytes| bytes.len()) > MAX_SCHEMA_BYTES {
-        return Err(format!(
-            "its input schema is larger than {MAX_SCHEMA_BYTES} bytes"
-        ));
-    }
+    let (schema, compiled) = schema.clone()?;
     let mut description: String = tool
         .description
         .as_deref()
@@ -94,7 +108,7 @@ fn registry_tool(server: &Arc<McpServer>, tool: &McpTool) -> Result<DynTool, Str
     let registry_name = tool_name(&config.name, &own);
     ToolBuilder::new(registry_name.clone())
         .description(description)
-        .schema(schema)
+        .compiled_schema(schema, compiled)
         .read_only(read_only)
         .concurrency_safe(read_only)
         .handler(move |input: Value, ctx| {

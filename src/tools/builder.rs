@@ -50,10 +50,12 @@ pub struct ToolBuilder {
     handler: Option<Handler>,
 }
 
-/// A built tool's input schema: its own, or one shared for the process's life.
+/// A built tool's input schema: its own, one shared for the process's life, or one shared
+/// and compiled by whoever made the tool.
 enum Schema {
     Owned(Value),
     Static(&'static StaticSchema),
+    Compiled(Arc<Value>, CompiledSchema),
 }
 
 impl Schema {
@@ -61,6 +63,7 @@ impl Schema {
         match self {
             Self::Owned(value) => value,
             Self::Static(schema) => schema.value(),
+            Self::Compiled(value, _) => value,
         }
     }
 }
@@ -98,6 +101,13 @@ impl ToolBuilder {
     /// The input JSON Schema (required; compiled and checked by [`Self::build`]).
     pub fn schema(mut self, schema: Value) -> Self {
         self.schema = Some(Schema::Owned(schema));
+        self
+    }
+
+    /// The input JSON Schema as already compiled (`compiled` must be `schema`'s): shared by
+    /// every tool built from it, never compiled again.
+    pub fn compiled_schema(mut self, schema: Arc<Value>, compiled: CompiledSchema) -> Self {
+        self.schema = Some(Schema::Compiled(schema, compiled));
         self
     }
 
@@ -188,6 +198,7 @@ impl ToolBuilder {
         let compiled = match &schema {
             Schema::Owned(value) => CompiledSchema::compile(value),
             Schema::Static(schema) => schema.compiled(),
+            Schema::Compiled(_, compiled) => Ok(compiled.clone()),
         };
         if let Err(source) = compiled {
             return Err(ToolBuildError::InvalidSchema {
@@ -250,7 +261,14 @@ impl Tool for BuiltTool {
     fn static_schema(&self) -> Option<&'static StaticSchema> {
         match self.schema {
             Schema::Static(schema) => Some(schema),
-            Schema::Owned(_) => None,
+            Schema::Owned(_) | Schema::Compiled(..) => None,
+        }
+    }
+
+    fn compiled_schema(&self) -> Option<(Arc<Value>, CompiledSchema)> {
+        match &self.schema {
+            Schema::Compiled(value, compiled) => Some((value.clone(), compiled.clone())),
+            Schema::Owned(_) | Schema::Static(_) => None,
         }
     }
 

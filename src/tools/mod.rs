@@ -179,6 +179,12 @@ pub trait Tool: Send + Sync + 'static {
     fn static_schema(&self) -> Option<&'static schema::StaticSchema> {
         None
     }
+    /// The schema, shared and already compiled by whoever made the tool (an MCP server's
+    /// tools, compiled once per tool list for every run that offers them): the registry and
+    /// the provider's tool list use it as it is, without compiling or copying it again.
+    fn compiled_schema(&self) -> Option<(Arc<Value>, schema::CompiledSchema)> {
+        None
+    }
     /// RawInput tools skip central validation and parse their own input, but still expose
     /// their schema to the model.
     fn raw_input(&self) -> bool {

@@ -102,9 +102,10 @@ impl ToolRegistry {
         if !is_valid_tool_name(&name) {
             return Err(RegistryError::InvalidName { name });
         }
-        let schema = match tool.static_schema() {
-            Some(schema) => schema.compiled(),
-            None => CompiledSchema::compile(tool.input_schema()),
+        let schema = match (tool.compiled_schema(), tool.static_schema()) {
+            (Some((_, compiled)), _) => Ok(compiled),
+            (None, Some(schema)) => schema.compiled(),
+            (None, None) => CompiledSchema::compile(tool.input_schema()),
         }
         .map_err(|source| RegistryError::InvalidSchema {
             name: name.clone(),
@@ -164,9 +165,10 @@ impl ToolRegistry {
                 ProviderTool {
                     name: tool.name().to_owned(),
                     description,
-                    input_schema: match tool.static_schema() {
-                        Some(schema) => schema.shared(),
-                        None => Arc::new(tool.input_schema().clone()),
+                    input_schema: match (tool.compiled_schema(), tool.static_schema()) {
+                        (Some((shared, _)), _) => shared,
+                        (None, Some(schema)) => schema.shared(),
+                        (None, None) => Arc::new(tool.input_schema().clone()),
                     },
                 }
             })

@@ -202,3 +202,49 @@ fn a_built_in_tool_schema_is_built_compiled_and_listed_once_per_process() {
     );
     assert!(x.schema.validate(&json!({"file_path": "a.txt"})).is_ok());
 }
+
+/// A schema compiled by whoever made the tool (an MCP server's listing, once per tool list)
+/// is used as it is by every registry the tool is built into: neither compiled nor copied
+/// again, even when it is too large for the process-wide cache.
+#[test]
+fn a_compiled_schema_is_shared_by_every_registry_it_is_built_into() {
+    let properties: serde_json::Map<String, Value> = (0..600)
+        .map(|n| {
+            (
+                format!("field_{n:04}"),
+                json!({"type": "string", "maxLength": 10}),
+            )
+        })
+        .collect();
+    let schema = json!({"type": "object", "properties": properties});
+    assert!(schema.to_string().len() > crate::tools::schema::CACHE_MAX_SCHEMA_BYTES);
+    let shared = Arc::new(schema);
+    let compiled = crate::tools::schema::CompiledSchema::compile(&shared).unwrap();
+    let registry = || {
+        let built = ToolBuilder::new("mcp__fx__wide")
+            .description("wide")
+            .compiled_schema(shared.clone(), compiled.clone())
+            .handler(|_input, _ctx| async { Ok(ToolOutput::text("ok")) })
+            .build()
+            .unwrap();
+        let mut registry = ToolRegistry::new();
+        registry.register(Arc::new(built)).unwrap();
+        registry
+    };
+    let (first, second) = (registry(), registry());
+    let (a, b) = (first.provider_tools(), second.provider_tools());
+    assert!(Arc::ptr_eq(&a[0].input_schema, &shared));
+    assert!(Arc::ptr_eq(&b[0].input_schema, &shared));
+    let (x, y) = (
+        first.lookup("mcp__fx__wide").unwrap(),
+        second.lookup("mcp__fx__wide").unwrap(),
+    );
+    assert!(x.schema.shares_validator_with(&compiled));
+    assert!(y.schema.shares_validator_with(&compiled));
+    assert!(
+        x.schema
+            .validate(&json!({"field_0001": "too long a value"}))
+            .is_err()
+    );
+    assert!(x.schema.validate(&json!({"field_0001": "short"})).is_ok());
+}
