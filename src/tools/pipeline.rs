@@ -709,5 +709,5 @@ fn denial(tool: &dyn Tool, input: &Value, reason: &Reason) -> Failure {
 }
 
 #[cfg(test)]
-#[path = "pipeline_tests.rs"]
+#[path = "pipeline_tests/mod.rs"]
 mod tests;
