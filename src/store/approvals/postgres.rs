@@ -7,7 +7,6 @@ use crate::store::events::{PAGE_BYTES, PageBytes};
 use crate::store::postgres::PgStore;
 use crate::store::*;
 use chrono::SubsecRound;
-use futures::TryStreamExt;
 use sqlx::types::Json;
 use sqlx::{FromRow, Row};
 
@@ -159,9 +158,7 @@ pub(in crate::store) async fn list_approvals_page(
     limit: u32,
 ) -> StoreResult<Vec<ApprovalRecord>> {
     let mut conn = store.tenant_conn(tenant).await?;
-    let mut bytes = PageBytes::new(PAGE_BYTES);
-    let mut page = Vec::new();
-    {
+    let page = {
         // Through `approvals_session_created` (migration 0034).
         let sql = format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE session_id = $1 AND tenant_id = $2 \
@@ -170,22 +167,21 @@ pub(in crate::store) async fn list_approvals_page(
                      (SELECT created_at, id FROM approvals WHERE id = $4 AND session_id = $1)) \
              ORDER BY created_at, id LIMIT $5"
         );
-        let mut rows = sqlx::query(&sql)
+        let rows = sqlx::query(&sql)
             .bind(session.as_str())
             .bind(tenant.as_str())
             .bind(status.map(ApprovalStatus::as_str))
             .bind(after.map(ApprovalId::as_str))
             .bind(i64::from(limit))
             .fetch(&mut *conn);
-        while let Some(row) = rows.try_next().await? {
-            let approval = approval_from_row(&row)?;
-            let more = bytes.take(approval.page_bytes());
-            page.push(approval);
-            if !more {
-                break;
-            }
-        }
-    }
+        PageBytes::new(PAGE_BYTES)
+            .collect_stream(
+                rows,
+                |row| approval_from_row(&row),
+                ApprovalRecord::page_bytes,
+            )
+            .await?
+    };
     conn.commit().await?;
     Ok(page)
 }

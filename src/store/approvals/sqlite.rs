@@ -7,7 +7,6 @@ use crate::store::dialect::sqlite::{json_column, opt_json_column, opt_ts_column,
 use crate::store::events::{PAGE_BYTES, PageBytes};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
-use futures::TryStreamExt;
 use rusqlite::OptionalExtension;
 use serde_json::Value;
 
@@ -196,24 +195,20 @@ pub(in crate::store) async fn list_approvals_page(
                  (SELECT created_at, id FROM approvals WHERE id = $4 AND session_id = $1)) \
          ORDER BY created_at, id LIMIT $5"
     );
-    let mut rows = sqlx::query(&sql)
+    let rows = sqlx::query(&sql)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .bind(status)
         .bind(after)
         .bind(i64::from(limit))
         .fetch(&store.pool);
-    let mut bytes = PageBytes::new(PAGE_BYTES);
-    let mut page = Vec::new();
-    while let Some(row) = rows.try_next().await? {
-        let approval = approval_from_row(&row)?;
-        let more = bytes.take(approval.page_bytes());
-        page.push(approval);
-        if !more {
-            break;
-        }
-    }
-    Ok(page)
+    PageBytes::new(PAGE_BYTES)
+        .collect_stream(
+            rows,
+            |row| approval_from_row(&row),
+            ApprovalRecord::page_bytes,
+        )
+        .await
 }
 
 /// The session's live grants, read on the caller's thread (see `sqlite_reads`; `$1`..`$3`

@@ -60,6 +60,27 @@ impl PageBytes {
         self.left == 0
     }
 
+    /// Takes the rows of a query's stream, each decoded, until the bound (or their end); the
+    /// rows past it are left unread (the connection drops them before its next statement).
+    pub(in crate::store) async fn collect_stream<R, T>(
+        &mut self,
+        mut rows: futures::stream::BoxStream<'_, Result<R, sqlx::Error>>,
+        decode: impl Fn(R) -> StoreResult<T>,
+        bytes: impl Fn(&T) -> usize,
+    ) -> StoreResult<Vec<T>> {
+        use futures::TryStreamExt;
+        let mut page = Vec::new();
+        while let Some(row) = rows.try_next().await? {
+            let row = decode(row)?;
+            let more = self.take(bytes(&row));
+            page.push(row);
+            if !more {
+                break;
+            }
+        }
+        Ok(page)
+    }
+
     /// Takes `rows` until the bound (or their end).
     pub(in crate::store) fn collect<T>(
         &mut self,

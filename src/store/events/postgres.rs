@@ -6,7 +6,6 @@ use crate::store::dialect::now;
 use crate::store::dialect::postgres::signal_payload;
 use crate::store::postgres::PgStore;
 use crate::store::*;
-use futures::TryStreamExt;
 use sqlx::Row;
 use sqlx::types::Json;
 
@@ -331,26 +330,17 @@ pub(in crate::store) async fn list_events(
     max_bytes: usize,
 ) -> StoreResult<Vec<EventRecord>> {
     let mut conn = store.tenant_conn(tenant).await?;
-    let mut bytes = PageBytes::new(max_bytes);
-    let mut page = Vec::new();
-    {
-        // Rows past the bound are left unread (the connection drops them before its next
-        // statement).
-        let mut rows = sqlx::query(LIST_EVENTS)
+    let page = {
+        let rows = sqlx::query(LIST_EVENTS)
             .bind(session.as_str())
             .bind(tenant.as_str())
             .bind(after)
             .bind(i64::from(limit))
             .fetch(&mut *conn);
-        while let Some(row) = rows.try_next().await? {
-            let event = event_from_row(&row)?;
-            let more = bytes.take(event_bytes(&event));
-            page.push(event);
-            if !more {
-                break;
-            }
-        }
-    }
+        PageBytes::new(max_bytes)
+            .collect_stream(rows, |row| event_from_row(&row), event_bytes)
+            .await?
+    };
     conn.commit().await?;
     Ok(page)
 }
@@ -410,24 +400,17 @@ pub(in crate::store) async fn list_messages(
     max_bytes: usize,
 ) -> StoreResult<Vec<MessageRecord>> {
     let mut conn = store.tenant_conn(tenant).await?;
-    let mut bytes = PageBytes::new(max_bytes);
-    let mut page = Vec::new();
-    {
-        let mut rows = sqlx::query_as::<_, MessageRow>(LIST_MESSAGES)
+    let page = {
+        let rows = sqlx::query_as::<_, MessageRow>(LIST_MESSAGES)
             .bind(session.as_str())
             .bind(tenant.as_str())
             .bind(after)
             .bind(i64::from(limit))
             .fetch(&mut *conn);
-        while let Some(row) = rows.try_next().await? {
-            let message = MessageRecord::try_from(row)?;
-            let more = bytes.take(message_bytes(&message));
-            page.push(message);
-            if !more {
-                break;
-            }
-        }
-    }
+        PageBytes::new(max_bytes)
+            .collect_stream(rows, MessageRecord::try_from, message_bytes)
+            .await?
+    };
     conn.commit().await?;
     Ok(page)
 }

@@ -6,7 +6,6 @@ use crate::store::dialect::now;
 use crate::store::dialect::sqlite::{json_column, ts, ts_column};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
-use futures::TryStreamExt;
 
 pub(in crate::store) async fn append(
     store: &SqliteStore,
@@ -131,20 +130,16 @@ pub(in crate::store) async fn list_messages(
     if records.len() < first as usize || limit == first || bytes.full() {
         return Ok(records);
     }
-    let mut rows = sqlx::query_as::<_, MessageRow>(LIST_MESSAGES)
+    let rows = sqlx::query_as::<_, MessageRow>(LIST_MESSAGES)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .bind(last)
         .bind(i64::from(limit - first))
         .fetch(&store.pool);
-    while let Some(row) = rows.try_next().await? {
-        let record = MessageRecord::try_from(row)?;
-        let more = bytes.take(message_bytes(&record));
-        records.push(record);
-        if !more {
-            break;
-        }
-    }
+    let rest = bytes
+        .collect_stream(rows, MessageRecord::try_from, message_bytes)
+        .await?;
+    records.extend(rest);
     Ok(records)
 }
 

@@ -7,7 +7,6 @@ use crate::store::dialect::{lease_span, now};
 use crate::store::events::{PAGE_BYTES, PageBytes};
 use crate::store::postgres::PgStore;
 use crate::store::*;
-use futures::TryStreamExt;
 
 // --- runs ---
 pub(in crate::store) async fn create_run_keyed(
@@ -292,28 +291,21 @@ pub(in crate::store) async fn list_runs(
     limit: u32,
 ) -> StoreResult<Vec<RunRecord>> {
     let mut conn = store.tenant_conn(tenant).await?;
-    let mut bytes = PageBytes::new(PAGE_BYTES);
-    let mut page = Vec::new();
-    {
+    let page = {
         let sql = format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = $1 AND position > COALESCE(\
                  (SELECT position FROM runs WHERE id = $2 AND session_id = $1), 0) \
              ORDER BY position LIMIT $3"
         );
-        let mut rows = sqlx::query(&sql)
+        let rows = sqlx::query(&sql)
             .bind(session.as_str())
             .bind(after.map(RunId::as_str))
             .bind(i64::from(limit))
             .fetch(&mut *conn);
-        while let Some(row) = rows.try_next().await? {
-            let run = run_from_row(&row)?;
-            let more = bytes.take(run.page_bytes());
-            page.push(run);
-            if !more {
-                break;
-            }
-        }
-    }
+        PageBytes::new(PAGE_BYTES)
+            .collect_stream(rows, |row| run_from_row(&row), RunRecord::page_bytes)
+            .await?
+    };
     conn.commit().await?;
     Ok(page)
 }

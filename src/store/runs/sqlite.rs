@@ -8,7 +8,6 @@ use crate::store::events::{PAGE_BYTES, PageBytes};
 use crate::store::limits::sqlite::{admit_queued, admit_running};
 use crate::store::sqlite::SqliteStore;
 use crate::store::*;
-use futures::TryStreamExt;
 use rusqlite::params;
 
 // --- runs ---
@@ -243,24 +242,16 @@ pub(in crate::store) async fn list_runs(
              AND position > COALESCE((SELECT position FROM runs WHERE id = ? AND session_id = ?), 0) \
          ORDER BY position LIMIT ?"
     );
-    let mut rows = sqlx::query(&sql)
+    let rows = sqlx::query(&sql)
         .bind(session.as_str())
         .bind(tenant.as_str())
         .bind(after.map(RunId::as_str))
         .bind(session.as_str())
         .bind(i64::from(limit))
         .fetch(&store.pool);
-    let mut bytes = PageBytes::new(PAGE_BYTES);
-    let mut page = Vec::new();
-    while let Some(row) = rows.try_next().await? {
-        let run = run_from_row(&row)?;
-        let more = bytes.take(run.page_bytes());
-        page.push(run);
-        if !more {
-            break;
-        }
-    }
-    Ok(page)
+    PageBytes::new(PAGE_BYTES)
+        .collect_stream(rows, |row| run_from_row(&row), RunRecord::page_bytes)
+        .await
 }
 
 pub(in crate::store) async fn renew_leases(
