@@ -58,29 +58,6 @@ fn script(max_turns: u32, noa: bool) -> Value {
     config
 }
 
-/// Every event of the session, paged.
-async fn all_events(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
-    let mut events = Vec::new();
-    let mut after = 0;
-    loop {
-        let page: Value = app
-            .get(
-                &format!("/v1/sessions/{id}/events?after={after}&limit=1000"),
-                token,
-            )
-            .await
-            .json()
-            .await
-            .unwrap();
-        let batch = page["events"].as_array().unwrap().clone();
-        if batch.is_empty() {
-            return events;
-        }
-        after = page["next_after"].as_i64().unwrap();
-        events.extend(batch);
-    }
-}
-
 /// Every message of the session, paged, by position.
 async fn all_messages(app: &TestApp, token: &str, id: &str) -> Vec<Value> {
     let mut messages = Vec::new();
@@ -206,7 +183,7 @@ async fn noa_compresses_and_archives_every_original(app: TestApp) {
         let run = run_prompt(&app, &token, &id, prompt).await;
         assert_eq!(run["terminal"]["reason"], "max_turns", "{run}");
     }
-    let events = all_events(&app, &token, &id).await;
+    let events = app.events(&token, &id).await;
     assert!(kinds(&events, "provider_error").is_empty());
     let compressions = kinds(&events, "compression");
     assert!(compressions.len() >= 2, "compressed when nudged");
@@ -292,7 +269,7 @@ async fn forks_keep_the_compressions_before_their_cut(
     );
     let run = run_prompt(app, token, &fork_id, "third").await;
     assert_eq!(run["terminal"]["reason"], "max_turns", "{run}");
-    let events = all_events(app, token, &fork_id).await;
+    let events = app.events(token, &fork_id).await;
     assert!(kinds(&events, "provider_error").is_empty());
     let truncated = kinds(&events, "context_truncated");
     assert!(
@@ -375,7 +352,7 @@ async fn a_thousand_turns_fit_a_small_window_with_noa() {
     let plain = app.create_session("acme", &script(100, false)).await;
     let run = run_prompt(&app, &token, &plain, "without noa").await;
     assert_ne!(run["terminal"]["reason"], "max_turns", "{run}");
-    let events = all_events(&app, &token, &plain).await;
+    let events = app.events(&token, &plain).await;
     assert!(
         kinds(&events, "provider_error")
             .iter()
@@ -388,7 +365,7 @@ async fn a_thousand_turns_fit_a_small_window_with_noa() {
         let run = run_prompt(&app, &token, &id, &format!("prompt {prompt}")).await;
         assert_eq!(run["terminal"]["reason"], "max_turns", "{run}");
     }
-    let events = all_events(&app, &token, &id).await;
+    let events = app.events(&token, &id).await;
     let responses = kinds(&events, "assistant_message");
     assert_eq!(responses.len(), 1000, "1,000 model turns");
     assert!(

@@ -57,14 +57,7 @@ async fn large_turns_are_read_in_pages_bounded_by_bytes() {
         fake.push(Reply::sse(an::text_turn(&text)));
     }
     let url = fake.url();
-    let server = start_server(&[
-        ("NORMA_PROVIDER__KIND", "anthropic"),
-        ("NORMA_PROVIDER__BASE_URL", url.as_str()),
-        ("NORMA_PROVIDER__MODEL", "claude-test"),
-        ("NORMA_PROVIDER__API_KEY", "test-key-not-secret"),
-        ("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]"),
-    ])
-    .await;
+    let server = start_server_with_model(&url).await;
     let session = create_session(&server, ATTACKER, &json!({})).await;
     for _ in 0..TURNS {
         prompt_and_wait(&server, ATTACKER, &session, "go", WITHIN).await;

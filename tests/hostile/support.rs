@@ -24,6 +24,19 @@ pub async fn start_server(env: &[(&str, &str)]) -> ServerProcess {
     server
 }
 
+/// A started server whose provider is the fake Anthropic model at `url` (on loopback, which
+/// outbound requests may reach).
+pub async fn start_server_with_model(url: &str) -> ServerProcess {
+    start_server(&[
+        ("NORMA_PROVIDER__KIND", "anthropic"),
+        ("NORMA_PROVIDER__BASE_URL", url),
+        ("NORMA_PROVIDER__MODEL", "claude-test"),
+        ("NORMA_PROVIDER__API_KEY", "test-key-not-secret"),
+        ("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]"),
+    ])
+    .await
+}
+
 /// Creates a session for `tenant` with `config`; returns its id (asserts `201`).
 pub async fn create_session(server: &ServerProcess, tenant: &str, config: &Value) -> String {
     let token = server.token(tenant);

@@ -7,7 +7,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::server::summarize;
-use crate::support::{assert_still_serves, create_session, prompt_and_wait, start_server};
+use crate::support::{
+    assert_still_serves, create_session, prompt_and_wait, start_server, start_server_with_model,
+};
 
 const ATTACKER: &str = "attacker";
 const WITHIN: Duration = Duration::from_secs(60);
@@ -166,14 +168,7 @@ async fn a_hostile_model_endpoint_cannot_grow_a_response_without_limit() {
     frames.push(an::message_stop());
     fake.push(Reply::sse(frames));
     let url = fake.url();
-    let server = start_server(&[
-        ("NORMA_PROVIDER__KIND", "anthropic"),
-        ("NORMA_PROVIDER__BASE_URL", url.as_str()),
-        ("NORMA_PROVIDER__MODEL", "claude-test"),
-        ("NORMA_PROVIDER__API_KEY", "test-key-not-secret"),
-        ("NORMA_EGRESS__ALLOW_PRIVATE_CIDRS", "[\"127.0.0.0/8\"]"),
-    ])
-    .await;
+    let server = start_server_with_model(&url).await;
     let session = create_session(
         &server,
         ATTACKER,
