@@ -68,10 +68,15 @@ pub async fn run(
     let mut tenant_of: HashMap<tokio::task::Id, TenantId> = HashMap::new();
     let mut shares = DeliveryShares::new(settings.per_tenant() as u32);
     let mut last_purge: Option<tokio::time::Instant> = None;
+    let mut last_trim: Option<tokio::time::Instant> = None;
     loop {
         if settings.retention_hours > 0 && last_purge.is_none_or(|at| at.elapsed() >= PURGE_EVERY) {
             last_purge = Some(tokio::time::Instant::now());
             purge(&store, settings.retention_hours).await;
+        }
+        if last_trim.is_none_or(|at| at.elapsed() >= sweep) {
+            last_trim = Some(tokio::time::Instant::now());
+            trim(&store, settings.max_pending_per_tenant).await;
         }
         let free = settings.concurrency.saturating_sub(in_flight.len());
         let mut full = free == 0;
@@ -145,6 +150,22 @@ async fn purge(store: &Arc<dyn Store>, hours: u64) {
         Ok(0) => {}
         Ok(purged) => tracing::info!(purged, "webhook deliveries past retention deleted"),
         Err(error) => tracing::warn!(%error, "webhook delivery retention sweep failed"),
+    }
+}
+
+/// Fails unsent what each tenant has pending past `max_pending` (see
+/// `Store::trim_webhook_backlogs`).
+async fn trim(store: &Arc<dyn Store>, max_pending: u32) {
+    match store.trim_webhook_backlogs(max_pending).await {
+        Ok(0) => {}
+        Ok(failed) => {
+            tracing::warn!(
+                failed,
+                max_pending,
+                "webhook deliveries failed unsent for their tenant's backlog"
+            )
+        }
+        Err(error) => tracing::warn!(%error, "trimming webhook backlogs failed"),
     }
 }
 

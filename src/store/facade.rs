@@ -278,6 +278,9 @@ macro_rules! store_facade {
             async fn claim_webhook_deliveries(&self, lease: Duration, limit: u32, shares: &DeliveryShares) -> StoreResult<Vec<DueDelivery>> {
                 self.claim_deliveries(lease, limit, shares).await
             }
+            async fn trim_webhook_backlogs(&self, max_pending: u32) -> StoreResult<u64> {
+                self.trim_backlogs(max_pending).await
+            }
             async fn finish_webhook_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
                 self.finish_attempt(result).await
             }

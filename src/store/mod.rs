@@ -742,6 +742,12 @@ pub trait Store: Send + Sync + 'static {
         shares: &DeliveryShares,
     ) -> StoreResult<Vec<DueDelivery>>;
 
+    /// System-level: fails unsent, with a [`crate::webhooks::WEBHOOK_BACKLOG`] note, the
+    /// pending deliveries of every tenant past its first `max_pending` (those whose next
+    /// attempt comes soonest are kept; deliveries in flight are neither counted nor touched).
+    /// Answers how many were failed.
+    async fn trim_webhook_backlogs(&self, max_pending: u32) -> StoreResult<u64>;
+
     /// System-level: records an attempt's outcome (the attempt is appended to the log); a
     /// result for an attempt that is not the delivery's latest any more is ignored.
     async fn finish_webhook_attempt(&self, result: &AttemptResult) -> StoreResult<()>;

@@ -15,7 +15,7 @@ use super::runs::{
 };
 use super::sessions::{COUNT_OPEN_SESSIONS, IDLE_SESSIONS, SELECT_SESSION, WORKSPACE_SNAPSHOT};
 use super::tool_state::{GET_MODE, GET_TODOS, SESSION_OWNED};
-use super::webhooks::sqlite::{DUE_OF_TENANT, NEXT_DUE, PENDING_TENANTS};
+use super::webhooks::sqlite::{DUE_OF_TENANT, NEXT_DUE, OVER_BACKLOG, PENDING_TENANTS};
 use crate::usage::UsageScope;
 
 /// Tables that grow with use; a statement may scan only the others (a handful of replicas).
@@ -107,6 +107,7 @@ async fn hot_statements_read_through_an_index() {
         PENDING_TENANTS,
         DUE_OF_TENANT,
         NEXT_DUE,
+        OVER_BACKLOG,
     ];
     // A run's and a session's usage totals: through the ledger's (session_id, run_id) index.
     let run = UsageScope::Run {
@@ -157,7 +158,7 @@ async fn a_sessions_grants_are_read_through_their_own_indexes() {
 #[tokio::test]
 async fn the_outbox_claim_reads_each_tenant_through_the_index_by_tenant() {
     let (_dir, db) = migrated().await;
-    for sql in [PENDING_TENANTS, DUE_OF_TENANT] {
+    for sql in [PENDING_TENANTS, DUE_OF_TENANT, OVER_BACKLOG] {
         let steps = plan(&db, sql).join("; ");
         assert!(
             steps.contains("webhook_deliveries_tenant_due (tenant_id")

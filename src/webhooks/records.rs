@@ -95,7 +95,8 @@ impl DeliveryStatus {
 /// One attempt of a delivery.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DeliveryAttempt {
-    /// 1-based.
+    /// 1-based; 0 for the note of a delivery failed without a request
+    /// ([`WEBHOOK_BACKLOG`]).
     pub attempt: u32,
     pub at: DateTime<Utc>,
     /// The receiver's HTTP status, when it answered.
@@ -103,9 +104,28 @@ pub struct DeliveryAttempt {
     pub status_code: Option<u16>,
     /// `WEBHOOK_FAILED` (no answer: refused address, connection, timeout, oversized answer)
     /// or `WEBHOOK_HTTP_STATUS` (a non-2xx answer); the detail is in the server log only.
+    /// `WEBHOOK_BACKLOG` (attempt 0): failed unsent, its tenant being over
+    /// `webhooks.max_pending_per_tenant`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub duration_ms: u64,
+}
+
+/// The code of a delivery failed without a request because its tenant had more than
+/// `webhooks.max_pending_per_tenant` pending (see `Store::trim_webhook_backlogs`).
+pub const WEBHOOK_BACKLOG: &str = "WEBHOOK_BACKLOG";
+
+impl DeliveryAttempt {
+    /// The log entry of a delivery failed at `at` for its tenant's backlog.
+    pub fn backlog(at: DateTime<Utc>) -> Self {
+        Self {
+            attempt: 0,
+            at,
+            status_code: None,
+            error: Some(WEBHOOK_BACKLOG.to_owned()),
+            duration_ms: 0,
+        }
+    }
 }
 
 /// A notification and its delivery log.

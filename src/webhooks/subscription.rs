@@ -33,6 +33,9 @@ pub struct WebhookSettings {
     pub retry_base_ms: u64,
     /// The longest delay between two attempts.
     pub retry_max_ms: u64,
+    /// Pending deliveries one tenant may have: past it, those whose next attempt is furthest
+    /// away are failed unsent (`WEBHOOK_BACKLOG`) at the next sweep.
+    pub max_pending_per_tenant: u32,
     /// Deliveries sent at once by one replica.
     pub concurrency: usize,
     /// Deliveries of one tenant sent at once by one replica (unset: half of `concurrency`,
@@ -57,6 +60,7 @@ impl Default for WebhookSettings {
             max_age_seconds: 86_400,
             retry_base_ms: 5_000,
             retry_max_ms: 3_600_000,
+            max_pending_per_tenant: 10_000,
             concurrency: 8,
             per_tenant_concurrency: None,
             sweep_seconds: 60,
@@ -74,6 +78,9 @@ impl WebhookSettings {
         }
         if self.concurrency == 0 || self.concurrency > 256 {
             return Err("webhooks.concurrency must be between 1 and 256".into());
+        }
+        if self.max_pending_per_tenant == 0 || self.max_pending_per_tenant > 10_000_000 {
+            return Err("webhooks.max_pending_per_tenant must be between 1 and 10000000".into());
         }
         if self
             .per_tenant_concurrency
@@ -292,6 +299,15 @@ mod tests {
         assert_eq!(with(3, None).per_tenant(), 1);
         assert_eq!(with(8, Some(8)).per_tenant(), 8);
         assert!(with(8, Some(8)).validate().is_ok());
+        let backlog = |max| WebhookSettings {
+            max_pending_per_tenant: max,
+            ..WebhookSettings::default()
+        };
+        assert!(backlog(1).validate().is_ok());
+        for refused in [0, 10_000_001] {
+            let error = backlog(refused).validate().unwrap_err();
+            assert!(error.contains("max_pending_per_tenant"), "{error}");
+        }
         for refused in [Some(0), Some(9)] {
             let error = with(8, refused).validate().unwrap_err();
             assert!(error.contains("per_tenant_concurrency"), "{error}");

@@ -40,7 +40,10 @@ use crate::store_runs::{
     released_leases_are_claimable_at_once_and_fence_the_releaser,
     run_leases_are_exclusive_and_fence_stale_writers,
 };
-use crate::store_webhooks::deliveries_are_claimed_in_turns_within_each_tenants_room;
+use crate::store_webhooks::{
+    a_tenants_backlog_past_its_cap_is_failed_unsent,
+    deliveries_are_claimed_in_turns_within_each_tenants_room,
+};
 
 async fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -116,6 +119,7 @@ store_suite!(
     pages_of_events_and_messages_end_at_their_byte_bound,
     pages_of_runs_end_at_their_byte_bound,
     pages_of_approvals_end_at_their_byte_bound,
+    a_tenants_backlog_past_its_cap_is_failed_unsent,
 );
 
 pub(crate) async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {

@@ -1,7 +1,8 @@
 //! The outbox claim on both stores: a worker's free slots are shared among tenants — each
 //! tenant's oldest due deliveries, at most its room, in turns (the tenant with the fewest in
 //! flight first) — and the next wake-up never points at deliveries left due because their
-//! tenant had no room (which would make the worker spin).
+//! tenant had no room (which would make the worker spin); a tenant's pending deliveries past
+//! `webhooks.max_pending_per_tenant` are failed unsent, those due soonest kept.
 
 use crate::store::new_session;
 use norma::ids::{SessionId, TenantId};
@@ -146,4 +147,52 @@ pub(crate) async fn deliveries_are_claimed_in_turns_within_each_tenants_room(
         by_tenant(&claimed),
         HashMap::from([("late".to_owned(), ids(&fresh))])
     );
+}
+
+pub(crate) async fn a_tenants_backlog_past_its_cap_is_failed_unsent(store: Arc<dyn Store>) {
+    let noisy = closed_sessions(&store, "noisy", 5).await;
+    let quiet = closed_sessions(&store, "quiet", 2).await;
+    // The noisy tenant's oldest is in flight: neither counted nor touched.
+    let claimed = store
+        .claim_webhook_deliveries(LEASE, 1, &shares(1, &[]))
+        .await
+        .unwrap();
+    assert_eq!(claimed[0].session_id.as_deref(), Some(noisy[0].as_str()));
+
+    // Two pending kept per tenant: the noisy one's two due soonest; its last two fail.
+    assert_eq!(store.trim_webhook_backlogs(2).await.unwrap(), 2);
+    let log = store
+        .list_webhook_deliveries(&TenantId::new("noisy"), "wh_noisy", None, 100)
+        .await
+        .unwrap();
+    let status_of = |session: &SessionId| {
+        let delivery = log
+            .iter()
+            .find(|d| d.session_id.as_deref() == Some(session.as_str()))
+            .unwrap();
+        (
+            delivery.status.as_str(),
+            delivery.attempt_log.last().cloned(),
+        )
+    };
+    for kept in &noisy[..3] {
+        assert_eq!(status_of(kept), ("pending", None));
+    }
+    for failed in &noisy[3..] {
+        let (status, note) = status_of(failed);
+        assert_eq!(status, "failed");
+        let note = note.unwrap();
+        assert_eq!(
+            (note.attempt, note.error.as_deref()),
+            (0, Some("WEBHOOK_BACKLOG"))
+        );
+    }
+    let quiet_log = store
+        .list_webhook_deliveries(&TenantId::new("quiet"), "wh_quiet", None, 100)
+        .await
+        .unwrap();
+    assert_eq!(quiet_log.len(), quiet.len());
+    assert!(quiet_log.iter().all(|d| d.status.as_str() == "pending"));
+    // Within the cap now: nothing more.
+    assert_eq!(store.trim_webhook_backlogs(2).await.unwrap(), 0);
 }

@@ -321,6 +321,17 @@ impl PgStore {
             .collect()
     }
 
+    pub(in crate::store) async fn trim_backlogs(&self, max_pending: u32) -> StoreResult<u64> {
+        let at = Utc::now();
+        Ok(sqlx::query(TRIM_BACKLOGS)
+            .bind(at)
+            .bind(i64::from(max_pending))
+            .bind(Json(vec![DeliveryAttempt::backlog(at)]))
+            .execute(self.pool())
+            .await?
+            .rows_affected())
+    }
+
     pub(in crate::store) async fn finish_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
         sqlx::query(
             "UPDATE webhook_deliveries SET status = $2, \
@@ -396,6 +407,28 @@ pub(in crate::store) const CLAIM: &str = "WITH RECURSIVE tenants (tenant_id) AS 
      WHERE d.position = picked.position AND s.id = d.webhook_id \
      RETURNING d.id, d.tenant_id, d.webhook_id, d.session_id, d.event_type, d.body, \
          d.attempts, d.created_at, s.url, s.secret";
+
+/// Fails unsent (log note `$3`) each tenant's pending deliveries not in flight at `$1` past its
+/// first `$2`, those due soonest kept: the tenants found by the claim's loose scan, each read
+/// through its range of `webhook_deliveries_tenant_due`.
+const TRIM_BACKLOGS: &str = "WITH RECURSIVE tenants (tenant_id) AS ( \
+         SELECT min(tenant_id) FROM webhook_deliveries WHERE status = 'pending' \
+         UNION ALL \
+         SELECT (SELECT min(d.tenant_id) FROM webhook_deliveries d \
+                 WHERE d.status = 'pending' AND d.tenant_id > t.tenant_id) \
+         FROM tenants t WHERE t.tenant_id IS NOT NULL), \
+     over AS ( \
+         SELECT o.position FROM tenants t \
+         CROSS JOIN LATERAL ( \
+             SELECT position FROM webhook_deliveries \
+             WHERE tenant_id = t.tenant_id AND status = 'pending' \
+                 AND (lease_until IS NULL OR lease_until <= $1) \
+             ORDER BY next_attempt_at OFFSET $2 \
+             FOR UPDATE SKIP LOCKED) o \
+         WHERE t.tenant_id IS NOT NULL) \
+     UPDATE webhook_deliveries d SET status = 'failed', lease_until = NULL, \
+         attempt_log = d.attempt_log || $3 \
+     FROM over WHERE d.position = over.position AND d.status = 'pending'";
 
 /// The earliest time after `$1` a pending delivery comes due or a claim's lease ends.
 pub(in crate::store) const NEXT_DUE: &str = "SELECT LEAST( \

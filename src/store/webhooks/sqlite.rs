@@ -390,6 +390,33 @@ impl SqliteStore {
             .await
     }
 
+    pub(in crate::store) async fn trim_backlogs(&self, max_pending: u32) -> StoreResult<u64> {
+        let at = Utc::now();
+        let (now, note) = (ts(at), backlog_note(at)?);
+        self.writer()
+            .transaction(|db| {
+                let tenants: Vec<String> = db
+                    .prepare_cached(PENDING_TENANTS)?
+                    .query_map([], |row| row.get(0))?
+                    .collect::<Result<_, _>>()?;
+                let mut over = db.prepare_cached(OVER_BACKLOG)?;
+                let mut fail = db.prepare_cached(FAIL_UNSENT)?;
+                let mut failed = 0;
+                for tenant in tenants {
+                    let positions: Vec<i64> = over
+                        .query_map(rusqlite::params![tenant, now, max_pending], |row| {
+                            row.get(0)
+                        })?
+                        .collect::<Result<_, _>>()?;
+                    for position in positions {
+                        failed += fail.execute(rusqlite::params![position, note])? as u64;
+                    }
+                }
+                Ok(failed)
+            })
+            .await
+    }
+
     pub(in crate::store) async fn finish_attempt(&self, result: &AttemptResult) -> StoreResult<()> {
         let log = serde_json::to_string(&result.log)
             .map_err(|error| StoreError::Internal(error.to_string()))?;
@@ -458,6 +485,23 @@ pub(in crate::store) const DUE_OF_TENANT: &str = "SELECT position, next_attempt_
      FROM webhook_deliveries WHERE tenant_id = ?1 AND status = 'pending' \
          AND next_attempt_at <= ?2 AND (lease_until IS NULL OR lease_until <= ?2) \
      ORDER BY next_attempt_at, position LIMIT ?3";
+
+/// A tenant's (`?1`) pending deliveries not in flight at `?2` past its first `?3`, those due
+/// soonest first.
+pub(in crate::store) const OVER_BACKLOG: &str = "SELECT position FROM webhook_deliveries \
+     WHERE tenant_id = ?1 AND status = 'pending' AND (lease_until IS NULL OR lease_until <= ?2) \
+     ORDER BY next_attempt_at, position LIMIT -1 OFFSET ?3";
+
+/// Fails the pending delivery at `?1` unsent, with the note `?2`.
+const FAIL_UNSENT: &str = "UPDATE webhook_deliveries SET status = 'failed', lease_until = NULL, \
+         attempt_log = json_insert(attempt_log, '$[#]', json(?2)) \
+     WHERE position = ?1 AND status = 'pending'";
+
+/// The JSON of the log note of a delivery failed at `at` for its tenant's backlog.
+fn backlog_note(at: DateTime<Utc>) -> StoreResult<String> {
+    serde_json::to_string(&DeliveryAttempt::backlog(at))
+        .map_err(|error| StoreError::Internal(error.to_string()))
+}
 
 /// Claims the deliveries at the positions of the JSON array `?2` until `?1` (a delivery's
 /// subscription is deleted with it, in the same transaction as its deliveries).
