@@ -58,7 +58,7 @@ export const api = {
   prompt: (id, text, busy) => request("POST", `/v1/sessions/${enc(id)}/prompts`, { text, busy }),
   cancelRun: (id, run) => request("POST", `/v1/sessions/${enc(id)}/runs/${enc(run)}/cancel`),
   listRuns: (id) => request("GET", `/v1/sessions/${enc(id)}/runs?limit=1000`),
-  pendingApprovals: (id) => request("GET", `/v1/sessions/${enc(id)}/approvals?status=pending`),
+  pendingApprovals: (id) => request("GET", `/v1/sessions/${enc(id)}/approvals?status=pending&limit=1000`),
   answer: (id, approval, body) =>
     request("POST", `/v1/sessions/${enc(id)}/approvals/${enc(approval)}`, body),
   grants: (id) => request("GET", `/v1/sessions/${enc(id)}/grants`),
