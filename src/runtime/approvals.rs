@@ -397,16 +397,17 @@ impl RunApprover {
 impl RunApprover {
     /// The request this run made for the same call and input before a restart, if any.
     async fn earlier_request(&self, tool_use_id: &str, digest: &str) -> Option<ApprovalRecord> {
-        let all = self
-            .store
-            .list_approvals(&self.tenant, &self.session, None)
+        self.store
+            .run_approval_request(
+                &self.tenant,
+                &self.session,
+                &self.run_id,
+                tool_use_id,
+                digest,
+            )
             .await
-            .ok()?;
-        all.into_iter().find(|a| {
-            a.tool_use_id == tool_use_id
-                && a.input_sha256 == digest
-                && a.run_id.as_deref() == Some(self.run_id.as_str())
-        })
+            .ok()
+            .flatten()
     }
 
     /// Persists a new request, announces it and delivers it to the policy service.

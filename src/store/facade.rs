@@ -77,6 +77,9 @@ macro_rules! store_facade {
             async fn get_approval(&self, tenant: &TenantId, session: &SessionId, id: &ApprovalId) -> StoreResult<Option<ApprovalRecord>> {
                 approvals::$backend::get_approval(self, tenant, session, id).await
             }
+            async fn run_approval_request(&self, tenant: &TenantId, session: &SessionId, run: &RunId, tool_use_id: &str, input_sha256: &str) -> StoreResult<Option<ApprovalRecord>> {
+                approvals::$backend::run_request(self, tenant, session, run, tool_use_id, input_sha256).await
+            }
             async fn list_approvals_page(&self, tenant: &TenantId, session: &SessionId, status: Option<ApprovalStatus>, after: Option<&ApprovalId>, limit: u32) -> StoreResult<Vec<ApprovalRecord>> {
                 approvals::$backend::list_approvals_page(self, tenant, session, status, after, limit).await
             }

@@ -269,6 +269,17 @@ pub trait Store: Send + Sync + 'static {
         id: &ApprovalId,
     ) -> StoreResult<Option<ApprovalRecord>>;
 
+    /// The request `run` made for the call `tool_use_id` with the input of digest
+    /// `input_sha256` (the oldest, if several): what a resumed run asks for again.
+    async fn run_approval_request(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run: &RunId,
+        tool_use_id: &str,
+        input_sha256: &str,
+    ) -> StoreResult<Option<ApprovalRecord>>;
+
     /// A page of the session's approvals, oldest first, optionally of one status, created
     /// after the approval `after` (its id; `None`: from the first): at most `limit`, ending
     /// after the approval that brings the page to [`PAGE_BYTES`] (inputs, reasons).

@@ -7,7 +7,7 @@
 //! `status IN ('queued', 'running')`), so the plans are checked here against the migrated
 //! schema.
 
-use super::approvals::{DECIDE_APPROVAL, GET_APPROVAL, LIVE_GRANTS, PERMISSION_STATE};
+use super::approvals::{DECIDE_APPROVAL, GET_APPROVAL, LIVE_GRANTS, PERMISSION_STATE, RUN_REQUEST};
 use super::events::{GET_OUTPUT, LIST_EVENTS, LIST_MESSAGES};
 use super::limits::sqlite::{COUNT_PENDING_APPROVALS, COUNT_QUEUED, COUNT_RUNNING};
 use super::runs::{
@@ -98,6 +98,7 @@ async fn hot_statements_read_through_an_index() {
         LIST_MESSAGES,
         GET_OUTPUT,
         GET_APPROVAL,
+        RUN_REQUEST,
         DECIDE_APPROVAL,
         LIVE_GRANTS,
         PERMISSION_STATE,

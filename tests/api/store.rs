@@ -35,6 +35,7 @@ use crate::store_permissions::{
     permission_state_reads_live_grants_and_the_mode_override_together,
 };
 use crate::store_runs::{
+    a_resumed_run_finds_its_own_request_for_a_call,
     cancels_are_recorded_for_the_replica_holding_the_run,
     queued_runs_are_claimed_in_order_and_cancellable,
     released_leases_are_claimable_at_once_and_fence_the_releaser,
@@ -120,6 +121,7 @@ store_suite!(
     pages_of_runs_end_at_their_byte_bound,
     pages_of_approvals_end_at_their_byte_bound,
     a_tenants_backlog_past_its_cap_is_failed_unsent,
+    a_resumed_run_finds_its_own_request_for_a_call,
 );
 
 pub(crate) async fn new_session(store: &Arc<dyn Store>, tenant: &str) -> SessionId {

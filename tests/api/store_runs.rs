@@ -1,12 +1,12 @@
 //! Runs in the store suite (see `store.rs`): leases that fence stale writers, leases given up
-//! by a stopping replica, queued runs claimed in order, and recorded cancels.
+//! by a stopping replica, queued runs claimed in order, recorded cancels, and the approval a
+//! resumed run finds again.
 
 use crate::store::{event, new_session};
-use norma::ids::RunId;
-use norma::ids::{SessionId, TenantId};
+use norma::ids::{ApprovalId, RunId, SessionId, TenantId};
 use norma::limits::RunCaps;
 use norma::store::{
-    AppendBatch, AppendResult, NewRun, RunEnd, RunLease, RunStatus, Store, StoreError,
+    AppendBatch, AppendResult, NewApproval, NewRun, RunEnd, RunLease, RunStatus, Store, StoreError,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -441,5 +441,78 @@ pub async fn cancels_are_recorded_for_the_replica_holding_the_run(store: Arc<dyn
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// A resumed run finds the request it made for a call before the restart — its own run's,
+/// for that call and that input — and nothing for another run, call or input.
+pub(crate) async fn a_resumed_run_finds_its_own_request_for_a_call(store: Arc<dyn Store>) {
+    let tenant = TenantId::new("t1");
+    let session = new_session(&store, "t1").await;
+    let request = |run: &str, tool_use: &str, digest: char| NewApproval {
+        id: ApprovalId::generate(),
+        session: session.clone(),
+        run_id: Some(run.into()),
+        tool_use_id: tool_use.into(),
+        tool_name: "Bash".into(),
+        input: json!({"command": "true"}),
+        input_sha256: digest.to_string().repeat(64),
+        reason: "needs approval".into(),
+        expires_at: chrono::Utc::now() + chrono::Duration::minutes(5),
+    };
+    let mut ids = Vec::new();
+    for (run, tool_use, digest) in [
+        ("run_a", "tu_1", 'a'),
+        ("run_a", "tu_2", 'a'),
+        ("run_b", "tu_1", 'a'),
+    ] {
+        let new = request(run, tool_use, digest);
+        ids.push(new.id.as_str().to_owned());
+        store.create_approval(&tenant, new, 100).await.unwrap();
+    }
+    let find = |run: &str, tool_use: &'static str, digest: char| {
+        let (store, tenant, session) = (store.clone(), tenant.clone(), session.clone());
+        let run = RunId::from_string(run.to_owned());
+        async move {
+            store
+                .run_approval_request(
+                    &tenant,
+                    &session,
+                    &run,
+                    tool_use,
+                    &digest.to_string().repeat(64),
+                )
+                .await
+                .unwrap()
+                .map(|approval| approval.id)
+        }
+    };
+    assert_eq!(
+        find("run_a", "tu_1", 'a').await.as_deref(),
+        Some(ids[0].as_str())
+    );
+    assert_eq!(
+        find("run_a", "tu_2", 'a').await.as_deref(),
+        Some(ids[1].as_str())
+    );
+    assert_eq!(
+        find("run_b", "tu_1", 'a').await.as_deref(),
+        Some(ids[2].as_str())
+    );
+    assert_eq!(find("run_a", "tu_1", 'b').await, None, "another input");
+    assert_eq!(find("run_c", "tu_1", 'a').await, None, "another run");
+    assert!(
+        store
+            .run_approval_request(
+                &TenantId::new("t2"),
+                &session,
+                &RunId::from_string("run_a".to_owned()),
+                "tu_1",
+                &"a".repeat(64),
+            )
+            .await
+            .unwrap()
+            .is_none(),
+        "another tenant"
     );
 }

@@ -33,6 +33,17 @@ pub(in crate::store) const GET_APPROVAL: &str = concat!(
     " FROM approvals WHERE id = $1 AND session_id = $2 AND tenant_id = $3"
 );
 
+/// A run's request for one call with one input, the oldest if several: `$1` session, `$2`
+/// tenant, `$3` run, `$4` tool use id, `$5` the input's digest (through `approvals_tool_use`,
+/// migrations 0035 / 0029). The placeholders appear in order: SQLite numbers `$N` by first
+/// appearance.
+pub(in crate::store) const RUN_REQUEST: &str = concat!(
+    "SELECT ",
+    approval_columns!(),
+    " FROM approvals WHERE session_id = $1 AND tenant_id = $2 AND run_id = $3 \
+         AND tool_use_id = $4 AND input_sha256 = $5 ORDER BY created_at, id LIMIT 1"
+);
+
 /// Decides a pending approval (nothing when it is not pending, or — `$10` — expired): `$1`
 /// id, `$2` session, `$3` tenant, `$4` status, `$5` decided by, `$6` time, `$7` reason, `$8`
 /// updated input, `$9` grant.

@@ -1,7 +1,7 @@
 //! Approvals on Postgres.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
+use crate::ids::{ApprovalId, GrantId, RunId, SessionId, TenantId};
 use crate::store::dialect::now;
 use crate::store::events::{PAGE_BYTES, PageBytes};
 use crate::store::postgres::PgStore;
@@ -123,6 +123,27 @@ pub(in crate::store) async fn get_approval(
         .bind(id.as_str())
         .bind(session.as_str())
         .bind(tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+    conn.commit().await?;
+    row.as_ref().map(approval_from_row).transpose()
+}
+
+pub(in crate::store) async fn run_request(
+    store: &PgStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    run: &RunId,
+    tool_use_id: &str,
+    input_sha256: &str,
+) -> StoreResult<Option<ApprovalRecord>> {
+    let mut conn = store.tenant_conn(tenant).await?;
+    let row = sqlx::query(RUN_REQUEST)
+        .bind(session.as_str())
+        .bind(tenant.as_str())
+        .bind(run.as_str())
+        .bind(tool_use_id)
+        .bind(input_sha256)
         .fetch_optional(&mut *conn)
         .await?;
     conn.commit().await?;

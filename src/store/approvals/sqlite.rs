@@ -1,7 +1,7 @@
 //! Approvals on SQLite.
 
 use super::*;
-use crate::ids::{ApprovalId, GrantId, SessionId, TenantId};
+use crate::ids::{ApprovalId, GrantId, RunId, SessionId, TenantId};
 use crate::store::dialect::now;
 use crate::store::dialect::sqlite::{json_column, opt_json_column, opt_ts_column, ts, ts_column};
 use crate::store::events::{PAGE_BYTES, PageBytes};
@@ -128,6 +128,32 @@ pub(in crate::store) async fn get_approval(
         db.prepare_cached(GET_APPROVAL)?
             .query_row(
                 rusqlite::params![id.as_str(), session.as_str(), tenant.as_str()],
+                |row| Ok(approval_row(row)),
+            )
+            .optional()?
+            .transpose()
+    })?;
+    row.map(TryInto::try_into).transpose()
+}
+
+pub(in crate::store) async fn run_request(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    session: &SessionId,
+    run: &RunId,
+    tool_use_id: &str,
+    input_sha256: &str,
+) -> StoreResult<Option<ApprovalRecord>> {
+    let row = store.reads.read(|db| {
+        db.prepare_cached(RUN_REQUEST)?
+            .query_row(
+                rusqlite::params![
+                    session.as_str(),
+                    tenant.as_str(),
+                    run.as_str(),
+                    tool_use_id,
+                    input_sha256
+                ],
                 |row| Ok(approval_row(row)),
             )
             .optional()?
