@@ -94,7 +94,7 @@ impl Listing {
                 format!("the server lists more than {MAX_TOOLS} tools"),
             );
         }
-        let size = serde_json::to_vec(&tool).map_or(usize::MAX, |json| json.len());
+        let size = crate::json_text::json_len(&tool);
         if size > MAX_TOOL_BYTES {
             return self.drop_tool(
                 &tool.name,

@@ -9,8 +9,8 @@
 //! no other tenant's deliveries waiting for its own. It sends each through the shared
 //! outbound client — the same address checks, pinning and bounds as the approval webhook's: a
 //! URL that is or resolves to a non-public address is refused unless
-//! `egress.allow_private_cidrs` lists it — signed in the Standard Webhooks format with the delivery's stable id, and records the
-//! attempt. A 2xx answer delivers; any other answer, a timeout or a connection failure is
+//! `egress.allow_private_cidrs` lists it — signed in the Standard Webhooks format with the
+//! delivery's stable id, and records the attempt. A 2xx answer delivers; any other answer, a timeout or a connection failure is
 //! retried after an exponential, jittered delay, until `webhooks.max_attempts` or
 //! `webhooks.max_age_seconds`; a refused destination fails at once. It sleeps until a commit
 //! writes outbox rows (the store wakes it), the next retry is due, or the periodic sweep

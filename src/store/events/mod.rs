@@ -49,9 +49,10 @@ impl PageBytes {
         Self { left: max }
     }
 
-    /// Takes a row of `bytes`; whether the page may take another.
-    pub(in crate::store) fn take(&mut self, bytes: usize) -> bool {
-        self.left = self.left.saturating_sub(bytes);
+    /// Adds `row` to `page`, counting its `bytes`; whether the page may take another.
+    fn push<T>(&mut self, page: &mut Vec<T>, row: T, bytes: impl Fn(&T) -> usize) -> bool {
+        self.left = self.left.saturating_sub(bytes(&row));
+        page.push(row);
         self.left > 0
     }
 
@@ -71,10 +72,7 @@ impl PageBytes {
         use futures::TryStreamExt;
         let mut page = Vec::new();
         while let Some(row) = rows.try_next().await? {
-            let row = decode(row)?;
-            let more = self.take(bytes(&row));
-            page.push(row);
-            if !more {
+            if !self.push(&mut page, decode(row)?, &bytes) {
                 break;
             }
         }
@@ -89,10 +87,7 @@ impl PageBytes {
     ) -> StoreResult<Vec<T>> {
         let mut page = Vec::new();
         for row in rows {
-            let row = row?;
-            let more = self.take(bytes(&row));
-            page.push(row);
-            if !more {
+            if !self.push(&mut page, row?, &bytes) {
                 break;
             }
         }

@@ -376,17 +376,12 @@ impl PgStore {
 }
 
 /// Claims at most `$3` due deliveries until `$1` (`$2` is now), shared among tenants: the
-/// tenants with pending deliveries are found by a loose scan of
-/// `webhook_deliveries_tenant_due` (migration 0033, one index probe per tenant), each tenant's
+/// tenants with pending deliveries are found by a loose scan (`pending_tenants_cte!`), each tenant's
 /// oldest due ones are locked up to its room (`$6` less its deliveries in flight, `$4`/`$5`),
 /// and the claimed ones are taken in turns (see [`DeliveryShares`]).
-pub(in crate::store) const CLAIM: &str = "WITH RECURSIVE tenants (tenant_id) AS ( \
-         SELECT min(tenant_id) FROM webhook_deliveries WHERE status = 'pending' \
-         UNION ALL \
-         SELECT (SELECT min(d.tenant_id) FROM webhook_deliveries d \
-                 WHERE d.status = 'pending' AND d.tenant_id > t.tenant_id) \
-         FROM tenants t WHERE t.tenant_id IS NOT NULL), \
-     busy (tenant_id, n) AS (SELECT * FROM UNNEST($4::text[], $5::int[])), \
+pub(in crate::store) const CLAIM: &str = concat!(
+    pending_tenants_cte!(),
+    ", busy (tenant_id, n) AS (SELECT * FROM UNNEST($4::text[], $5::int[])), \
      picked AS ( \
          SELECT due.position FROM tenants t \
          LEFT JOIN busy b ON b.tenant_id = t.tenant_id \
@@ -406,18 +401,15 @@ pub(in crate::store) const CLAIM: &str = "WITH RECURSIVE tenants (tenant_id) AS 
      FROM webhook_subscriptions s, picked \
      WHERE d.position = picked.position AND s.id = d.webhook_id \
      RETURNING d.id, d.tenant_id, d.webhook_id, d.session_id, d.event_type, d.body, \
-         d.attempts, d.created_at, s.url, s.secret";
+         d.attempts, d.created_at, s.url, s.secret"
+);
 
 /// Fails unsent (log note `$3`) each tenant's pending deliveries not in flight at `$1` past its
 /// first `$2`, those due soonest kept: the tenants found by the claim's loose scan, each read
 /// through its range of `webhook_deliveries_tenant_due`.
-const TRIM_BACKLOGS: &str = "WITH RECURSIVE tenants (tenant_id) AS ( \
-         SELECT min(tenant_id) FROM webhook_deliveries WHERE status = 'pending' \
-         UNION ALL \
-         SELECT (SELECT min(d.tenant_id) FROM webhook_deliveries d \
-                 WHERE d.status = 'pending' AND d.tenant_id > t.tenant_id) \
-         FROM tenants t WHERE t.tenant_id IS NOT NULL), \
-     over AS ( \
+const TRIM_BACKLOGS: &str = concat!(
+    pending_tenants_cte!(),
+    ", over AS ( \
          SELECT o.position FROM tenants t \
          CROSS JOIN LATERAL ( \
              SELECT position FROM webhook_deliveries \
@@ -428,7 +420,8 @@ const TRIM_BACKLOGS: &str = "WITH RECURSIVE tenants (tenant_id) AS ( \
          WHERE t.tenant_id IS NOT NULL) \
      UPDATE webhook_deliveries d SET status = 'failed', lease_until = NULL, \
          attempt_log = d.attempt_log || $3 \
-     FROM over WHERE d.position = over.position AND d.status = 'pending'";
+     FROM over WHERE d.position = over.position AND d.status = 'pending'"
+);
 
 /// The earliest time after `$1` a pending delivery comes due or a claim's lease ends.
 pub(in crate::store) const NEXT_DUE: &str = "SELECT LEAST( \

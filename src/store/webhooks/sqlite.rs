@@ -395,10 +395,7 @@ impl SqliteStore {
         let (now, note) = (ts(at), backlog_note(at)?);
         self.writer()
             .transaction(|db| {
-                let tenants: Vec<String> = db
-                    .prepare_cached(PENDING_TENANTS)?
-                    .query_map([], |row| row.get(0))?
-                    .collect::<Result<_, _>>()?;
+                let tenants = pending_tenants(db)?;
                 let mut over = db.prepare_cached(OVER_BACKLOG)?;
                 let mut fail = db.prepare_cached(FAIL_UNSENT)?;
                 let mut failed = 0;
@@ -472,13 +469,10 @@ impl SqliteStore {
 
 /// The tenants with pending deliveries, one index probe each (a loose scan of
 /// `webhook_deliveries_tenant_due`, migration 0027).
-pub(in crate::store) const PENDING_TENANTS: &str = "WITH RECURSIVE tenants (tenant_id) AS ( \
-         SELECT min(tenant_id) FROM webhook_deliveries WHERE status = 'pending' \
-         UNION ALL \
-         SELECT (SELECT min(d.tenant_id) FROM webhook_deliveries d \
-                 WHERE d.status = 'pending' AND d.tenant_id > t.tenant_id) \
-         FROM tenants t WHERE t.tenant_id IS NOT NULL) \
-     SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL";
+pub(in crate::store) const PENDING_TENANTS: &str = concat!(
+    pending_tenants_cte!(),
+    "SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL"
+);
 
 /// A tenant's (`?1`) oldest deliveries due at `?2` and not claimed, at most `?3`.
 pub(in crate::store) const DUE_OF_TENANT: &str = "SELECT position, next_attempt_at \
@@ -517,6 +511,14 @@ pub(in crate::store) const NEXT_DUE: &str = "SELECT min(at) FROM ( \
          SELECT min(lease_until) FROM webhook_deliveries \
              WHERE lease_until IS NOT NULL AND lease_until > ?1)";
 
+/// The tenants with pending deliveries ([`PENDING_TENANTS`]).
+fn pending_tenants(db: &rusqlite::Connection) -> StoreResult<Vec<String>> {
+    Ok(db
+        .prepare_cached(PENDING_TENANTS)?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?)
+}
+
 /// The positions of the deliveries to claim: each tenant's oldest due ones up to its room in
 /// `shares`, taken in turns (see [`DeliveryShares`]), at most `limit`.
 fn pick_due(
@@ -525,10 +527,7 @@ fn pick_due(
     limit: u32,
     shares: &DeliveryShares,
 ) -> StoreResult<Vec<i64>> {
-    let tenants: Vec<String> = db
-        .prepare_cached(PENDING_TENANTS)?
-        .query_map([], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
+    let tenants = pending_tenants(db)?;
     let mut due_of_tenant = db.prepare_cached(DUE_OF_TENANT)?;
     // (turn, due time, position) of every candidate.
     let mut candidates: Vec<(u32, String, i64)> = Vec::new();
