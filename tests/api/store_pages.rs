@@ -18,6 +18,25 @@ fn quarter() -> String {
     "x".repeat(PAGE_BYTES / 4)
 }
 
+/// The seqs of every page `page` reads (given the last seq read), from the start until an
+/// empty one.
+async fn seq_pages<F, Fut>(page: F) -> Vec<Vec<i64>>
+where
+    F: Fn(i64) -> Fut,
+    Fut: std::future::Future<Output = Vec<i64>>,
+{
+    let mut pages = Vec::new();
+    let mut after = 0;
+    loop {
+        let seqs = page(after).await;
+        let Some(&last) = seqs.last() else {
+            return pages;
+        };
+        after = last;
+        pages.push(seqs);
+    }
+}
+
 pub(crate) async fn pages_of_events_and_messages_end_at_their_byte_bound(store: Arc<dyn Store>) {
     let tenant = TenantId::new("t1");
     let id = new_session(&store, "t1").await;
@@ -61,16 +80,16 @@ pub(crate) async fn pages_of_events_and_messages_end_at_their_byte_bound(store: 
 
     // Four quarters (a little over: the JSON around the text) fill a page; the row that
     // crosses the bound is the page's last.
-    let seqs = |page: &[i64]| page.to_vec();
-    let mut pages = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = store.list_events(&tenant, &id, after, 1000).await.unwrap();
-        let Some(last) = page.last() else { break };
-        after = last.seq;
-        pages.push(page.iter().map(|e| e.seq).collect::<Vec<_>>());
-    }
-    assert_eq!(pages, [seqs(&[1, 2, 3, 4]), seqs(&[5, 6, 7])]);
+    let (reader, tenant_ref, id_ref) = (&store, &tenant, &id);
+    let events = seq_pages(|after| async move {
+        let page = reader
+            .list_events(tenant_ref, id_ref, after, 1000)
+            .await
+            .unwrap();
+        page.iter().map(|e| e.seq).collect()
+    })
+    .await;
+    assert_eq!(events, [vec![1, 2, 3, 4], vec![5, 6, 7]]);
     // The row count still bounds a page.
     let two = store.list_events(&tenant, &id, 0, 2).await.unwrap();
     assert_eq!(two.len(), 2);
@@ -79,18 +98,15 @@ pub(crate) async fn pages_of_events_and_messages_end_at_their_byte_bound(store: 
     assert_eq!(big.len(), 1);
     assert_eq!(big[0].payload.value()["n"], 6);
 
-    let mut pages = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = store
-            .list_messages_page(&tenant, &id, after, 1000)
+    let messages = seq_pages(|after| async move {
+        let page = reader
+            .list_messages_page(tenant_ref, id_ref, after, 1000)
             .await
             .unwrap();
-        let Some(last) = page.last() else { break };
-        after = last.seq;
-        pages.push(page.iter().map(|m| m.seq).collect::<Vec<_>>());
-    }
-    assert_eq!(pages, [seqs(&[1, 2, 3, 4]), seqs(&[5, 6, 7])]);
+        page.iter().map(|m| m.seq).collect()
+    })
+    .await;
+    assert_eq!(messages, [vec![1, 2, 3, 4], vec![5, 6, 7]]);
     // A run's history is read whole.
     let whole = store
         .list_messages(&tenant, &id, 0, u32::MAX)
